@@ -2,12 +2,11 @@ module github.com/watermill-dedup/watermill-dedup
 
 go 1.26
 
+require github.com/ThreeDotsLabs/watermill v1.5.1
+
 require (
-	github.com/ThreeDotsLabs/watermill v1.5.1 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/lithammer/shortuuid/v3 v3.0.7 // indirect
 	github.com/oklog/ulid v1.3.1 // indirect
-	github.com/tidwall/gjson v1.20.2 // indirect
-	github.com/tidwall/match v1.1.1 // indirect
-	github.com/tidwall/pretty v1.3.0 // indirect
+	github.com/pkg/errors v0.9.1 // indirect
 )

@@ -1,0 +1,192 @@
+package dedup
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// KeyFunc returns the business key of a message: an order id, a payment id, a
+// client's Idempotency-Key. It must not return the transport id (the
+// Watermill UUID, an SQS MessageId): those differ between copies of the same
+// fact. When the message carries no usable key it returns an error wrapping
+// ErrNoKey (see [KeyError]); package keyfuncs has ready-made ones.
+type KeyFunc func(msg *message.Message) (string, error)
+
+// FingerprintFunc returns a digest of what the message asks for (typically a
+// hash of the payload). When set, a key already recorded with a different
+// fingerprint yields ErrKeyReuse instead of Duplicate, which catches a client
+// or producer reusing a key for a different request.
+type FingerprintFunc func(msg *message.Message) (string, error)
+
+// Defaults applied by New to zero fields of Config.
+const (
+	DefaultLease           = 30 * time.Second
+	DefaultRetention       = 24 * time.Hour
+	DefaultStoreTimeout    = 5 * time.Second
+	DefaultMaxKeyLength    = 1024
+	DefaultCompleteRetries = 3
+	DefaultCompleteBackoff = 100 * time.Millisecond
+)
+
+// Config configures a Deduplicator. It is passed by value; New never writes
+// to the caller's copy. Durations left at zero take their defaults; negative
+// durations are configuration errors, never "forever".
+type Config struct {
+	// Store keeps the records. Required. It must be shared by every process
+	// that consumes the same messages (Redis, DynamoDB, PostgreSQL); a
+	// MemoryStore only deduplicates within one process.
+	Store Store
+
+	// Key extracts the business key. Required. See package keyfuncs.
+	Key KeyFunc
+
+	// Scope namespaces the keys, so two handlers consuming the same event
+	// each perform their own effect once. Defaults to the Watermill handler
+	// name taken from the message context (message.HandlerNameFromCtx); a
+	// message with neither is refused with an error (nacked). Set it
+	// explicitly to share records between handlers, or when renaming a
+	// handler must not reset deduplication.
+	Scope string
+
+	// Lease is how long a claim holds a key before it counts as abandoned
+	// and another consumer may take it over: the longest a crashed
+	// consumer delays a redelivered copy. Defaults to 30s. With the heartbeat
+	// on, a handler may run longer than the lease.
+	Lease time.Duration
+
+	// Retention is how long a completed key suppresses duplicates. It must
+	// cover the broker's redelivery window (SQS retention, Kafka replay,
+	// producer retries). Defaults to 24h.
+	Retention time.Duration
+
+	// Heartbeat is how often the lease is extended while the handler runs.
+	// Defaults to Lease/3; must be shorter than Lease. When an extension
+	// finds the claim lost (or the lease passes without a successful
+	// extension), the handler's context is cancelled with ErrClaimLost as
+	// its cause.
+	Heartbeat time.Duration
+
+	// DisableHeartbeat turns the heartbeat off: one round trip less per
+	// lease period, but a handler that runs longer than Lease lets another
+	// consumer take the key over and run the effect a second time.
+	DisableHeartbeat bool
+
+	// Fingerprint, when set, is stored with the claim and compared on every
+	// later claim of the key (ErrKeyReuse on mismatch). Defaults to nil: no
+	// check. PayloadFingerprint hashes the payload.
+	Fingerprint FingerprintFunc
+
+	// Replay stores the handler's output messages with the completed record
+	// and returns them again for a duplicate, so the router re-publishes
+	// output that was lost after the effect (e.g. Publish failed). Costs the
+	// size of the outputs in the store. Defaults to false: a duplicate
+	// produces no messages.
+	Replay bool
+
+	// MaxKeyLength bounds the business key in bytes; longer keys are refused
+	// with ErrNoKey. Defaults to 1024.
+	MaxKeyLength int
+
+	// StoreTimeout bounds each store operation. Complete, Release and Extend
+	// run even after the message's context is cancelled, within this
+	// timeout. Defaults to 5s.
+	StoreTimeout time.Duration
+
+	// CompleteRetries is how many times Complete is retried after a store
+	// error (not after ErrClaimLost). Defaults to 3. If Complete still fails
+	// the message is acked anyway and an error logged: nacking would run the
+	// effect again once the lease ends.
+	CompleteRetries int
+
+	// CompleteBackoff is the wait before the first Complete retry, doubled
+	// for each further retry. Defaults to 100ms.
+	CompleteBackoff time.Duration
+
+	// FailOpen runs the handler without a claim when the store cannot be
+	// reached for Claim, logging store_error and fail_open. It trades
+	// exactly-once effects for availability: duplicates arriving while the
+	// store is down are processed again. Defaults to false (fail closed:
+	// the message is nacked and redelivered later).
+	FailOpen bool
+
+	// Logger receives one event per decision (see Event). Defaults to
+	// watermill.NopLogger.
+	Logger watermill.LoggerAdapter
+
+	// Observer, when set, is told of every decision and every store
+	// operation's latency (for metrics). Defaults to nil.
+	Observer Observer
+
+	// Clock drives leases, heartbeats and retry backoff. Defaults to the
+	// wall clock; tests pass a fakeclock.
+	Clock Clock
+}
+
+func (c *Config) setDefaults() {
+	if c.Lease == 0 {
+		c.Lease = DefaultLease
+	}
+	if c.Retention == 0 {
+		c.Retention = DefaultRetention
+	}
+	if c.Heartbeat == 0 && c.Lease > 0 {
+		c.Heartbeat = c.Lease / 3
+	}
+	if c.MaxKeyLength == 0 {
+		c.MaxKeyLength = DefaultMaxKeyLength
+	}
+	if c.StoreTimeout == 0 {
+		c.StoreTimeout = DefaultStoreTimeout
+	}
+	if c.CompleteRetries == 0 {
+		c.CompleteRetries = DefaultCompleteRetries
+	}
+	if c.CompleteBackoff == 0 {
+		c.CompleteBackoff = DefaultCompleteBackoff
+	}
+	if c.Logger == nil {
+		c.Logger = watermill.NopLogger{}
+	}
+	if c.Clock == nil {
+		c.Clock = RealClock{}
+	}
+}
+
+// Validate reports every problem in the configuration at once (joined with
+// errors.Join), after applying defaults to a copy. Zero values are not
+// problems: they take their defaults.
+func (c Config) Validate() error {
+	c.setDefaults()
+	var errs []error
+	if c.Store == nil {
+		errs = append(errs, errors.New("dedup: Config.Store is required"))
+	}
+	if c.Key == nil {
+		errs = append(errs, errors.New("dedup: Config.Key is required"))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"Lease", c.Lease}, {"Retention", c.Retention}, {"Heartbeat", c.Heartbeat},
+		{"StoreTimeout", c.StoreTimeout}, {"CompleteBackoff", c.CompleteBackoff},
+	} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%w: Config.%s must not be negative, got %v", ErrInvalidDuration, d.name, d.v))
+		}
+	}
+	if !c.DisableHeartbeat && c.Heartbeat > 0 && c.Lease > 0 && c.Heartbeat >= c.Lease {
+		errs = append(errs, fmt.Errorf("%w: Config.Heartbeat (%v) must be shorter than Config.Lease (%v)", ErrInvalidDuration, c.Heartbeat, c.Lease))
+	}
+	if c.MaxKeyLength < 0 {
+		errs = append(errs, fmt.Errorf("dedup: Config.MaxKeyLength must not be negative, got %d", c.MaxKeyLength))
+	}
+	if c.CompleteRetries < 0 {
+		errs = append(errs, fmt.Errorf("dedup: Config.CompleteRetries must not be negative, got %d", c.CompleteRetries))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,29 @@
+// Package dedup gives at-least-once Watermill consumers exactly-once effects.
+//
+// A [Deduplicator] is a router middleware. For every message it takes a
+// business key out of the message with a [KeyFunc] (an order id, a payment id,
+// never the transport message id), claims that key atomically in a shared
+// [Store] before the handler runs, marks it completed after the handler
+// succeeds, and releases it when the handler fails, so that a redelivered or
+// re-published copy of the same business fact is acknowledged without running
+// the handler a second time.
+//
+// The package imports no store and no broker. Stores live in their own
+// packages (stores/redis, stores/dynamo, stores/postgres) and must pass the
+// conformance suite in dedup/storetest; [MemoryStore] is the in-process store
+// for tests and single-process use.
+//
+// The contract every store implements:
+//
+//   - Claim(key, fingerprint, lease) is one atomic operation: Acquired (with a
+//     fresh owner token), Duplicate (with the stored result), InProgress or
+//     Conflict (the key was claimed with a different fingerprint). A record
+//     past its lease (in progress) or its retention (completed) counts as no
+//     record.
+//   - Complete, Release and Extend act only while the record still carries the
+//     claim's token; otherwise they return [ErrClaimLost] and change nothing.
+//
+// Two durations, never one: the lease bounds how long a crashed consumer
+// holds a key; the retention bounds how long a completed key suppresses
+// duplicates.
+package dedup

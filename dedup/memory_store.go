@@ -1,0 +1,179 @@
+package dedup
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"time"
+)
+
+// MemoryStore is a [Store] in process memory, for tests, examples and
+// single-process consumers. It deduplicates only within one process and
+// forgets everything on restart: use a shared store (Redis, DynamoDB,
+// PostgreSQL) when more than one process consumes the same messages.
+//
+// It is safe for concurrent use and starts no goroutine: expired records are
+// ignored on access and swept, a bounded number at a time, while claiming,
+// so memory stays proportional to the live records. Every operation takes
+// one mutex; none blocks on I/O.
+type MemoryStore struct {
+	clock Clock
+
+	mu      sync.Mutex
+	records map[string]*memRecord
+	claims  int // claims since the last sweep
+}
+
+type memRecord struct {
+	completed   bool
+	token       string
+	fingerprint string
+	deadline    time.Time // lease deadline (in progress) or expiry (completed)
+	result      []byte
+}
+
+// sweepEvery is how many claims pass between two sweeps of expired records.
+const sweepEvery = 1024
+
+// NewMemoryStore returns an empty store using clock (nil means the wall
+// clock).
+func NewMemoryStore(clock Clock) *MemoryStore {
+	if clock == nil {
+		clock = RealClock{}
+	}
+	return &MemoryStore{clock: clock, records: map[string]*memRecord{}}
+}
+
+func (s *MemoryStore) live(key string, now time.Time) *memRecord {
+	r, ok := s.records[key]
+	if !ok {
+		return nil
+	}
+	if !now.Before(r.deadline) {
+		delete(s.records, key)
+		return nil
+	}
+	return r
+}
+
+// Claim implements [Store.Claim].
+func (s *MemoryStore) Claim(ctx context.Context, key, fingerprint string, lease time.Duration) (ClaimResult, error) {
+	if err := CheckDuration("lease", lease); err != nil {
+		return ClaimResult{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return ClaimResult{}, err
+	}
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.claims++
+	if s.claims >= sweepEvery {
+		s.claims = 0
+		s.sweep(now, 4*sweepEvery)
+	}
+	if r := s.live(key, now); r != nil {
+		if fingerprint != "" && r.fingerprint != "" && fingerprint != r.fingerprint {
+			return ClaimResult{Outcome: Conflict}, nil
+		}
+		if r.completed {
+			return ClaimResult{Outcome: Duplicate, Result: bytes.Clone(r.result)}, nil
+		}
+		return ClaimResult{Outcome: InProgress}, nil
+	}
+	token := NewToken()
+	s.records[key] = &memRecord{token: token, fingerprint: fingerprint, deadline: now.Add(lease)}
+	return ClaimResult{Outcome: Acquired, Claim: Claim{Key: key, Token: token}}, nil
+}
+
+// owned returns the claim's live in-progress record, or nil.
+func (s *MemoryStore) owned(c Claim, now time.Time) *memRecord {
+	r := s.live(c.Key, now)
+	if r == nil || r.completed || r.token != c.Token {
+		return nil
+	}
+	return r
+}
+
+// Complete implements [Store.Complete].
+func (s *MemoryStore) Complete(ctx context.Context, c Claim, result []byte, retention time.Duration) error {
+	if err := CheckDuration("retention", retention); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.owned(c, now)
+	if r == nil {
+		return ErrClaimLost
+	}
+	r.completed = true
+	r.deadline = now.Add(retention)
+	r.result = bytes.Clone(result)
+	return nil
+}
+
+// Release implements [Store.Release].
+func (s *MemoryStore) Release(ctx context.Context, c Claim) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.owned(c, now) == nil {
+		return ErrClaimLost
+	}
+	delete(s.records, c.Key)
+	return nil
+}
+
+// Extend implements [Store.Extend].
+func (s *MemoryStore) Extend(ctx context.Context, c Claim, lease time.Duration) error {
+	if err := CheckDuration("lease", lease); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.owned(c, now)
+	if r == nil {
+		return ErrClaimLost
+	}
+	r.deadline = now.Add(lease)
+	return nil
+}
+
+// Len returns the number of live records (in progress or completed).
+func (s *MemoryStore) Len() int {
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, r := range s.records {
+		if now.Before(r.deadline) {
+			n++
+		}
+	}
+	return n
+}
+
+// sweep deletes up to limit expired records. Go's map iteration order is
+// random, so successive sweeps visit different records.
+func (s *MemoryStore) sweep(now time.Time, limit int) {
+	for k, r := range s.records {
+		if limit == 0 {
+			return
+		}
+		limit--
+		if !now.Before(r.deadline) {
+			delete(s.records, k)
+		}
+	}
+}

@@ -1,0 +1,59 @@
+package dedup_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
+	"github.com/watermill-dedup/watermill-dedup/dedup/storetest"
+)
+
+var epoch = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+func TestMemoryStoreConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) {
+		clock := fakeclock.New(epoch)
+		return dedup.NewMemoryStore(clock), clock.Advance
+	}, storetest.Features{})
+}
+
+// The suite again on the wall clock, as a shared store: the path a
+// server-side store takes.
+func TestMemoryStoreConformanceRealTime(t *testing.T) {
+	store := dedup.NewMemoryStore(nil)
+	storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) {
+		return store, nil
+	}, storetest.Features{ShortDuration: 20 * time.Millisecond})
+}
+
+func TestMemoryStoreSweepsExpiredRecords(t *testing.T) {
+	ctx := context.Background()
+	clock := fakeclock.New(epoch)
+	store := dedup.NewMemoryStore(clock)
+	for i := range 5000 {
+		res, err := store.Claim(ctx, fmt.Sprint("old-", i), "", time.Second)
+		if err != nil || res.Outcome != dedup.Acquired {
+			t.Fatalf("claim %d: %v %v", i, res.Outcome, err)
+		}
+	}
+	if n := store.Len(); n != 5000 {
+		t.Fatalf("Len = %d, want 5000", n)
+	}
+	clock.Advance(2 * time.Second)
+	if n := store.Len(); n != 0 {
+		t.Fatalf("Len after expiry = %d, want 0", n)
+	}
+	// New claims sweep old records without any goroutine: after enough
+	// claims the map holds only the live records.
+	for i := range 3 * 1024 {
+		if _, err := store.Claim(ctx, fmt.Sprint("new-", i), "", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := dedup.MemoryStoreSize(store); n != 3*1024 {
+		t.Fatalf("records held = %d, want only the %d live ones", n, 3*1024)
+	}
+}

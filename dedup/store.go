@@ -1,0 +1,119 @@
+package dedup
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+)
+
+// Outcome is what a [Store.Claim] found.
+type Outcome int
+
+const (
+	// Acquired: there was no live record; the claim created one in state
+	// in_progress with a fresh owner token. The caller now owns the key until
+	// the lease ends.
+	Acquired Outcome = iota + 1
+	// Duplicate: a completed record within its retention exists; the effect
+	// already happened. The stored result, if any, comes with it.
+	Duplicate
+	// InProgress: another claim holds the key and its lease has not ended.
+	InProgress
+	// Conflict: a live record exists whose fingerprint differs from the
+	// claim's: the same key was used for a different payload.
+	Conflict
+)
+
+// String returns the outcome's name as used in logs and metrics.
+func (o Outcome) String() string {
+	switch o {
+	case Acquired:
+		return "acquired"
+	case Duplicate:
+		return "duplicate"
+	case InProgress:
+		return "in_progress"
+	case Conflict:
+		return "conflict"
+	default:
+		return fmt.Sprintf("outcome(%d)", int(o))
+	}
+}
+
+// Claim identifies one ownership of a key: the scoped key and the owner token
+// that the claim wrote. It is the capability passed to Complete, Release and
+// Extend; a store acts on the record only while it still carries Token.
+type Claim struct {
+	// Key is the scoped key as given to Store.Claim (without any prefix the
+	// store adds).
+	Key string
+	// Token is the random owner token written by the claim.
+	Token string
+}
+
+// ClaimResult is the answer of [Store.Claim].
+type ClaimResult struct {
+	// Outcome says what the claim found. Always set when err is nil.
+	Outcome Outcome
+	// Claim is the new ownership. Set only when Outcome is Acquired.
+	Claim Claim
+	// Result is the result stored by Complete. Set only when Outcome is
+	// Duplicate; nil when none was stored. Stores do not distinguish an empty
+	// result from no result: compare with bytes.Equal.
+	Result []byte
+}
+
+// Store keeps one record per scoped key and arbitrates claims atomically.
+// Every implementation must pass the conformance suite in dedup/storetest.
+//
+// Durations of zero or less are configuration errors: a store returns an
+// error (wrapping [ErrInvalidDuration]) rather than treating them as
+// "forever" or "now". Errors other than [ErrClaimLost] mean the store could
+// not be reached or could not answer; the caller does not know whether the
+// operation took effect and must treat the message as unprocessed.
+type Store interface {
+	// Claim atomically creates an in_progress record for key with a fresh
+	// owner token and the given lease, unless a live record exists, in which
+	// case it reports that record's state without changing it. A record whose
+	// fingerprint differs from a non-empty fingerprint yields Conflict,
+	// whatever its state; an empty fingerprint on either side skips the
+	// check. One round trip (or one atomic statement) in every case.
+	Claim(ctx context.Context, key, fingerprint string, lease time.Duration) (ClaimResult, error)
+
+	// Complete turns the claim's record into a completed record holding
+	// result for the retention window, only if it still carries the claim's
+	// token; otherwise it returns ErrClaimLost and changes nothing. result
+	// is stored byte-exact and may be nil.
+	Complete(ctx context.Context, claim Claim, result []byte, retention time.Duration) error
+
+	// Release deletes the claim's record only if it still carries the
+	// claim's in_progress token (compare-and-delete), so that a retry can
+	// claim the key again. If the record is gone, expired or owned by another
+	// claim it returns ErrClaimLost and deletes nothing.
+	Release(ctx context.Context, claim Claim) error
+
+	// Extend pushes the lease deadline of the claim's in_progress record to
+	// now+lease, only if it still carries the claim's token; otherwise
+	// ErrClaimLost.
+	Extend(ctx context.Context, claim Claim, lease time.Duration) error
+}
+
+// NewToken returns a fresh owner token: 16 bytes from crypto/rand, hex
+// encoded (32 characters). Stores use it in Claim. It panics only if the
+// operating system's random source fails, as crypto/rand itself does.
+func NewToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error; it crashes the program instead.
+	return hex.EncodeToString(b[:])
+}
+
+// CheckDuration returns an error wrapping ErrInvalidDuration when d is not
+// positive. Stores call it on every lease and retention they receive.
+func CheckDuration(name string, d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("%w: %s must be positive, got %v", ErrInvalidDuration, name, d)
+	}
+	return nil
+}
