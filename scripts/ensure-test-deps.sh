@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs and is missing; fast and silent-ish when
+# everything is already there. Idempotent. Called by `make test`.
+#
+#   Debian packages: redis-server (redis-server, redis-cli), postgresql
+#   (only if no server answers on 127.0.0.1:5432 and no postgres binaries
+#   exist), spin (model checking), nodejs/npm (only if node is missing).
+#   npm packages:    tools/ (dynalite, fauxqs) via `npm ci --prefix tools`
+#                    when tools/node_modules is missing or older than
+#                    tools/package-lock.json.
+#
+# The tests start their own servers (internal/testserver); this script only
+# installs programs and never starts or stops a service.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+say() { printf 'ensure-test-deps: %s\n' "$*"; }
+
+SUDO=()
+if [[ $(id -u) -ne 0 ]]; then
+	SUDO=(sudo)
+fi
+
+have() { command -v "$1" >/dev/null 2>&1; }
+
+postgres_answers() {
+	# A plain TCP dial; internal/testserver checks the login itself.
+	timeout 2 bash -c 'exec 3<>/dev/tcp/127.0.0.1/5432' 2>/dev/null
+}
+
+postgres_binaries() {
+	if have postgres && have initdb; then
+		return 0
+	fi
+	compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null
+}
+
+did=0
+pkgs=()
+if ! have redis-server || ! have redis-cli; then
+	pkgs+=(redis-server)
+fi
+if ! postgres_answers && ! postgres_binaries; then
+	pkgs+=(postgresql)
+fi
+if ! have spin; then
+	pkgs+=(spin)
+fi
+if ! have node || ! have npm; then
+	pkgs+=(nodejs npm)
+fi
+
+if ((${#pkgs[@]})); then
+	export DEBIAN_FRONTEND=noninteractive
+	say "apt-get update (to install: ${pkgs[*]})"
+	"${SUDO[@]}" apt-get update -qq
+	for p in "${pkgs[@]}"; do
+		say "apt-get install $p"
+	done
+	"${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+	did=1
+fi
+
+node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+if ((node_major < 20)); then
+	say "warning: node $(node --version 2>/dev/null || echo missing) is older than 20, which dynalite 4 and fauxqs need"
+fi
+
+stamp=tools/node_modules/.package-lock.json # written last by npm
+if [[ ! -f $stamp || tools/package-lock.json -nt $stamp ]]; then
+	say "npm ci --prefix tools"
+	npm ci --prefix tools --no-audit --no-fund --loglevel=error
+	did=1
+fi
+
+if ((did == 0)); then
+	say "all present"
+fi
