@@ -187,7 +187,8 @@ func (d *Deduplicator) cleanupContext(ctx context.Context) (context.Context, con
 func (d *Deduplicator) run(h message.HandlerFunc, msg *message.Message, claim Claim, info messageInfo) ([]*message.Message, error) {
 	ctx := msg.Context()
 	claimedAt := d.cfg.Clock.Now()
-	handlerCtx, cancelHandler := context.WithCancelCause(ctx)
+	hc := &HandlerClaim{Claim: claim, Retention: d.cfg.Retention, Replay: d.cfg.Replay}
+	handlerCtx, cancelHandler := context.WithCancelCause(context.WithValue(ctx, handlerClaimKey{}, hc))
 	msg.SetContext(handlerCtx)
 	defer func() {
 		cancelHandler(nil)
@@ -215,11 +216,11 @@ func (d *Deduplicator) run(h message.HandlerFunc, msg *message.Message, claim Cl
 		return out, herr
 	}
 
-	var result []byte
-	if d.cfg.Replay {
-		result = EncodeMessages(out)
+	if hc.Completed() {
+		d.decide(info, Decision{Event: EventCompleted, Op: "complete", Key: claim.Key, Elapsed: d.cfg.Clock.Now().Sub(claimedAt)})
+		return out, nil
 	}
-	d.complete(ctx, claim, info, claimedAt, result)
+	d.complete(ctx, claim, info, claimedAt, hc.Result(out))
 	return out, nil
 }
 
