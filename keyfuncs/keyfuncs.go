@@ -1,0 +1,196 @@
+// Package keyfuncs builds dedup.KeyFunc values that take the business key
+// out of a message: a JSON field of the payload, a metadata entry (SQS
+// message attributes and Kafka headers arrive as Watermill metadata), the
+// inner message of an SNS notification envelope, and compositions of those.
+//
+// Every function returns an error wrapping dedup.ErrNoKey (a *dedup.KeyError
+// naming the field, the reason and the message UUID) when the key is
+// missing, empty, blank, null, of the wrong type, or when the payload is not
+// JSON. None of them ever derives a key from the message UUID, and none
+// invents a placeholder key for a malformed message.
+package keyfuncs
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/tidwall/gjson"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+)
+
+func noKey(msg *message.Message, field, reason string) error {
+	return &dedup.KeyError{Field: field, Reason: reason, MessageUUID: msg.UUID}
+}
+
+func blank(s string) bool { return strings.TrimFunc(s, unicode.IsSpace) == "" }
+
+// JSON returns the value at path in the JSON payload, using gjson path
+// syntax ("order_id", "order.id", "items.0.sku"). The payload is validated
+// and the path is read without unmarshalling the whole document.
+//
+// Values, and what becomes of them:
+//   - a string: the key, verbatim (escapes decoded); empty or blank → ErrNoKey;
+//   - an integer (no fraction, no exponent): its decimal text as written,
+//     so 42 and "42" give the same key and large ids lose no precision;
+//   - null, a fraction or exponent number, true/false, an object or an
+//     array: ErrNoKey (wrong type);
+//   - missing path, non-JSON payload (including an empty payload): ErrNoKey.
+func JSON(path string) dedup.KeyFunc {
+	field := "json:" + path
+	return func(msg *message.Message) (string, error) {
+		if !validJSON(msg.Payload) {
+			return "", noKey(msg, field, "payload is not valid JSON")
+		}
+		return jsonValue(msg, field, gjson.GetBytes(msg.Payload, path))
+	}
+}
+
+func jsonValue(msg *message.Message, field string, v gjson.Result) (string, error) {
+	switch v.Type {
+	case gjson.String:
+		if blank(v.Str) {
+			return "", noKey(msg, field, "empty value")
+		}
+		return v.Str, nil
+	case gjson.Number:
+		if !isInteger(v.Raw) {
+			return "", noKey(msg, field, "number is not an integer: "+v.Raw)
+		}
+		return v.Raw, nil
+	case gjson.Null:
+		if !v.Exists() {
+			return "", noKey(msg, field, "missing")
+		}
+		return "", noKey(msg, field, "null")
+	case gjson.True, gjson.False:
+		return "", noKey(msg, field, "wrong type: boolean")
+	default: // gjson.JSON: object or array
+		return "", noKey(msg, field, "wrong type: object or array")
+	}
+}
+
+// validJSON reports whether b is one JSON value in UTF-8 (RFC 8259 §8.1;
+// gjson alone accepts invalid UTF-8 inside strings).
+func validJSON(b []byte) bool {
+	return utf8.Valid(b) && gjson.ValidBytes(b)
+}
+
+// isInteger reports whether a JSON number literal is an integer written
+// without fraction or exponent.
+func isInteger(raw string) bool {
+	s := strings.TrimPrefix(raw, "-")
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// Metadata returns the message's metadata entry name. SQS message attributes
+// and Kafka headers arrive as Watermill metadata. A missing, empty or blank
+// entry gives ErrNoKey.
+func Metadata(name string) dedup.KeyFunc {
+	field := "metadata:" + name
+	return func(msg *message.Message) (string, error) {
+		v, ok := msg.Metadata[name]
+		if !ok {
+			return "", noKey(msg, field, "missing")
+		}
+		if blank(v) {
+			return "", noKey(msg, field, "empty value")
+		}
+		return v, nil
+	}
+}
+
+// SNSEnvelope unwraps an SNS notification envelope
+// ({"Type":"Notification","Message":"…",…}), as delivered to an SQS queue
+// without raw message delivery, and runs inner on a copy of the message whose
+// payload is the inner Message (metadata and UUID unchanged). A payload that
+// is not an envelope is passed to inner unchanged, so the same key function
+// serves subscriptions with and without raw message delivery. An envelope
+// whose Message is missing or not a string gives ErrNoKey.
+func SNSEnvelope(inner dedup.KeyFunc) dedup.KeyFunc {
+	return func(msg *message.Message) (string, error) {
+		if !validJSON(msg.Payload) {
+			return inner(msg)
+		}
+		env := gjson.ParseBytes(msg.Payload)
+		if !env.IsObject() || env.Get("Type").String() != "Notification" || !env.Get("TopicArn").Exists() {
+			return inner(msg)
+		}
+		m := env.Get("Message")
+		if m.Type != gjson.String {
+			return "", noKey(msg, "sns:Message", "envelope without a string Message")
+		}
+		unwrapped := message.NewMessage(msg.UUID, []byte(m.Str))
+		unwrapped.Metadata = msg.Metadata
+		unwrapped.SetContext(msg.Context())
+		return inner(unwrapped)
+	}
+}
+
+// Prefix prepends a fixed prefix to the key inner returns, e.g. to tell apart
+// ids from two systems that share a scope. Errors pass through unchanged.
+func Prefix(prefix string, inner dedup.KeyFunc) dedup.KeyFunc {
+	return func(msg *message.Message) (string, error) {
+		k, err := inner(msg)
+		if err != nil {
+			return "", err
+		}
+		return prefix + k, nil
+	}
+}
+
+// Join runs every key function and joins their keys with sep, for facts
+// identified by several fields (tenant + order id). Each part is escaped
+// ("\" → "\\", sep → "\"+sep) so that parts containing sep cannot make two
+// different tuples give the same key. Any part's error is returned.
+// Join panics at construction when sep is empty or contains a backslash.
+func Join(sep string, parts ...dedup.KeyFunc) dedup.KeyFunc {
+	if sep == "" || strings.Contains(sep, `\`) {
+		panic(fmt.Sprintf("keyfuncs.Join: separator %q must be non-empty and must not contain a backslash", sep))
+	}
+	esc := strings.NewReplacer(`\`, `\\`, sep, `\`+sep)
+	return func(msg *message.Message) (string, error) {
+		keys := make([]string, len(parts))
+		for i, p := range parts {
+			k, err := p(msg)
+			if err != nil {
+				return "", err
+			}
+			keys[i] = esc.Replace(k)
+		}
+		return strings.Join(keys, sep), nil
+	}
+}
+
+// FirstOf returns the key of the first function that finds one, e.g. a
+// header when producers set it and a body field otherwise. Functions failing
+// with ErrNoKey are skipped; any other error is returned at once. When none
+// finds a key, the error wraps ErrNoKey and every function's error.
+func FirstOf(fns ...dedup.KeyFunc) dedup.KeyFunc {
+	return func(msg *message.Message) (string, error) {
+		var errs []error
+		for _, f := range fns {
+			k, err := f(msg)
+			if err == nil {
+				return k, nil
+			}
+			if !errors.Is(err, dedup.ErrNoKey) {
+				return "", err
+			}
+			errs = append(errs, err)
+		}
+		return "", &dedup.KeyError{Field: "first-of", Reason: "no alternative found a key", MessageUUID: msg.UUID, Err: errors.Join(errs...)}
+	}
+}

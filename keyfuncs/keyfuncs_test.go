@@ -1,0 +1,171 @@
+package keyfuncs_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
+)
+
+func msg(payload string, md ...string) *message.Message {
+	m := message.NewMessage("3f2a1c7e-uuid", []byte(payload))
+	for i := 0; i+1 < len(md); i += 2 {
+		m.Metadata.Set(md[i], md[i+1])
+	}
+	return m
+}
+
+type keyCase struct {
+	name    string
+	kf      dedup.KeyFunc
+	msg     *message.Message
+	want    string
+	wantErr string // substring of the KeyError reason; "" means success
+}
+
+func runKeyCases(t *testing.T, cases []keyCase) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.kf(tc.msg)
+			if tc.wantErr == "" {
+				if err != nil || got != tc.want {
+					t.Fatalf("got (%q, %v), want %q", got, err, tc.want)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("got key %q, want an error containing %q", got, tc.wantErr)
+			}
+			if got != "" {
+				t.Fatalf("got key %q together with error %v", got, err)
+			}
+			if !errors.Is(err, dedup.ErrNoKey) {
+				t.Fatalf("error %v does not wrap ErrNoKey", err)
+			}
+			var ke *dedup.KeyError
+			if !errors.As(err, &ke) {
+				t.Fatalf("error %T is not a *dedup.KeyError", err)
+			}
+			if !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("error %q does not say %q", err, tc.wantErr)
+			}
+			if !strings.Contains(err.Error(), tc.msg.UUID) {
+				t.Fatalf("error %q does not name the message UUID", err)
+			}
+		})
+	}
+}
+
+func TestJSON(t *testing.T) {
+	id := keyfuncs.JSON("order_id")
+	nested := keyfuncs.JSON("order.id")
+	runKeyCases(t, []keyCase{
+		{"string", id, msg(`{"order_id":"ORDER-003","amount":150}`), "ORDER-003", ""},
+		{"nested", nested, msg(`{"order":{"id":"ORDER-003"}}`), "ORDER-003", ""},
+		{"escapes decoded", id, msg(`{"order_id":"A\u00e9\"B"}`), `Aé"B`, ""},
+		{"integer", id, msg(`{"order_id":42}`), "42", ""},
+		{"negative integer", id, msg(`{"order_id":-7}`), "-7", ""},
+		{"integer beyond float64 precision", id, msg(`{"order_id":12345678901234567890123}`), "12345678901234567890123", ""},
+		{"whitespace around value kept", id, msg(`{"order_id":" A "}`), " A ", ""},
+		{"fraction", id, msg(`{"order_id":4.2}`), "", "not an integer"},
+		{"exponent", id, msg(`{"order_id":1e3}`), "", "not an integer"},
+		{"missing", id, msg(`{"other":"x"}`), "", "missing"},
+		{"null", id, msg(`{"order_id":null}`), "", "null"},
+		{"payload null", id, msg(`null`), "", "missing"},
+		{"empty string", id, msg(`{"order_id":""}`), "", "empty"},
+		{"blank string", id, msg(`{"order_id":" \t\n"}`), "", "empty"},
+		{"boolean", id, msg(`{"order_id":true}`), "", "boolean"},
+		{"object", id, msg(`{"order_id":{"x":1}}`), "", "object or array"},
+		{"array", id, msg(`{"order_id":[1]}`), "", "object or array"},
+		{"not JSON", id, msg(`order_id=ORDER-003`), "", "not valid JSON"},
+		{"truncated JSON", id, msg(`{"order_id":"ORDER-003"`), "", "not valid JSON"},
+		{"empty payload", id, msg(``), "", "not valid JSON"},
+		{"invalid UTF-8", id, msg("{\"order_id\":\"\xff\xfe\"}"), "", "not valid JSON"},
+		{"array payload", id, msg(`["ORDER-003"]`), "", "missing"},
+	})
+}
+
+func TestMetadata(t *testing.T) {
+	kf := keyfuncs.Metadata("order_id")
+	runKeyCases(t, []keyCase{
+		{"present", kf, msg(`{}`, "order_id", "ORDER-003"), "ORDER-003", ""},
+		{"missing", kf, msg(`{}`, "other", "x"), "", "missing"},
+		{"empty", kf, msg(`{}`, "order_id", ""), "", "empty"},
+		{"blank", kf, msg(`{}`, "order_id", "  "), "", "empty"},
+	})
+}
+
+func snsEnvelope(inner string) string {
+	return `{"Type":"Notification","MessageId":"b1946ac9-sns","TopicArn":"arn:aws:sns:us-east-1:000000000000:orders",` +
+		`"Message":` + quote(inner) + `,"Timestamp":"2026-11-30T12:00:00.000Z"}`
+}
+
+func quote(s string) string {
+	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+	return `"` + r.Replace(s) + `"`
+}
+
+func TestSNSEnvelope(t *testing.T) {
+	kf := keyfuncs.SNSEnvelope(keyfuncs.JSON("order_id"))
+	runKeyCases(t, []keyCase{
+		{"envelope", kf, msg(snsEnvelope(`{"order_id":"ORDER-003"}`)), "ORDER-003", ""},
+		{"raw delivery", kf, msg(`{"order_id":"ORDER-003"}`), "ORDER-003", ""},
+		{"inner not JSON", kf, msg(snsEnvelope(`ORDER-003`)), "", "not valid JSON"},
+		{"inner missing key", kf, msg(snsEnvelope(`{"id":"x"}`)), "", "missing"},
+		{"message not a string", kf, msg(`{"Type":"Notification","TopicArn":"arn:x","Message":{"order_id":"A"}}`), "", "without a string Message"},
+		{"message missing", kf, msg(`{"Type":"Notification","TopicArn":"arn:x"}`), "", "without a string Message"},
+		{"not JSON at all", kf, msg(`garbage`), "", "not valid JSON"},
+	})
+	// The inner function sees the metadata of the outer message.
+	md := keyfuncs.SNSEnvelope(keyfuncs.Metadata("tenant"))
+	if k, err := md(msg(snsEnvelope(`{}`), "tenant", "acme")); err != nil || k != "acme" {
+		t.Fatalf("metadata through envelope: %q, %v", k, err)
+	}
+}
+
+func TestCompositions(t *testing.T) {
+	tenant := keyfuncs.Metadata("tenant")
+	order := keyfuncs.JSON("order_id")
+	join := keyfuncs.Join(":", tenant, order)
+	runKeyCases(t, []keyCase{
+		{"prefix", keyfuncs.Prefix("shop-a/", order), msg(`{"order_id":"1"}`), "shop-a/1", ""},
+		{"prefix error passes", keyfuncs.Prefix("shop-a/", order), msg(`{}`), "", "missing"},
+		{"join", join, msg(`{"order_id":"1"}`, "tenant", "acme"), "acme:1", ""},
+		{"join escapes separator", join, msg(`{"order_id":"b:c"}`, "tenant", "a"), `a:b\:c`, ""},
+		{"join escapes backslash", join, msg(`{"order_id":"c"}`, "tenant", `a\`), `a\\:c`, ""},
+		{"join missing part", join, msg(`{"order_id":"1"}`), "", "metadata:tenant"},
+		{"first of: header", keyfuncs.FirstOf(keyfuncs.Metadata("order_id"), order), msg(`{"order_id":"body"}`, "order_id", "header"), "header", ""},
+		{"first of: body", keyfuncs.FirstOf(keyfuncs.Metadata("order_id"), order), msg(`{"order_id":"body"}`), "body", ""},
+		{"first of: none", keyfuncs.FirstOf(keyfuncs.Metadata("order_id"), order), msg(`{}`), "", "no alternative"},
+	})
+	// Join's escaping keeps distinct tuples distinct.
+	a, _ := join(msg(`{"order_id":"c"}`, "tenant", "a:b"))
+	b, _ := join(msg(`{"order_id":"b:c"}`, "tenant", "a"))
+	if a == b {
+		t.Fatalf("Join collision: %q", a)
+	}
+	// FirstOf stops at an error that is not ErrNoKey.
+	boom := errors.New("boom")
+	failing := func(*message.Message) (string, error) { return "", boom }
+	if _, err := keyfuncs.FirstOf(failing, order)(msg(`{"order_id":"1"}`)); !errors.Is(err, boom) {
+		t.Fatalf("FirstOf: got %v, want boom", err)
+	}
+}
+
+func TestJoinRefusesBadSeparator(t *testing.T) {
+	for _, sep := range []string{"", `\`, `a\b`} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Join(%q) did not panic", sep)
+				}
+			}()
+			keyfuncs.Join(sep, keyfuncs.Metadata("a"))
+		}()
+	}
+}
