@@ -1,0 +1,39 @@
+// Package postgres is a dedup.Store in a PostgreSQL table (pgx v5), and a
+// Watermill middleware, TxMiddleware, that commits a handler's business
+// writes and the completion of its key in one transaction.
+//
+// Schema: one table (default "dedup_keys", see Config.Table and
+// Store.SchemaSQL) with one row per scoped key. The primary key is the
+// SHA-256 of the key, so keys of any length fit the btree; the key itself is
+// kept verbatim. Migrate creates it.
+//
+// Claim is one INSERT … ON CONFLICT (key_hash) DO UPDATE statement that
+// creates the record, takes over an expired one, or rewrites a live one with
+// its own values so that RETURNING reports it: the unique index, not a prior
+// read, arbitrates concurrent claims, and no claim ever needs a second round
+// trip. Complete, Release and Extend are single statements conditioned on the
+// owner token.
+//
+// Time: every expiry is decided with the server's clock_timestamp(), the
+// actual time when the expression is evaluated. now() (and
+// statement_timestamp()) would be the start of the transaction (of the
+// statement): inside TxMiddleware's transaction, which began before the
+// handler ran, now() would judge the lease as it was minutes earlier, and a
+// statement that waited for a row lock would judge it as it was before the
+// wait. Claim reads the clock once per statement, before any lock wait; a
+// stale reading there can only make it report a just-expired record as
+// still live, never take over a live one.
+//
+// Guarantees, from strongest to weakest:
+//
+//   - With TxMiddleware, the effect (the handler's writes in the same
+//     database) and its record commit together or not at all: no window
+//     between effect and record, whatever crashes when.
+//   - Without it, the store gives the dedup middleware's guarantee for any
+//     effect: the record is completed after the handler returns; a crash
+//     between the two leaves the record in progress until its lease ends,
+//     after which a redelivery runs the effect again.
+//
+// Expired records are taken over in place by the next claim; DeleteExpired
+// only bounds the table's size, and correctness never depends on it.
+package postgres

@@ -1,0 +1,246 @@
+package postgres
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+)
+
+// Store is a dedup.Store in a PostgreSQL table (see Migrate and SchemaSQL
+// for the schema). Create it with New; it is safe for concurrent use when
+// its DB is a pool.
+//
+// Every operation is one SQL statement in one round trip, and every expiry
+// is decided by the server's clock (clock_timestamp(), see the package
+// documentation), never the client's, so clients with skewed clocks agree.
+// Keys of any length are stored verbatim; uniqueness is enforced on their
+// SHA-256, so the btree entry stays 32 bytes.
+type Store struct {
+	db  DB
+	cfg Config
+
+	table string // quoted, possibly schema-qualified
+	sql   statements
+}
+
+type statements struct {
+	claim, complete, release, extend, deleteExpired string
+}
+
+// Record states as stored in the state column.
+const (
+	stateInProgress = "in_progress"
+	stateCompleted  = "completed"
+)
+
+// New validates config, applies its defaults and returns a Store using db
+// (normally a *pgxpool.Pool). It does not touch the database: call Migrate
+// once, or create the table with SchemaSQL through your own migrations.
+func New(db DB, config Config) (*Store, error) {
+	var errs []error
+	if db == nil {
+		errs = append(errs, errors.New("postgres: DB is required"))
+	}
+	if err := config.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	config.setDefaults()
+	s := &Store{db: db, cfg: config, table: quoteTable(config.Schema, config.Table)}
+	s.sql = buildStatements(s.table)
+	return s, nil
+}
+
+func quoteTable(schema, table string) string {
+	if schema == "" {
+		return pgx.Identifier{table}.Sanitize()
+	}
+	return pgx.Identifier{schema, table}.Sanitize()
+}
+
+// Table returns the quoted, possibly schema-qualified table name the store
+// uses, ready to put into SQL.
+func (s *Store) Table() string { return s.table }
+
+// claimSQL creates or takes over the record, or else leaves the live record
+// as it is, and in every case returns the row as it now is: one statement,
+// one round trip, no retry.
+//
+// The insert computes the server's clock once (the subquery n) and carries it
+// in EXCLUDED.created_at, so that every CASE below takes the same decision.
+// A conflicting row is locked by ON CONFLICT; "expired" is judged on the
+// latest committed version of that row, never on a stale snapshot. When the
+// row is live, DO UPDATE rewrites it with its own values: that is what makes
+// RETURNING report the live record (an ON CONFLICT … WHERE that fails
+// returns no row at all). The caller tells Acquired from the rest by the
+// returned token: only a created or taken-over record carries the new one.
+const claimSQL = `
+INSERT INTO {table} AS r (key_hash, key, state, token, fingerprint, lease_until, expires_at, result, created_at)
+SELECT $1::bytea, $2::text, 'in_progress', $3::text, $4::text,
+       n.at + $5::bigint * interval '1 microsecond', n.at + $5::bigint * interval '1 microsecond', NULL, n.at
+FROM (SELECT clock_timestamp() AS at) AS n
+ON CONFLICT (key_hash) DO UPDATE SET
+  key         = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.key         ELSE r.key         END,
+  state       = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.state       ELSE r.state       END,
+  token       = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.token       ELSE r.token       END,
+  fingerprint = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.fingerprint ELSE r.fingerprint END,
+  lease_until = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.lease_until ELSE r.lease_until END,
+  result      = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN NULL                 ELSE r.result      END,
+  created_at  = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.created_at  ELSE r.created_at  END,
+  expires_at  = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.expires_at  ELSE r.expires_at  END
+RETURNING r.token, r.state, r.fingerprint, CASE WHEN r.token = $3::text THEN NULL ELSE r.result END`
+
+// completeSQL, releaseSQL and extendSQL act only on a live in_progress
+// record carrying the claim's token. The row is locked before the WHERE is
+// re-checked on its latest version, and clock_timestamp() is read at that
+// moment, after any lock wait.
+const completeSQL = `
+UPDATE {table} SET state = 'completed', lease_until = NULL, result = $3::bytea,
+  expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond'
+WHERE key_hash = $1 AND token = $2 AND state = 'in_progress' AND expires_at > clock_timestamp()`
+
+const releaseSQL = `
+DELETE FROM {table}
+WHERE key_hash = $1 AND token = $2 AND state = 'in_progress' AND expires_at > clock_timestamp()`
+
+const extendSQL = `
+UPDATE {table} AS r SET lease_until = d.at, expires_at = d.at
+FROM (SELECT clock_timestamp() + $3::bigint * interval '1 microsecond' AS at) AS d
+WHERE r.key_hash = $1 AND r.token = $2 AND r.state = 'in_progress' AND r.expires_at > clock_timestamp()`
+
+// deleteExpiredSQL deletes at most $1 expired records. SKIP LOCKED leaves
+// alone the rows a concurrent claim is taking over right now; the outer
+// condition is re-checked on the locked row.
+const deleteExpiredSQL = `
+DELETE FROM {table}
+WHERE key_hash IN (
+  SELECT key_hash FROM {table} WHERE expires_at <= clock_timestamp()
+  LIMIT $1 FOR UPDATE SKIP LOCKED)
+AND expires_at <= clock_timestamp()`
+
+func buildStatements(table string) statements {
+	r := strings.NewReplacer("{table}", table)
+	return statements{
+		claim:         r.Replace(claimSQL),
+		complete:      r.Replace(completeSQL),
+		release:       r.Replace(releaseSQL),
+		extend:        r.Replace(extendSQL),
+		deleteExpired: r.Replace(deleteExpiredSQL),
+	}
+}
+
+// keyHash is the record's primary key: the SHA-256 of the key's bytes (its
+// UTF-8 encoding), i.e. sha256(convert_to(key, 'UTF8')) in SQL.
+func keyHash(key string) []byte {
+	h := sha256.Sum256([]byte(key))
+	return h[:]
+}
+
+// micros converts a positive duration to whole microseconds (PostgreSQL's
+// timestamp resolution), rounding up so that a positive duration never
+// becomes zero.
+func micros(d time.Duration) int64 {
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}
+
+// Claim implements dedup.Store.Claim in one INSERT … ON CONFLICT DO UPDATE
+// statement (one round trip, no retry): it creates the record, takes over an
+// expired one, or reports the live one. A claim of a live record rewrites
+// that row with its own values (one new row version, under the row lock):
+// the price of learning its state in the same statement. Errors are the
+// driver's (e.g. *pgconn.PgError), wrapped.
+func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.Duration) (dedup.ClaimResult, error) {
+	if err := dedup.CheckDuration("lease", lease); err != nil {
+		return dedup.ClaimResult{}, err
+	}
+	token := dedup.NewToken()
+	var (
+		gotToken, state, gotFingerprint string
+		result                          []byte
+	)
+	err := s.db.QueryRow(ctx, s.sql.claim, keyHash(key), key, token, fingerprint, micros(lease)).
+		Scan(&gotToken, &state, &gotFingerprint, &result)
+	if err != nil {
+		return dedup.ClaimResult{}, fmt.Errorf("postgres: claim: %w", err)
+	}
+	switch {
+	case gotToken == token:
+		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil
+	case fingerprint != "" && gotFingerprint != "" && fingerprint != gotFingerprint:
+		return dedup.ClaimResult{Outcome: dedup.Conflict}, nil
+	case state == stateCompleted:
+		return dedup.ClaimResult{Outcome: dedup.Duplicate, Result: result}, nil
+	case state == stateInProgress:
+		return dedup.ClaimResult{Outcome: dedup.InProgress}, nil
+	default:
+		return dedup.ClaimResult{}, fmt.Errorf("postgres: claim: record has unknown state %q", state)
+	}
+}
+
+// Complete implements dedup.Store.Complete: one UPDATE conditioned on the
+// token, a live lease and state in_progress (one round trip). It returns
+// dedup.ErrClaimLost when no row matched. The result is stored byte-exact
+// in a bytea column; nil is stored as NULL.
+func (s *Store) Complete(ctx context.Context, claim dedup.Claim, result []byte, retention time.Duration) error {
+	if err := dedup.CheckDuration("retention", retention); err != nil {
+		return err
+	}
+	return s.exec(ctx, "complete", claim, s.sql.complete, keyHash(claim.Key), claim.Token, result, micros(retention))
+}
+
+// Release implements dedup.Store.Release: one DELETE conditioned on the
+// token, a live lease and state in_progress (one round trip); otherwise
+// dedup.ErrClaimLost and nothing is deleted.
+func (s *Store) Release(ctx context.Context, claim dedup.Claim) error {
+	return s.exec(ctx, "release", claim, s.sql.release, keyHash(claim.Key), claim.Token)
+}
+
+// Extend implements dedup.Store.Extend: one UPDATE that sets the lease
+// deadline to the server's clock plus lease, conditioned on the token, a
+// live lease and state in_progress (one round trip); otherwise
+// dedup.ErrClaimLost.
+func (s *Store) Extend(ctx context.Context, claim dedup.Claim, lease time.Duration) error {
+	if err := dedup.CheckDuration("lease", lease); err != nil {
+		return err
+	}
+	return s.exec(ctx, "extend", claim, s.sql.extend, keyHash(claim.Key), claim.Token, micros(lease))
+}
+
+func (s *Store) exec(ctx context.Context, op string, claim dedup.Claim, sql string, args ...any) error {
+	tag, err := s.db.Exec(ctx, sql, args...)
+	if err != nil {
+		return fmt.Errorf("postgres: %s: %w", op, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("postgres: %s %.64q: %w", op, claim.Key, dedup.ErrClaimLost)
+	}
+	return nil
+}
+
+// DeleteExpired deletes at most limit records whose lease or retention has
+// ended, and returns how many it deleted: one bounded DELETE (one round
+// trip) that uses the expires_at index and skips rows a concurrent claim
+// holds locked. Correctness never depends on it: a claim takes over an
+// expired record in place. Schedule it to bound the table's size, calling it
+// again while it returns limit. A limit below 1 is an error.
+func (s *Store) DeleteExpired(ctx context.Context, limit int) (int64, error) {
+	if limit < 1 {
+		return 0, fmt.Errorf("postgres: DeleteExpired: limit must be positive, got %d", limit)
+	}
+	tag, err := s.db.Exec(ctx, s.sql.deleteExpired, limit)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: delete expired: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+var _ dedup.Store = (*Store)(nil)

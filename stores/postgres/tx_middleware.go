@@ -1,0 +1,132 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+)
+
+// ErrNoClaim is returned by TxMiddleware for a message that reaches it
+// without a dedup claim in its context: TxMiddleware was added before (that
+// is, outside) the dedup middleware, or the dedup middleware ran the
+// handler without a claim (Config.FailOpen while the store was down).
+// Nothing was written. It is a configuration error, not a message error:
+// every message will fail the same way until the router is fixed.
+var ErrNoClaim = errors.New("postgres: no dedup claim in the message context; add TxMiddleware after the dedup middleware")
+
+type txKey struct{}
+
+// TxFromContext returns the transaction TxMiddleware began for the current
+// message. Do the handler's business writes through it: they are committed
+// together with the key's completion, or not at all. The handler must not
+// commit or roll it back itself.
+func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
+	tx, ok := ctx.Value(txKey{}).(pgx.Tx)
+	return tx, ok
+}
+
+// TxMiddleware is a Watermill middleware that commits the handler's business
+// writes and the completion of its dedup key in one database transaction:
+// the strongest guarantee this library offers, with no window between the
+// effect and its record. Add it after the dedup middleware (the first
+// middleware added is the outermost), with this Store as the dedup
+// middleware's store:
+//
+//	router.AddMiddleware(deduplicator.Middleware, store.TxMiddleware)
+//
+// For each message it begins a transaction (Config.TxOptions), puts it in
+// the message's context (see TxFromContext) and runs the handler. Then:
+//
+//   - handler ok: in the same transaction, the token-checked completion
+//     UPDATE (the result is the handler's output when the dedup middleware
+//     replays, as with Store.Complete), then COMMIT, then
+//     HandlerClaim.MarkCompleted so the dedup middleware does not complete
+//     again. If the claim was lost meanwhile (lease ended and taken over,
+//     or released), the completion matches no row: the business writes are
+//     rolled back and the error wraps dedup.ErrClaimLost.
+//   - handler error or panic: ROLLBACK, and the error or panic goes on; the
+//     dedup middleware then releases the key so a redelivery runs again.
+//   - the process dies before COMMIT: the server rolls back; nothing is
+//     recorded, and the key is claimable again when its lease ends.
+//   - COMMIT fails or its outcome is unknown (connection lost): the error
+//     is returned. Either both the writes and the completion were
+//     committed (the dedup middleware's release then finds the record
+//     completed and changes nothing; a redelivery is a duplicate) or
+//     neither was (the release frees the key; a redelivery runs again).
+//
+// A message without a dedup claim fails with ErrNoClaim before any write.
+// Cost: the transaction holds one pooled connection while the handler runs
+// (size the pool for the handlers running at once plus the dedup store's own
+// claims and heartbeats), and adds BEGIN, the completion UPDATE and COMMIT:
+// three round trips, replacing the dedup middleware's separate Complete.
+func (s *Store) TxMiddleware(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		ctx := msg.Context()
+		hc, ok := dedup.ClaimFromContext(ctx)
+		if !ok {
+			return nil, ErrNoClaim
+		}
+		tx, err := s.db.BeginTx(ctx, s.cfg.TxOptions)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: begin: %w", err)
+		}
+		msg.SetContext(context.WithValue(ctx, txKey{}, tx))
+		defer msg.SetContext(ctx)
+
+		finished := false
+		defer func() {
+			if !finished { // the handler panicked (or called runtime.Goexit)
+				s.rollback(ctx, tx)
+			}
+		}()
+		out, herr := h(msg)
+		finished = true
+		if herr != nil {
+			s.rollback(ctx, tx)
+			return out, herr
+		}
+		if err := s.completeInTx(ctx, tx, hc, out); err != nil {
+			s.rollback(ctx, tx)
+			return nil, err
+		}
+		hc.MarkCompleted()
+		return out, nil
+	}
+}
+
+// completeInTx runs the completion UPDATE and COMMIT, within FinishTimeout
+// even if ctx was cancelled: the UPDATE holds the record's row lock after
+// checking the token and the lease on the server's clock, so a claim that
+// wants to take the record over waits for the COMMIT and then finds it
+// completed.
+func (s *Store) completeInTx(ctx context.Context, tx pgx.Tx, hc *dedup.HandlerClaim, out []*message.Message) error {
+	if err := dedup.CheckDuration("retention", hc.Retention); err != nil {
+		return err
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.FinishTimeout)
+	defer cancel()
+	tag, err := tx.Exec(fctx, s.sql.complete, keyHash(hc.Claim.Key), hc.Claim.Token, hc.Result(out), micros(hc.Retention))
+	if err != nil {
+		return fmt.Errorf("postgres: complete in transaction: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("postgres: complete in transaction %.64q: business writes rolled back: %w", hc.Claim.Key, dedup.ErrClaimLost)
+	}
+	if err := tx.Commit(fctx); err != nil {
+		return fmt.Errorf("postgres: commit: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) rollback(ctx context.Context, tx pgx.Tx) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.FinishTimeout)
+	defer cancel()
+	// An error here means the connection is gone or broken; pgx then closes
+	// it and the server rolls the transaction back on its own.
+	_ = tx.Rollback(rctx)
+}
