@@ -1,0 +1,95 @@
+package dedup_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
+)
+
+// Ten copies of ORDER-003, each with its own message id, charge once.
+func Example() {
+	d, err := dedup.New(dedup.Config{
+		Store: dedup.NewMemoryStore(nil), // a Redis, DynamoDB or PostgreSQL store in production
+		Key:   keyfuncs.JSON("order_id"),
+	})
+	if err != nil {
+		panic(err)
+	}
+	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	if err != nil {
+		panic(err)
+	}
+	router.AddMiddleware(d.Middleware)
+
+	pubSub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
+	charges := 0
+	router.AddConsumerHandler("charge-orders", "orders", pubSub, func(msg *message.Message) error {
+		charges++ // the effect: charge the card
+		return nil
+	})
+	go func() { _ = router.Run(context.Background()) }()
+	<-router.Running()
+
+	for range 10 {
+		copyOfOrder := message.NewMessage(watermill.NewUUID(), []byte(`{"order_id":"ORDER-003","amount":150}`))
+		if err := pubSub.Publish("orders", copyOfOrder); err != nil {
+			panic(err)
+		}
+	}
+	_ = router.Close()
+	fmt.Println("messages: 10, charges:", charges)
+	// Output: messages: 10, charges: 1
+}
+
+// Permanent errors (no key, key reuse) go to a poison queue; everything else
+// (in progress, store down, handler errors) is retried.
+func ExampleIsPermanent() {
+	d, err := dedup.New(dedup.Config{Store: dedup.NewMemoryStore(nil), Key: keyfuncs.JSON("order_id")})
+	if err != nil {
+		panic(err)
+	}
+	pubSub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
+	poisoned, err := pubSub.Subscribe(context.Background(), "orders.poison")
+	if err != nil {
+		panic(err)
+	}
+	poisonQueue, err := middleware.PoisonQueueWithFilter(pubSub, "orders.poison", dedup.IsPermanent)
+	if err != nil {
+		panic(err)
+	}
+	retry := middleware.Retry{
+		MaxRetries:      5,
+		InitialInterval: 10 * time.Millisecond,
+		ShouldRetry:     func(p middleware.RetryParams) bool { return !dedup.IsPermanent(p.Err) },
+	}
+
+	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	if err != nil {
+		panic(err)
+	}
+	// Outermost first: poison queue, then retry, then dedup.
+	router.AddMiddleware(poisonQueue, retry.Middleware, d.Middleware)
+	router.AddConsumerHandler("charge-orders", "orders", pubSub, func(msg *message.Message) error {
+		return nil
+	})
+	go func() { _ = router.Run(context.Background()) }()
+	<-router.Running()
+
+	go func() {
+		_ = pubSub.Publish("orders", message.NewMessage("msg-1", []byte(`{"amount":150}`)))
+	}()
+	bad := <-poisoned
+	bad.Ack()
+	_ = router.Close()
+	fmt.Println(bad.Metadata.Get(middleware.ReasonForPoisonedKey))
+	// Output:
+	// dedup: no usable business key at json:order_id: missing (message msg-1)
+}
