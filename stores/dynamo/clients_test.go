@@ -1,0 +1,81 @@
+package dynamo_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
+)
+
+// allOldClient wraps the real dynalite client and gives it the one
+// behaviour of real DynamoDB that dynalite lacks: when a PutItem asking for
+// ReturnValuesOnConditionCheckFailure=ALL_OLD fails its condition, the
+// ConditionalCheckFailedException carries the existing item. The wrapper
+// reads that item itself (with the inner client, so it is not counted) and
+// attaches it to the exception. Every request still goes to the server.
+type allOldClient struct {
+	dynamo.Client
+	pk        string
+	attached  atomic.Int64 // failed PutItems that got their old item attached
+	storeGets atomic.Int64 // GetItem calls made by the store
+}
+
+func (c *allOldClient) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	out, err := c.Client.PutItem(ctx, in, opts...)
+	var failed *types.ConditionalCheckFailedException
+	if err == nil || !errors.As(err, &failed) || in.ReturnValuesOnConditionCheckFailure != types.ReturnValuesOnConditionCheckFailureAllOld {
+		return out, err
+	}
+	got, gerr := c.Client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      in.TableName,
+		Key:            map[string]types.AttributeValue{c.pk: in.Item[c.pk]},
+		ConsistentRead: aws.Bool(true),
+	})
+	if gerr != nil {
+		return nil, gerr
+	}
+	if len(got.Item) > 0 {
+		failed.Item = got.Item
+		c.attached.Add(1)
+	}
+	return out, err
+}
+
+func (c *allOldClient) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	c.storeGets.Add(1)
+	return c.Client.GetItem(ctx, in, opts...)
+}
+
+// hookClient wraps the real client, counts calls and lets a test run code
+// around PutItem and GetItem (to interleave another writer, or to repeat a
+// request as an SDK retry after a lost response would).
+type hookClient struct {
+	dynamo.Client
+	puts, gets atomic.Int64
+	// afterPut, if set, runs after every PutItem and may replace its result.
+	afterPut func(ctx context.Context, in *dynamodb.PutItemInput, out *dynamodb.PutItemOutput, err error) (*dynamodb.PutItemOutput, error)
+	// getItem, if set, replaces GetItem.
+	getItem func(ctx context.Context, in *dynamodb.GetItemInput) (*dynamodb.GetItemOutput, error)
+}
+
+func (c *hookClient) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	c.puts.Add(1)
+	out, err := c.Client.PutItem(ctx, in, opts...)
+	if c.afterPut != nil {
+		return c.afterPut(ctx, in, out, err)
+	}
+	return out, err
+}
+
+func (c *hookClient) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	c.gets.Add(1)
+	if c.getItem != nil {
+		return c.getItem(ctx, in)
+	}
+	return c.Client.GetItem(ctx, in, opts...)
+}

@@ -1,0 +1,150 @@
+package dynamo
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+)
+
+// Defaults applied by New to zero fields of Config and AttributeNames.
+const (
+	// DefaultClockSkewMargin is how long past its deadline a record must be
+	// before another client may take it over. See Config.ClockSkewMargin.
+	DefaultClockSkewMargin = time.Second
+
+	DefaultPartitionKey         = "pk"
+	DefaultStateAttribute       = "state"
+	DefaultTokenAttribute       = "token"
+	DefaultFingerprintAttribute = "fingerprint"
+	DefaultDeadlineAttribute    = "deadline"
+	DefaultResultAttribute      = "result"
+	DefaultTTLAttribute         = "ttl"
+)
+
+// AttributeNames names the item's attributes. Every field defaults to the
+// matching Default… constant; set them to share a table whose partition key
+// or TTL attribute already has another name. Names must be distinct. They
+// always reach DynamoDB as expression placeholders (#name), so reserved
+// words such as "state" or "ttl" are fine.
+type AttributeNames struct {
+	// PartitionKey is the table's partition key, a string (S). It holds the
+	// scoped key as given to Claim, or its hashed form for keys longer than
+	// MaxVerbatimKeyBytes (see PartitionKey). The table must have no sort
+	// key. Defaults to "pk".
+	PartitionKey string
+	// State is "in_progress" or "completed" (S). Defaults to "state".
+	State string
+	// Token is the owner token written by Claim (S). Defaults to "token".
+	Token string
+	// Fingerprint is the claim's fingerprint (S), absent when empty.
+	// Defaults to "fingerprint".
+	Fingerprint string
+	// Deadline is the lease deadline of an in_progress record, or the end of
+	// the retention of a completed one, in Unix milliseconds (N) by the
+	// writer's clock. Expiry is decided by comparing it in conditions.
+	// Defaults to "deadline".
+	Deadline string
+	// Result is the result stored by Complete (B), absent when empty.
+	// Defaults to "result".
+	Result string
+	// TTL is an epoch-seconds number (N) for DynamoDB Time to Live, written
+	// at or after Deadline + ClockSkewMargin. Enable TTL on this attribute
+	// so that storage is reclaimed; it is for cost, never for correctness.
+	// Defaults to "ttl".
+	TTL string
+}
+
+func (a *AttributeNames) setDefaults() {
+	set := func(p *string, d string) {
+		if *p == "" {
+			*p = d
+		}
+	}
+	set(&a.PartitionKey, DefaultPartitionKey)
+	set(&a.State, DefaultStateAttribute)
+	set(&a.Token, DefaultTokenAttribute)
+	set(&a.Fingerprint, DefaultFingerprintAttribute)
+	set(&a.Deadline, DefaultDeadlineAttribute)
+	set(&a.Result, DefaultResultAttribute)
+	set(&a.TTL, DefaultTTLAttribute)
+}
+
+func (a AttributeNames) list() []string {
+	return []string{a.PartitionKey, a.State, a.Token, a.Fingerprint, a.Deadline, a.Result, a.TTL}
+}
+
+// Config configures a Store. It is passed by value; New never writes to the
+// caller's copy.
+type Config struct {
+	// Client talks to DynamoDB. Required. A *dynamodb.Client satisfies it.
+	Client Client
+
+	// Table is the table name. Required. The table needs a string partition
+	// key named AttributeNames.PartitionKey and no sort key; CreateTable
+	// makes one.
+	Table string
+
+	// Attributes names the item's attributes. Zero fields take their
+	// defaults ("pk", "state", "token", "fingerprint", "deadline", "result",
+	// "ttl").
+	Attributes AttributeNames
+
+	// ClockSkewMargin is how far past its deadline a record must be, by the
+	// claiming client's clock, before that client may take it over.
+	// DynamoDB conditions have no server clock, so deadlines are written and
+	// compared with the clients' clocks: a consumer whose clock runs behind
+	// believes its lease is live for longer, and a consumer whose clock runs
+	// ahead sees it expire sooner. Takeover is safe when the margin covers
+	// the largest clock difference between any two consumers; the owner
+	// itself stops at the deadline without margin (Complete, Release and
+	// Extend fail with ErrClaimLost once its clock passes it), so between
+	// deadline and deadline+margin nobody owns the key. The margin delays
+	// every takeover and every reuse of an expired completed key by this
+	// much. Deadlines have millisecond resolution. Defaults to 1s, ample for
+	// NTP-synchronised hosts (Amazon Time Sync keeps EC2 within a
+	// millisecond); must not be negative.
+	ClockSkewMargin time.Duration
+
+	// Clock supplies "now" for deadlines and expiry checks. Defaults to the
+	// wall clock; tests pass a fakeclock.
+	Clock dedup.Clock
+}
+
+func (c *Config) setDefaults() {
+	c.Attributes.setDefaults()
+	if c.ClockSkewMargin == 0 {
+		c.ClockSkewMargin = DefaultClockSkewMargin
+	}
+	if c.Clock == nil {
+		c.Clock = dedup.RealClock{}
+	}
+}
+
+// Validate reports every problem in the configuration at once (joined with
+// errors.Join), after applying defaults to a copy.
+func (c Config) Validate() error {
+	c.setDefaults()
+	var errs []error
+	if c.Client == nil {
+		errs = append(errs, errors.New("dynamo: Config.Client is required"))
+	}
+	if c.Table == "" {
+		errs = append(errs, errors.New("dynamo: Config.Table is required"))
+	}
+	if c.ClockSkewMargin < 0 {
+		errs = append(errs, fmt.Errorf("%w: Config.ClockSkewMargin must not be negative, got %v", dedup.ErrInvalidDuration, c.ClockSkewMargin))
+	}
+	seen := map[string]bool{}
+	for _, n := range c.Attributes.list() {
+		if len(n) > 255 {
+			errs = append(errs, fmt.Errorf("dynamo: attribute name %.20q… is longer than DynamoDB's 255 bytes", n))
+		}
+		if seen[n] {
+			errs = append(errs, fmt.Errorf("dynamo: attribute name %q is used twice in Config.Attributes", n))
+		}
+		seen[n] = true
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,408 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+)
+
+// Record states as stored in the State attribute.
+const (
+	stateInProgress = "in_progress"
+	stateCompleted  = "completed"
+)
+
+const (
+	// MaxItemBytes is DynamoDB's item size limit (400 KB), attribute names
+	// included.
+	MaxItemBytes = 400 * 1024
+
+	// maxNumberBytes bounds the stored size of a number attribute (DynamoDB:
+	// one byte per two significant digits plus one; an int64 has at most 19
+	// digits, and a sign).
+	maxNumberBytes = 21
+
+	// tokenBytes is the length of dedup.NewToken's tokens.
+	tokenBytes = 32
+
+	// maxClaimAttempts bounds Claim's retries when the record vanished or
+	// expired between the failed PutItem and the fallback GetItem.
+	maxClaimAttempts = 4
+)
+
+// Store is a [dedup.Store] on one DynamoDB table. Create it with New; it is
+// safe for concurrent use and holds no connection of its own (the Client
+// does).
+//
+// Every operation is a single conditional write decided by DynamoDB: Claim
+// is a conditional PutItem, Complete and Extend a conditional UpdateItem,
+// Release a conditional DeleteItem. Expiry is decided inside those
+// conditions by comparing the record's Deadline attribute with the calling
+// client's clock, never by DynamoDB TTL (see Config.ClockSkewMargin and the
+// package documentation).
+type Store struct {
+	client    Client
+	table     string
+	attr      AttributeNames
+	marginMs  int64
+	clock     dedup.Clock
+	maxResult int
+}
+
+var _ dedup.Store = (*Store)(nil)
+
+// New validates config and returns a Store. It makes no request: a missing
+// table or wrong credentials show up on the first operation.
+func New(config Config) (*Store, error) {
+	if err := config.Validate(); err != nil {
+		return nil, err
+	}
+	config.setDefaults()
+	s := &Store{
+		client:   config.Client,
+		table:    config.Table,
+		attr:     config.Attributes,
+		marginMs: ceilMillis(config.ClockSkewMargin),
+		clock:    config.Clock,
+	}
+	overhead := maxPartitionKeyBytes + tokenBytes + len(stateInProgress) + maxStoredFingerprintBytes + 2*maxNumberBytes
+	for _, n := range s.attr.list() {
+		overhead += len(n)
+	}
+	s.maxResult = MaxItemBytes - overhead
+	return s, nil
+}
+
+// MaxResultSize is the largest result, in bytes, that Complete accepts: 400
+// KB less the largest possible rest of the item (attribute names, the
+// longest partition key, token, state, fingerprint digest, two numbers).
+// With the default attribute names it is 408817 bytes.
+func (s *Store) MaxResultSize() int { return s.maxResult }
+
+// record is a decoded item.
+type record struct {
+	state       string
+	token       string
+	fingerprint string
+	deadline    int64 // Unix milliseconds
+	result      []byte
+}
+
+// Claim implements [dedup.Store.Claim] with one conditional PutItem:
+//
+//	attribute_not_exists(pk) OR deadline < now - ClockSkewMargin
+//
+// asking for the old item on failure (ReturnValuesOnConditionCheckFailure =
+// ALL_OLD), so that real DynamoDB answers Duplicate, InProgress or Conflict
+// in the same round trip. When the failure carries no item, as with
+// dynalite, one strongly consistent GetItem reads the record; if that finds
+// it gone or expired (released or taken over in between) the claim starts
+// over, at most four times before ErrContended.
+//
+// Errors: ErrInvalidDuration for a lease <= 0, ErrInvalidKey for an empty or
+// non-UTF-8 key, ErrMalformedRecord when the item under the key was not
+// written by this store, and otherwise the SDK's error, wrapped (use
+// errors.As), when DynamoDB could not be asked; the claim's effect is then
+// unknown. Cost: one round trip, two on servers that ignore ALL_OLD.
+func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.Duration) (dedup.ClaimResult, error) {
+	if err := dedup.CheckDuration("lease", lease); err != nil {
+		return dedup.ClaimResult{}, err
+	}
+	pk, err := PartitionKey(key)
+	if err != nil {
+		return dedup.ClaimResult{}, err
+	}
+	if fingerprint != "" {
+		fingerprint = storedFingerprint(fingerprint)
+	}
+	for attempt := 1; ; attempt++ {
+		now := s.clock.Now().UnixMilli()
+		token := dedup.NewToken()
+		old, err := s.put(ctx, pk, token, fingerprint, now, now+ceilMillis(lease))
+		if err != nil {
+			return dedup.ClaimResult{}, err
+		}
+		if old == nil {
+			return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil
+		}
+		if len(old) == 0 { // the condition failed without the old item
+			if old, err = s.get(ctx, pk); err != nil {
+				return dedup.ClaimResult{}, err
+			}
+		}
+		if len(old) > 0 {
+			rec, err := s.decode(old)
+			if err != nil {
+				return dedup.ClaimResult{}, err
+			}
+			if rec.deadline >= now-s.marginMs { // live: the reason the condition failed
+				return outcome(rec, fingerprint), nil
+			}
+		}
+		// Gone or expired by the time it was read: claim again.
+		if attempt == maxClaimAttempts {
+			return dedup.ClaimResult{}, fmt.Errorf("%w (%d attempts)", ErrContended, attempt)
+		}
+	}
+}
+
+// outcome decides a claim that found the live record rec.
+func outcome(rec record, fingerprint string) dedup.ClaimResult {
+	if fingerprint != "" && rec.fingerprint != "" && fingerprint != rec.fingerprint {
+		return dedup.ClaimResult{Outcome: dedup.Conflict}
+	}
+	if rec.state == stateCompleted {
+		var result []byte
+		if len(rec.result) > 0 {
+			result = rec.result
+		}
+		return dedup.ClaimResult{Outcome: dedup.Duplicate, Result: result}
+	}
+	return dedup.ClaimResult{Outcome: dedup.InProgress}
+}
+
+// put issues the claim's conditional PutItem. It returns nil when the item
+// was written, and the old item (empty but non-nil when the server did not
+// return it) when the condition failed.
+func (s *Store) put(ctx context.Context, pk, token, fingerprint string, now, deadline int64) (map[string]types.AttributeValue, error) {
+	cond := expression.AttributeNotExists(expression.Name(s.attr.PartitionKey)).
+		Or(expression.Name(s.attr.Deadline).LessThan(expression.Value(now - s.marginMs)))
+	expr, err := expression.NewBuilder().WithCondition(cond).Build()
+	if err != nil {
+		return nil, fmt.Errorf("dynamo: building the claim condition: %w", err)
+	}
+	item := map[string]types.AttributeValue{
+		s.attr.PartitionKey: &types.AttributeValueMemberS{Value: pk},
+		s.attr.State:        &types.AttributeValueMemberS{Value: stateInProgress},
+		s.attr.Token:        &types.AttributeValueMemberS{Value: token},
+		s.attr.Deadline:     number(deadline),
+		s.attr.TTL:          number(s.ttl(deadline)),
+	}
+	if fingerprint != "" {
+		item[s.attr.Fingerprint] = &types.AttributeValueMemberS{Value: fingerprint}
+	}
+	_, err = s.client.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:                           aws.String(s.table),
+		Item:                                item,
+		ConditionExpression:                 expr.Condition(),
+		ExpressionAttributeNames:            expr.Names(),
+		ExpressionAttributeValues:           expr.Values(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if err == nil {
+		return nil, nil
+	}
+	var failed *types.ConditionalCheckFailedException
+	if !errors.As(err, &failed) {
+		return nil, fmt.Errorf("dynamo: claim: PutItem: %w", err)
+	}
+	if failed.Item == nil {
+		return map[string]types.AttributeValue{}, nil
+	}
+	return failed.Item, nil
+}
+
+// get reads the record with a strongly consistent GetItem; an empty map
+// means there is none.
+func (s *Store) get(ctx context.Context, pk string) (map[string]types.AttributeValue, error) {
+	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(s.table),
+		Key:            s.key(pk),
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dynamo: claim: GetItem: %w", err)
+	}
+	return out.Item, nil
+}
+
+// decode reads an item written by this store.
+func (s *Store) decode(item map[string]types.AttributeValue) (record, error) {
+	var rec record
+	str := func(name string, required bool) (string, error) {
+		v, ok := item[name]
+		if !ok && !required {
+			return "", nil
+		}
+		sv, ok := v.(*types.AttributeValueMemberS)
+		if !ok {
+			return "", fmt.Errorf("%w: attribute %q is missing or not a string", ErrMalformedRecord, name)
+		}
+		return sv.Value, nil
+	}
+	var err error
+	if rec.state, err = str(s.attr.State, true); err != nil {
+		return record{}, err
+	}
+	if rec.state != stateInProgress && rec.state != stateCompleted {
+		return record{}, fmt.Errorf("%w: unknown state %q", ErrMalformedRecord, rec.state)
+	}
+	if rec.token, err = str(s.attr.Token, true); err != nil {
+		return record{}, err
+	}
+	if rec.fingerprint, err = str(s.attr.Fingerprint, false); err != nil {
+		return record{}, err
+	}
+	n, ok := item[s.attr.Deadline].(*types.AttributeValueMemberN)
+	if !ok {
+		return record{}, fmt.Errorf("%w: attribute %q is missing or not a number", ErrMalformedRecord, s.attr.Deadline)
+	}
+	if rec.deadline, err = strconv.ParseInt(n.Value, 10, 64); err != nil {
+		return record{}, fmt.Errorf("%w: attribute %q: %w", ErrMalformedRecord, s.attr.Deadline, err)
+	}
+	if v, ok := item[s.attr.Result]; ok {
+		b, ok := v.(*types.AttributeValueMemberB)
+		if !ok {
+			return record{}, fmt.Errorf("%w: attribute %q is not binary", ErrMalformedRecord, s.attr.Result)
+		}
+		rec.result = b.Value
+	}
+	return rec, nil
+}
+
+// owned is the condition of Complete, Release and Extend: the record still
+// carries the claim's token, is in progress, and its lease has not ended by
+// this client's clock (no margin: the owner gives up first).
+func (s *Store) owned(token string, now int64) expression.ConditionBuilder {
+	return expression.Name(s.attr.Token).Equal(expression.Value(token)).And(
+		expression.Name(s.attr.State).Equal(expression.Value(stateInProgress)),
+		expression.Name(s.attr.Deadline).GreaterThan(expression.Value(now)),
+	)
+}
+
+// Complete implements [dedup.Store.Complete] with one conditional
+// UpdateItem that sets the state to completed, the deadline to
+// now+retention and stores result (removing the attribute when result is
+// empty). The condition is that the record carries the claim's token, is
+// in_progress and its lease has not ended by this client's clock; when it
+// fails, Complete returns an error matching both dedup.ErrClaimLost and (with
+// errors.As) *types.ConditionalCheckFailedException, and nothing changed.
+// A result longer than MaxResultSize is refused with ErrResultTooLarge
+// before any request. Cost: one round trip.
+func (s *Store) Complete(ctx context.Context, claim dedup.Claim, result []byte, retention time.Duration) error {
+	if err := dedup.CheckDuration("retention", retention); err != nil {
+		return err
+	}
+	if len(result) > s.maxResult {
+		return fmt.Errorf("%w: %d bytes, at most %d fit in one item", ErrResultTooLarge, len(result), s.maxResult)
+	}
+	pk, err := PartitionKey(claim.Key)
+	if err != nil {
+		return err
+	}
+	now := s.clock.Now().UnixMilli()
+	expiry := now + ceilMillis(retention)
+	update := expression.Set(expression.Name(s.attr.State), expression.Value(stateCompleted)).
+		Set(expression.Name(s.attr.Deadline), expression.Value(expiry)).
+		Set(expression.Name(s.attr.TTL), expression.Value(s.ttl(expiry)))
+	if len(result) > 0 {
+		update = update.Set(expression.Name(s.attr.Result), expression.Value(result))
+	} else {
+		update = update.Remove(expression.Name(s.attr.Result))
+	}
+	return s.update(ctx, "complete", pk, update, claim.Token, now)
+}
+
+// Extend implements [dedup.Store.Extend] with one conditional UpdateItem
+// that sets the deadline to now+lease, under the same condition as
+// Complete: an expired lease cannot be revived. Failure modes as Complete.
+// Cost: one round trip.
+func (s *Store) Extend(ctx context.Context, claim dedup.Claim, lease time.Duration) error {
+	if err := dedup.CheckDuration("lease", lease); err != nil {
+		return err
+	}
+	pk, err := PartitionKey(claim.Key)
+	if err != nil {
+		return err
+	}
+	now := s.clock.Now().UnixMilli()
+	deadline := now + ceilMillis(lease)
+	update := expression.Set(expression.Name(s.attr.Deadline), expression.Value(deadline)).
+		Set(expression.Name(s.attr.TTL), expression.Value(s.ttl(deadline)))
+	return s.update(ctx, "extend", pk, update, claim.Token, now)
+}
+
+func (s *Store) update(ctx context.Context, op, pk string, update expression.UpdateBuilder, token string, now int64) error {
+	expr, err := expression.NewBuilder().WithUpdate(update).WithCondition(s.owned(token, now)).Build()
+	if err != nil {
+		return fmt.Errorf("dynamo: %s: building the update: %w", op, err)
+	}
+	_, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.table),
+		Key:                       s.key(pk),
+		UpdateExpression:          expr.Update(),
+		ConditionExpression:       expr.Condition(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	})
+	return s.ownerError(op, "UpdateItem", err)
+}
+
+// Release implements [dedup.Store.Release] with one conditional DeleteItem
+// under the same condition as Complete, so it never deletes a record that
+// another claim now owns, nor a completed one. Failure modes as Complete.
+// Cost: one round trip.
+func (s *Store) Release(ctx context.Context, claim dedup.Claim) error {
+	pk, err := PartitionKey(claim.Key)
+	if err != nil {
+		return err
+	}
+	now := s.clock.Now().UnixMilli()
+	expr, err := expression.NewBuilder().WithCondition(s.owned(claim.Token, now)).Build()
+	if err != nil {
+		return fmt.Errorf("dynamo: release: building the condition: %w", err)
+	}
+	_, err = s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName:                 aws.String(s.table),
+		Key:                       s.key(pk),
+		ConditionExpression:       expr.Condition(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	})
+	return s.ownerError("release", "DeleteItem", err)
+}
+
+// ownerError translates the error of an owner-conditioned write: a failed
+// condition is ErrClaimLost (keeping the SDK's exception for errors.As),
+// anything else keeps its cause.
+func (s *Store) ownerError(op, call string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var failed *types.ConditionalCheckFailedException
+	if errors.As(err, &failed) {
+		return fmt.Errorf("%w: %w", dedup.ErrClaimLost, err)
+	}
+	return fmt.Errorf("dynamo: %s: %s: %w", op, call, err)
+}
+
+func (s *Store) key(pk string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{s.attr.PartitionKey: &types.AttributeValueMemberS{Value: pk}}
+}
+
+// ttl returns the epoch second for DynamoDB TTL of a record with the given
+// deadline: never before deadline + margin, so that TTL cannot delete a
+// record that a claim would still consider live.
+func (s *Store) ttl(deadlineMs int64) int64 {
+	end := deadlineMs + s.marginMs
+	return (end + 999) / 1000
+}
+
+func number(n int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
+}
+
+// ceilMillis rounds d up to whole milliseconds, so that a positive lease
+// never becomes zero.
+func ceilMillis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
