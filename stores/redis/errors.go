@@ -1,0 +1,60 @@
+package redis
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Why a claim was lost. Complete, Release and Extend return errors that match
+// both dedup.ErrClaimLost and exactly one of these with errors.Is, so a
+// caller can tell an expired claim from a claim another consumer took over.
+var (
+	// ErrExpired: there is no record under the key any more: its lease ended
+	// (and nobody claimed it since), it was released, or Redis evicted it.
+	// Nothing was changed or created.
+	ErrExpired = errors.New("dedup/redis: no record: the lease ended, or the claim was released or evicted")
+
+	// ErrNotOwner: the record carries another owner token: the lease ended
+	// and another consumer claimed the key. Nothing was changed.
+	ErrNotOwner = errors.New("dedup/redis: the record is owned by another claim")
+
+	// ErrAlreadyCompleted: the record was completed with this very claim, so
+	// the claim can no longer release, extend or complete it. For Complete
+	// this may also mean that an earlier attempt of the same call succeeded
+	// but its reply was lost (go-redis retries a command after a network
+	// error, up to Options.MaxRetries): the effect is recorded either way.
+	ErrAlreadyCompleted = errors.New("dedup/redis: the record was already completed by this claim")
+)
+
+// ErrUnknownFormat: the value under a key is not a record this version can
+// read (a newer format version, or a value another program wrote under the
+// prefix). Claim returns it as a store error (the middleware nacks); it is not
+// ErrClaimLost, except when Complete, Release or Extend find such a value,
+// which cannot carry their claim's token.
+var ErrUnknownFormat = errors.New("dedup/redis: unknown record format")
+
+// ErrServerTooOld: New found a server older than Redis 7.0, which cannot
+// combine SET NX with GET (the one-round-trip claim). The error is a
+// *VersionError.
+var ErrServerTooOld = errors.New("dedup/redis: Redis 7.0 or newer is required")
+
+// VersionError is returned by New when a server is too old (it matches
+// ErrServerTooOld) or its version cannot be read.
+type VersionError struct {
+	// Addr is the server's address as the client knows it.
+	Addr string
+	// Version is the redis_version reported by INFO, or "" when unreadable.
+	Version string
+	// Err is ErrServerTooOld, or the reason the version could not be read.
+	Err error
+}
+
+func (e *VersionError) Error() string {
+	if e.Version == "" {
+		return fmt.Sprintf("dedup/redis: reading the version of %s: %v", e.Addr, e.Err)
+	}
+	return fmt.Sprintf("dedup/redis: %s runs Redis %s: %v", e.Addr, e.Version, e.Err)
+}
+
+// Unwrap returns the cause (ErrServerTooOld when the server is too old).
+func (e *VersionError) Unwrap() error { return e.Err }

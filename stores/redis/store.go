@@ -1,0 +1,195 @@
+package redis
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+)
+
+// Store is a dedup.Store on Redis 7.0 or newer: a single server, a Sentinel
+// setup or a Cluster, through any go-redis v9 UniversalClient. Each record
+// is one Redis string key, prefix + scoped key, so every operation touches
+// one key (one Cluster slot) and needs no hash tags.
+//
+// Expiry is Redis' own: an in-progress record's TTL is its lease and a
+// completed record's TTL is its retention, both set with PX and counted on
+// the server's clock, so no client clock is trusted and an expired record is
+// simply absent. Claim costs one round trip; Complete, Release and Extend one
+// each (EVALSHA; the first call after the server lost its script cache adds
+// one EVAL).
+//
+// When Redis cannot be reached every method returns an error that is neither
+// dedup.ErrClaimLost nor dedup.ErrInvalidDuration, and the caller (the
+// middleware) nacks the message: nothing is acked without a record. go-redis
+// reconnects by itself, so the store works again as soon as the server does.
+// What survives a server crash is Redis' business: without persistence
+// (AOF) or replication a restarted server has forgotten every record, and
+// redelivered messages run their effect again.
+//
+// A Store is safe for concurrent use; it holds no state but the client.
+type Store struct {
+	client goredis.UniversalClient
+	prefix string
+}
+
+var _ dedup.Store = (*Store)(nil)
+
+// New checks that every server the client writes to runs Redis 7.0 or newer
+// (INFO server on each Cluster master or Ring shard, on the one server or
+// the current Sentinel master otherwise) and returns the store. A server that
+// is too old gives a *VersionError matching ErrServerTooOld; an unreachable
+// one gives the client's error: both at construction, not at the first
+// message. Cost: one round trip per master. The client is not closed by the
+// store.
+func New(ctx context.Context, client goredis.UniversalClient, config Config) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("dedup/redis: New: client is nil")
+	}
+	config.setDefaults()
+	if err := checkVersions(ctx, client); err != nil {
+		return nil, err
+	}
+	return &Store{client: client, prefix: config.KeyPrefix}, nil
+}
+
+// RedisKey returns the Redis key holding the record of a scoped key:
+// the configured prefix followed by the scoped key, verbatim.
+func (s *Store) RedisKey(scopedKey string) string { return s.prefix + scopedKey }
+
+// millis converts a positive duration to whole milliseconds for PX and
+// PEXPIRE, rounding up: a lease is never shortened, and never 0 (which Redis
+// refuses).
+func millis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// Claim implements dedup.Store.Claim with one command, SET key value NX PX
+// lease GET: when the key is absent Redis stores the new in_progress record
+// and replies nil (Acquired); when a live record exists it changes nothing and
+// replies with the old value, decoded here into Duplicate (with its result),
+// InProgress or Conflict. One round trip in every case; an expired record is
+// absent for Redis, so it is taken over by the same command.
+//
+// If the reply is the record this call wrote (go-redis retried the command
+// after a network error, and the first attempt had reached the server), the
+// claim is Acquired: the token is random, no other claim can carry it. A value
+// under the key that is not a record of this format gives an error wrapping
+// ErrUnknownFormat.
+func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.Duration) (dedup.ClaimResult, error) {
+	if err := dedup.CheckDuration("lease", lease); err != nil {
+		return dedup.ClaimResult{}, err
+	}
+	token := dedup.NewToken()
+	var raw [tokenLen]byte
+	if _, err := hex.Decode(raw[:], []byte(token)); err != nil {
+		return dedup.ClaimResult{}, fmt.Errorf("dedup/redis: decoding a new token: %w", err)
+	}
+	fp := fingerprintDigest(fingerprint)
+	old, err := s.client.Do(ctx, "set", s.prefix+key, encodeInProgress(raw, fp), "nx", "px", millis(lease), "get").Text()
+	if errors.Is(err, goredis.Nil) {
+		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil
+	}
+	if err != nil {
+		return dedup.ClaimResult{}, fmt.Errorf("dedup/redis: claim: %w", err)
+	}
+	return outcomeOf([]byte(old), raw, fp, key, token)
+}
+
+// outcomeOf decodes the value a claim found and classifies it.
+func outcomeOf(old []byte, token [tokenLen]byte, fp []byte, key, hexToken string) (dedup.ClaimResult, error) {
+	r, err := decodeRecord(old)
+	if err != nil {
+		return dedup.ClaimResult{}, fmt.Errorf("dedup/redis: claim: %w", err)
+	}
+	if r.token == token {
+		// Our own record, written by an earlier attempt of this command.
+		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: hexToken}}, nil
+	}
+	if len(fp) > 0 && len(r.fp) > 0 && string(fp) != string(r.fp) {
+		return dedup.ClaimResult{Outcome: dedup.Conflict}, nil
+	}
+	if r.state == stateCompleted {
+		return dedup.ClaimResult{Outcome: dedup.Duplicate, Result: r.result}, nil
+	}
+	return dedup.ClaimResult{Outcome: dedup.InProgress}, nil
+}
+
+// Complete implements dedup.Store.Complete with one script run
+// (compare-and-set): only if the record is still in progress and carries the
+// claim's token, it becomes a completed record holding result, with the
+// retention as its TTL. Otherwise nothing changes and the error matches
+// dedup.ErrClaimLost and one of ErrExpired, ErrNotOwner, ErrAlreadyCompleted.
+// One round trip.
+func (s *Store) Complete(ctx context.Context, claim dedup.Claim, result []byte, retention time.Duration) error {
+	if err := dedup.CheckDuration("retention", retention); err != nil {
+		return err
+	}
+	return s.run(ctx, "complete", completeScript, claim, millis(retention), result)
+}
+
+// Release implements dedup.Store.Release with one script run
+// (compare-and-delete): the record is deleted only if it is still in
+// progress and carries the claim's token. Otherwise nothing changes and the
+// error matches dedup.ErrClaimLost and one of ErrExpired, ErrNotOwner,
+// ErrAlreadyCompleted. One round trip.
+func (s *Store) Release(ctx context.Context, claim dedup.Claim) error {
+	return s.run(ctx, "release", releaseScript, claim)
+}
+
+// Extend implements dedup.Store.Extend with one script run
+// (compare-and-pexpire): the record's TTL becomes lease, from now on the
+// server's clock, only if it is still in progress and carries the claim's
+// token. Otherwise nothing changes and the error matches dedup.ErrClaimLost
+// and one of ErrExpired, ErrNotOwner, ErrAlreadyCompleted. One round trip.
+func (s *Store) Extend(ctx context.Context, claim dedup.Claim, lease time.Duration) error {
+	if err := dedup.CheckDuration("lease", lease); err != nil {
+		return err
+	}
+	return s.run(ctx, "extend", extendScript, claim, millis(lease))
+}
+
+// run runs one of the token-checking scripts with ARGV[1] = the raw token
+// followed by args, and maps its reply.
+func (s *Store) run(ctx context.Context, op string, script *goredis.Script, claim dedup.Claim, args ...any) error {
+	var raw [tokenLen]byte
+	if len(claim.Token) != 2*tokenLen {
+		return lost(op, claim.Key, ErrNotOwner, "the token was not issued by this store")
+	}
+	if _, err := hex.Decode(raw[:], []byte(claim.Token)); err != nil {
+		return lost(op, claim.Key, ErrNotOwner, "the token was not issued by this store")
+	}
+	argv := make([]any, 0, 1+len(args))
+	argv = append(argv, raw[:])
+	argv = append(argv, args...)
+	reply, err := script.Run(ctx, s.client, []string{s.prefix + claim.Key}, argv...).Int()
+	if err != nil {
+		return fmt.Errorf("dedup/redis: %s: %w", op, err)
+	}
+	switch reply {
+	case replyOK:
+		return nil
+	case replyExpired:
+		return lost(op, claim.Key, ErrExpired, "")
+	case replyNotOwner:
+		return lost(op, claim.Key, ErrNotOwner, "")
+	case replyAlreadyCompleted:
+		return lost(op, claim.Key, ErrAlreadyCompleted, "")
+	case replyUnknownFormat:
+		return lost(op, claim.Key, ErrUnknownFormat, "it cannot carry this claim's token")
+	default:
+		return fmt.Errorf("dedup/redis: %s: unexpected script reply %d", op, reply)
+	}
+}
+
+func lost(op, key string, why error, detail string) error {
+	if detail != "" {
+		return fmt.Errorf("%w: %s %.200q: %w (%s)", dedup.ErrClaimLost, op, key, why, detail)
+	}
+	return fmt.Errorf("%w: %s %.200q: %w", dedup.ErrClaimLost, op, key, why)
+}
