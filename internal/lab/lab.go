@@ -1,0 +1,359 @@
+// Package lab runs the ORDER-003 lab: one order published many times (each
+// copy with a new message id, as SQS gives each SendMessage a new
+// MessageId), plus other orders with random duplicates, consumed by a
+// "charge order" handler with idempotency off and on. cmd/dedup-lab is its
+// command line; tests run it on every broker and store.
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
+)
+
+// Transport is one broker connection for one run: the publisher the lab
+// sends orders with and the subscriber the consumer reads them from.
+type Transport struct {
+	Publisher  message.Publisher
+	Subscriber message.Subscriber
+	// Topic is where orders are published and consumed.
+	Topic string
+	// Close releases the transport's resources; may be nil.
+	Close func() error
+}
+
+// Config describes one lab.
+type Config struct {
+	// Copies is how many times ORDER-003 is published. Defaults to 10.
+	Copies int
+	// Orders is how many other orders are published (zero: none).
+	Orders int
+	// MaxDuplicates bounds the copies of each other order (1..MaxDuplicates,
+	// uniformly). Defaults to 3.
+	MaxDuplicates int
+	// Concurrency bounds how many handler calls run at once. Defaults to 8.
+	Concurrency int
+	// EffectTime is how long a charge takes (the payment gateway's
+	// latency); it lets concurrent copies overlap. Defaults to 2ms.
+	EffectTime time.Duration
+	// Seed makes the duplicates and their order reproducible. Defaults to 1.
+	Seed uint64
+	// Broker names the broker in the report.
+	Broker string
+	// StoreName names the store in the report.
+	StoreName string
+	// NewTransport returns a fresh transport for a run ("off" or "on").
+	// Required.
+	NewTransport func(ctx context.Context, run string) (*Transport, error)
+	// NewStore returns the store for the "on" run. Required.
+	NewStore func(ctx context.Context) (dedup.Store, error)
+	// Timeout bounds each run. Defaults to 2 minutes.
+	Timeout time.Duration
+	// Progress, when set, receives a progress line every 2 seconds.
+	Progress io.Writer
+	// Logger is the router's logger. Defaults to watermill.NopLogger.
+	Logger watermill.LoggerAdapter
+}
+
+func (c *Config) setDefaults() {
+	if c.Copies == 0 {
+		c.Copies = 10
+	}
+	if c.MaxDuplicates == 0 {
+		c.MaxDuplicates = 3
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 8
+	}
+	if c.EffectTime == 0 {
+		c.EffectTime = 2 * time.Millisecond
+	}
+	if c.Seed == 0 {
+		c.Seed = 1
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 2 * time.Minute
+	}
+	if c.Logger == nil {
+		c.Logger = watermill.NopLogger{}
+	}
+}
+
+// Validate reports every problem in the configuration.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Copies < 0 || c.Orders < 0 || c.MaxDuplicates < 0 || c.Concurrency < 0 {
+		errs = append(errs, errors.New("lab: copies, orders, max duplicates and concurrency must not be negative"))
+	}
+	if c.EffectTime < 0 || c.Timeout < 0 {
+		errs = append(errs, errors.New("lab: durations must not be negative"))
+	}
+	if c.NewTransport == nil {
+		errs = append(errs, errors.New("lab: NewTransport is required"))
+	}
+	if c.NewStore == nil {
+		errs = append(errs, errors.New("lab: NewStore is required"))
+	}
+	return errors.Join(errs...)
+}
+
+// Result is one run's figures.
+type Result struct {
+	Idempotency    bool
+	Messages       int // published copies
+	DistinctOrders int
+	Charges        int // effects performed
+	Acked          int // messages acked by the consumer
+	Outcomes       map[dedup.Event]int
+	HandlerErrors  int // nacks returned to the broker (in-progress copies, store errors, ...)
+	Elapsed        time.Duration
+}
+
+// OK reports whether the run shows what it should: every message acked, and
+// charges == messages without idempotency, charges == distinct orders with.
+func (r Result) OK() bool {
+	if r.Acked != r.Messages {
+		return false
+	}
+	if r.Idempotency {
+		return r.Charges == r.DistinctOrders
+	}
+	return r.Charges == r.Messages
+}
+
+// Orders builds the lab's messages: ORDER-003 cfg.Copies times, then the
+// other orders 1..MaxDuplicates times each, shuffled with the seed. Every
+// copy has its own UUID.
+func Orders(cfg Config) (msgs []*message.Message, distinct int) {
+	cfg.setDefaults()
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x0de0003))
+	add := func(id string, amount, copies int) {
+		for range copies {
+			body := fmt.Sprintf(`{"order_id":%q,"amount":%d,"currency":"BRL"}`, id, amount)
+			m := message.NewMessage(watermill.NewUUID(), []byte(body))
+			m.Metadata.Set("order_id", id)
+			msgs = append(msgs, m)
+		}
+	}
+	add("ORDER-003", 150, cfg.Copies)
+	for i := range cfg.Orders {
+		add(fmt.Sprintf("ORDER-%06d", 1000+i), 10+rng.IntN(490), 1+rng.IntN(cfg.MaxDuplicates))
+	}
+	rng.Shuffle(len(msgs), func(i, j int) { msgs[i], msgs[j] = msgs[j], msgs[i] })
+	return msgs, 1 + cfg.Orders
+}
+
+// Run runs the lab with idempotency off, on, or both (in that order).
+func Run(ctx context.Context, cfg Config, off, on bool) ([]Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	var results []Result
+	for _, idem := range []bool{false, true} {
+		if idem && !on || !idem && !off {
+			continue
+		}
+		r, err := runOnce(ctx, cfg, idem)
+		if err != nil {
+			return results, err
+		}
+		results = append(results, r)
+	}
+	return results, nil
+}
+
+// counter is the dedup.Observer of a run.
+type counter struct {
+	mu       sync.Mutex
+	outcomes map[dedup.Event]int
+}
+
+func (c *counter) ObserveDecision(d dedup.Decision) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.outcomes[d.Event]++
+}
+
+func (c *counter) ObserveStoreOp(string, time.Duration, error) {}
+
+func runOnce(ctx context.Context, cfg Config, idempotency bool) (Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	runName := "off"
+	if idempotency {
+		runName = "on"
+	}
+	msgs, distinct := Orders(cfg)
+	res := Result{Idempotency: idempotency, Messages: len(msgs), DistinctOrders: distinct, Outcomes: map[dedup.Event]int{}}
+
+	tr, err := cfg.NewTransport(ctx, runName)
+	if err != nil {
+		return res, fmt.Errorf("lab: broker %s: %w", cfg.Broker, err)
+	}
+	if tr.Close != nil {
+		defer func() { _ = tr.Close() }()
+	}
+
+	var (
+		charges, nacks atomic.Int64
+		ackedMu        sync.Mutex
+		acked          = map[string]bool{}
+		allAcked       = make(chan struct{})
+	)
+	obs := &counter{outcomes: map[dedup.Event]int{}}
+
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second}, cfg.Logger)
+	if err != nil {
+		return res, err
+	}
+	// Outermost: count what the broker sees (ack or nack).
+	router.AddMiddleware(func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			out, err := h(msg)
+			if err != nil {
+				nacks.Add(1)
+				return out, err
+			}
+			ackedMu.Lock()
+			defer ackedMu.Unlock()
+			if !acked[msg.UUID] {
+				acked[msg.UUID] = true
+				if len(acked) == len(msgs) {
+					close(allAcked)
+				}
+			}
+			return out, nil
+		}
+	})
+	// Bounded concurrency, and a short pause before an in-progress copy is
+	// retried (on a real broker: the redelivery delay).
+	sem := make(chan struct{}, cfg.Concurrency)
+	router.AddMiddleware(func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			sem <- struct{}{}
+			out, err := h(msg)
+			<-sem
+			if errors.Is(err, dedup.ErrInProgress) {
+				time.Sleep(cfg.EffectTime)
+			}
+			return out, err
+		}
+	})
+	if idempotency {
+		store, err := cfg.NewStore(ctx)
+		if err != nil {
+			return res, fmt.Errorf("lab: store %s: %w", cfg.StoreName, err)
+		}
+		d, err := dedup.New(dedup.Config{
+			Store:    store,
+			Key:      keyfuncs.JSON("order_id"),
+			Scope:    "charge-orders-" + watermill.NewShortUUID(), // a fresh scope per run: a shared store may hold earlier runs
+			Observer: obs,
+			Logger:   cfg.Logger,
+		})
+		if err != nil {
+			return res, err
+		}
+		poison, err := middleware.PoisonQueueWithFilter(tr.Publisher, tr.Topic+".poison", dedup.IsPermanent)
+		if err != nil {
+			return res, err
+		}
+		router.AddMiddleware(poison, d.Middleware)
+	}
+	router.AddConsumerHandler("charge-orders", tr.Topic, tr.Subscriber, func(msg *message.Message) error {
+		if _, err := keyfuncs.JSON("order_id")(msg); err != nil {
+			return err
+		}
+		select {
+		case <-time.After(cfg.EffectTime): // the payment gateway
+		case <-msg.Context().Done():
+			return msg.Context().Err()
+		}
+		charges.Add(1)
+		return nil
+	})
+
+	runErr := make(chan error, 1)
+	go func() { runErr <- router.Run(ctx) }()
+	select {
+	case <-router.Running():
+	case err := <-runErr:
+		return res, fmt.Errorf("lab: router: %w", err)
+	}
+
+	start := time.Now()
+	if err := tr.Publisher.Publish(tr.Topic, msgs...); err != nil {
+		_ = router.Close()
+		return res, fmt.Errorf("lab: publish: %w", err)
+	}
+
+	progress := time.NewTicker(2 * time.Second)
+	defer progress.Stop()
+	var waitErr error
+wait:
+	for {
+		select {
+		case <-allAcked:
+			break wait
+		case <-progress.C:
+			if cfg.Progress != nil {
+				ackedMu.Lock()
+				n := len(acked)
+				ackedMu.Unlock()
+				fmt.Fprintf(cfg.Progress, "  idempotency %s: %d/%d messages acked, %d charges, %.0fs\n", runName, n, len(msgs), charges.Load(), time.Since(start).Seconds())
+			}
+		case <-ctx.Done():
+			waitErr = fmt.Errorf("lab: run %q timed out: %w", runName, ctx.Err())
+			break wait
+		case err := <-runErr:
+			waitErr = fmt.Errorf("lab: router stopped: %w", err)
+			break wait
+		}
+	}
+	res.Elapsed = time.Since(start)
+	if err := router.Close(); err != nil && waitErr == nil {
+		waitErr = err
+	}
+
+	ackedMu.Lock()
+	res.Acked = len(acked)
+	ackedMu.Unlock()
+	res.Charges = int(charges.Load())
+	res.HandlerErrors = int(nacks.Load())
+	obs.mu.Lock()
+	for k, v := range obs.outcomes {
+		res.Outcomes[k] = v
+	}
+	obs.mu.Unlock()
+	return res, waitErr
+}
+
+// PrintTable writes the results as a table.
+func PrintTable(w io.Writer, results []Result) {
+	fmt.Fprintf(w, "%-12s %9s %16s %8s %10s %18s %20s %7s\n",
+		"idempotency", "messages", "distinct orders", "charges", "claim won", "duplicate skipped", "in-progress retried", "nacks")
+	for _, r := range results {
+		state, won, dup, inprog := "off", "-", "-", "-"
+		if r.Idempotency {
+			state = "on"
+			won = fmt.Sprint(r.Outcomes[dedup.EventClaimWon])
+			dup = fmt.Sprint(r.Outcomes[dedup.EventSkipDuplicate])
+			inprog = fmt.Sprint(r.Outcomes[dedup.EventInProgress])
+		}
+		fmt.Fprintf(w, "%-12s %9d %16d %8d %10s %18s %20s %7d\n",
+			state, r.Messages, r.DistinctOrders, r.Charges, won, dup, inprog, r.HandlerErrors)
+	}
+}

@@ -1,0 +1,79 @@
+package lab_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/lab"
+)
+
+func goChannel(_ context.Context, run string) (*lab.Transport, error) {
+	ps := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1 << 14}, watermill.NopLogger{})
+	return &lab.Transport{Publisher: ps, Subscriber: ps, Topic: "orders-" + run, Close: ps.Close}, nil
+}
+
+func TestLabOnGoChannelAndMemory(t *testing.T) {
+	cfg := lab.Config{
+		Copies: 10, Orders: 300, MaxDuplicates: 4, Concurrency: 16, EffectTime: time.Millisecond,
+		NewTransport: goChannel,
+		NewStore:     func(context.Context) (dedup.Store, error) { return dedup.NewMemoryStore(nil), nil },
+	}
+	results, err := lab.Run(context.Background(), cfg, true, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(results) != 2 {
+		t.Fatalf("%d results, want 2", len(results))
+	}
+	off, on := results[0], results[1]
+	if off.Idempotency || !on.Idempotency {
+		t.Fatalf("runs out of order")
+	}
+	if off.Charges != off.Messages || off.Acked != off.Messages {
+		t.Fatalf("off: %d charges, %d acked for %d messages", off.Charges, off.Acked, off.Messages)
+	}
+	if on.Charges != on.DistinctOrders || on.DistinctOrders != 301 || on.Acked != on.Messages {
+		t.Fatalf("on: %d charges for %d orders, %d acked of %d", on.Charges, on.DistinctOrders, on.Acked, on.Messages)
+	}
+	if won := on.Outcomes[dedup.EventClaimWon]; won != 301 {
+		t.Fatalf("claim won %d times, want 301", won)
+	}
+	if dup, inprog := on.Outcomes[dedup.EventSkipDuplicate], on.Outcomes[dedup.EventInProgress]; dup+on.Outcomes[dedup.EventClaimWon] != on.Messages {
+		t.Fatalf("%d claims won + %d duplicates skipped != %d messages (in progress: %d)", on.Outcomes[dedup.EventClaimWon], dup, on.Messages, inprog)
+	}
+	if !off.OK() || !on.OK() {
+		t.Fatalf("OK() false")
+	}
+	var b strings.Builder
+	lab.PrintTable(&b, results)
+	t.Log("\n" + b.String())
+}
+
+func TestOrdersAreReproducible(t *testing.T) {
+	a, n := lab.Orders(lab.Config{Copies: 10, Orders: 50, Seed: 7})
+	b, _ := lab.Orders(lab.Config{Copies: 10, Orders: 50, Seed: 7})
+	if n != 51 || len(a) != len(b) {
+		t.Fatalf("distinct %d, lengths %d/%d", n, len(a), len(b))
+	}
+	copies := 0
+	for i := range a {
+		if string(a[i].Payload) != string(b[i].Payload) {
+			t.Fatalf("message %d differs between runs with one seed", i)
+		}
+		if a[i].UUID == b[i].UUID {
+			t.Fatalf("message %d reused a UUID", i)
+		}
+		if strings.Contains(string(a[i].Payload), `"ORDER-003"`) {
+			copies++
+		}
+	}
+	if copies != 10 {
+		t.Fatalf("ORDER-003 published %d times, want 10", copies)
+	}
+}
