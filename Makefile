@@ -1,0 +1,31 @@
+# make lab    runs the ORDER-003 lab on embedded defaults (no server needed)
+# make test   installs and starts every server the tests need, then vets and
+#             runs the whole suite with the race detector
+# make bench  prints the store benchmarks with their ratios to raw baselines
+
+GO ?= go
+TEST_TIMEOUT ?= 20m
+
+.PHONY: test deps vet lab bench fuzz
+
+test: deps vet
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+deps:
+	bash scripts/ensure-test-deps.sh
+
+vet:
+	$(GO) vet ./...
+
+lab:
+	$(GO) run ./cmd/dedup-lab
+
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./stores/...
+
+# Runs each fuzz target for FUZZTIME (the seed corpus already runs in `make test`).
+FUZZTIME ?= 30s
+fuzz:
+	$(GO) test ./keyfuncs -run '^$$' -fuzz '^FuzzJSON$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./keyfuncs -run '^$$' -fuzz '^FuzzSNSEnvelope$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./keyfuncs -run '^$$' -fuzz '^FuzzMetadataJoin$$' -fuzztime $(FUZZTIME)
