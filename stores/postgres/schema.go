@@ -16,7 +16,7 @@ import (
 //   - key: the scoped key verbatim ("<scope>:<business key>").
 //   - state: in_progress or completed.
 //   - token: owner token of the claim that created the record.
-//   - fingerprint: '' when none was given.
+//   - fingerprint: the empty string when none was given.
 //   - lease_until: lease deadline while in_progress; NULL once completed.
 //   - expires_at: when the record stops counting: the lease deadline while
 //     in_progress, the end of the retention once completed. Claims and the
