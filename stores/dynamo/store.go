@@ -106,7 +106,9 @@ type record struct {
 // in the same round trip. When the failure carries no item, as with
 // dynalite, one strongly consistent GetItem reads the record; if that finds
 // it gone or expired (released or taken over in between) the claim starts
-// over, at most four times before ErrContended.
+// over, at most four times before ErrContended. A record carrying the
+// token this claim just wrote (the SDK retried a PutItem whose response was
+// lost) is recognised as Acquired.
 //
 // Errors: ErrInvalidDuration for a lease <= 0, ErrInvalidKey for an empty or
 // non-UTF-8 key, ErrMalformedRecord when the item under the key was not
@@ -143,6 +145,11 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 			rec, err := s.decode(old)
 			if err != nil {
 				return dedup.ClaimResult{}, err
+			}
+			if rec.token == token {
+				// Our own write: the SDK retried a PutItem whose first
+				// attempt succeeded but whose response was lost.
+				return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil
 			}
 			if rec.deadline >= now-s.marginMs { // live: the reason the condition failed
 				return outcome(rec, fingerprint), nil

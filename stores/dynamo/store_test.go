@@ -1,0 +1,454 @@
+package dynamo_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
+	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
+)
+
+// runID keeps keys unique across -count runs against the same server.
+var runID = dedup.NewToken()[:8]
+
+func testKey(t *testing.T, name string) string {
+	return "test-" + runID + "-" + t.Name() + "-" + name
+}
+
+func mustClaim(t *testing.T, s dedup.Store, key, fingerprint string, lease time.Duration, want dedup.Outcome) dedup.ClaimResult {
+	t.Helper()
+	res, err := s.Claim(context.Background(), key, fingerprint, lease)
+	if err != nil {
+		t.Fatalf("Claim(%.40q): %v", key, err)
+	}
+	if res.Outcome != want {
+		t.Fatalf("Claim(%.40q) = %v, want %v", key, res.Outcome, want)
+	}
+	return res
+}
+
+func mustComplete(t *testing.T, s dedup.Store, c dedup.Claim, result []byte, retention time.Duration) {
+	t.Helper()
+	if err := s.Complete(context.Background(), c, result, retention); err != nil {
+		t.Fatalf("Complete(%.40q): %v", c.Key, err)
+	}
+}
+
+// rawItem reads the item for key straight from the table.
+func rawItem(t *testing.T, key string) map[string]types.AttributeValue {
+	t.Helper()
+	pk, err := dynamo.PartitionKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := client.GetItem(context.Background(), &dynamodb.GetItemInput{
+		TableName:      aws.String(testTable),
+		Key:            map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: pk}},
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		t.Fatalf("GetItem: %v", err)
+	}
+	return out.Item
+}
+
+// The ALL_OLD path: with the old item attached to the failed condition (as
+// real DynamoDB does), Duplicate, Conflict and InProgress are decided in one
+// round trip, with the result byte-exact, and no GetItem is issued.
+func TestClaimUsesOldItemFromFailedCondition(t *testing.T) {
+	c := &allOldClient{Client: client, pk: "pk"}
+	s := newStore(t, dynamo.Config{Client: c})
+	done, busy := testKey(t, "done"), testKey(t, "busy")
+	result := []byte{0, 1, 2, 0xff, 'x', 0}
+
+	claim := mustClaim(t, s, done, "fp-a", time.Minute, dedup.Acquired).Claim
+	mustComplete(t, s, claim, result, time.Hour)
+	if res := mustClaim(t, s, done, "fp-a", time.Minute, dedup.Duplicate); !bytes.Equal(res.Result, result) {
+		t.Fatalf("Duplicate result = %q, want %q", res.Result, result)
+	}
+	if res := mustClaim(t, s, done, "fp-b", time.Minute, dedup.Conflict); res.Result != nil {
+		t.Fatalf("Conflict carried the stored result %q", res.Result)
+	}
+	mustClaim(t, s, busy, "", time.Minute, dedup.Acquired)
+	mustClaim(t, s, busy, "fp", time.Minute, dedup.InProgress)
+
+	if n := c.attached.Load(); n != 3 {
+		t.Fatalf("old item attached to %d failed PutItems, want 3", n)
+	}
+	if n := c.storeGets.Load(); n != 0 {
+		t.Fatalf("store issued %d GetItem calls, want 0: the old item came with the failure", n)
+	}
+}
+
+// The fallback: dynalite returns no old item, so a claim that finds a
+// record costs one PutItem and one consistent GetItem, and a claim that
+// finds none costs one PutItem.
+func TestClaimFallsBackToGetItem(t *testing.T) {
+	c := &hookClient{Client: client}
+	s := newStore(t, dynamo.Config{Client: c})
+	key := testKey(t, "k")
+	claim := mustClaim(t, s, key, "", time.Minute, dedup.Acquired).Claim
+	if p, g := c.puts.Load(), c.gets.Load(); p != 1 || g != 0 {
+		t.Fatalf("acquiring took %d PutItem and %d GetItem, want 1 and 0", p, g)
+	}
+	mustComplete(t, s, claim, []byte("r"), time.Hour)
+	if res := mustClaim(t, s, key, "", time.Minute, dedup.Duplicate); string(res.Result) != "r" {
+		t.Fatalf("result = %q, want r", res.Result)
+	}
+	if p, g := c.puts.Load(), c.gets.Load(); p != 2 || g != 1 {
+		t.Fatalf("after the duplicate: %d PutItem and %d GetItem, want 2 and 1", p, g)
+	}
+}
+
+// The record is released between the failed PutItem and the fallback
+// GetItem: the claim starts over and acquires.
+func TestClaimRetriesWhenRecordVanishes(t *testing.T) {
+	key := testKey(t, "k")
+	owner := newStore(t, dynamo.Config{})
+	first := mustClaim(t, owner, key, "", time.Minute, dedup.Acquired).Claim
+
+	c := &hookClient{Client: client}
+	c.afterPut = func(ctx context.Context, in *dynamodb.PutItemInput, out *dynamodb.PutItemOutput, err error) (*dynamodb.PutItemOutput, error) {
+		if c.puts.Load() == 1 {
+			if rerr := owner.Release(ctx, first); rerr != nil {
+				t.Errorf("Release between PutItem and GetItem: %v", rerr)
+			}
+		}
+		return out, err
+	}
+	s := newStore(t, dynamo.Config{Client: c})
+	mustClaim(t, s, key, "", time.Minute, dedup.Acquired)
+	if p, g := c.puts.Load(), c.gets.Load(); p != 2 || g != 1 {
+		t.Fatalf("%d PutItem and %d GetItem, want 2 and 1", p, g)
+	}
+}
+
+// A server that keeps failing the condition while the record keeps
+// disappearing: the claim gives up after a bounded number of attempts.
+func TestClaimGivesUpWhenRecordKeepsChanging(t *testing.T) {
+	key := testKey(t, "k")
+	mustClaim(t, newStore(t, dynamo.Config{}), key, "", time.Minute, dedup.Acquired)
+	c := &hookClient{Client: client}
+	c.getItem = func(context.Context, *dynamodb.GetItemInput) (*dynamodb.GetItemOutput, error) {
+		return &dynamodb.GetItemOutput{}, nil // "gone"
+	}
+	_, err := newStore(t, dynamo.Config{Client: c}).Claim(context.Background(), key, "", time.Minute)
+	if !errors.Is(err, dynamo.ErrContended) {
+		t.Fatalf("Claim = %v, want ErrContended", err)
+	}
+	if p := c.puts.Load(); p != 4 {
+		t.Fatalf("%d PutItem attempts, want 4", p)
+	}
+}
+
+// An SDK retry of a PutItem whose first attempt succeeded but whose
+// response was lost finds the claim's own token: that is Acquired, not
+// InProgress (which would block the key for a whole lease).
+func TestClaimRecognisesItsOwnRetriedPut(t *testing.T) {
+	c := &hookClient{Client: client}
+	c.afterPut = func(ctx context.Context, in *dynamodb.PutItemInput, out *dynamodb.PutItemOutput, err error) (*dynamodb.PutItemOutput, error) {
+		if err != nil {
+			return out, err
+		}
+		return c.Client.PutItem(ctx, in) // the "retry": fails its condition
+	}
+	s := newStore(t, dynamo.Config{Client: c})
+	key := testKey(t, "k")
+	claim := mustClaim(t, s, key, "", time.Minute, dedup.Acquired).Claim
+	if got := rawItem(t, key)["token"].(*types.AttributeValueMemberS).Value; got != claim.Token {
+		t.Fatalf("stored token %q, claim token %q", got, claim.Token)
+	}
+	mustComplete(t, s, claim, nil, time.Hour)
+}
+
+// ClockSkewMargin: the owner loses the claim at the deadline, a contender
+// may take over only once the deadline is more than the margin behind.
+func TestClockSkewMargin(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		margin time.Duration
+		want   time.Duration
+	}{
+		{"default", 0, dynamo.DefaultClockSkewMargin},
+		{"explicit", 3 * time.Second, 3 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			clock := fakeclock.New(epoch)
+			s := newStore(t, dynamo.Config{Clock: clock, ClockSkewMargin: tc.margin})
+			key := testKey(t, "k")
+			lease := 10 * time.Second
+			owner := mustClaim(t, s, key, "", lease, dedup.Acquired).Claim
+
+			clock.Advance(lease - time.Millisecond)
+			if err := s.Extend(ctx, owner, lease); err != nil {
+				t.Fatalf("Extend 1ms before the deadline: %v", err)
+			}
+			clock.Advance(lease)
+			if err := s.Extend(ctx, owner, lease); !errors.Is(err, dedup.ErrClaimLost) {
+				t.Fatalf("Extend at the deadline = %v, want ErrClaimLost", err)
+			}
+			mustClaim(t, s, key, "", lease, dedup.InProgress)
+			clock.Advance(tc.want)
+			mustClaim(t, s, key, "", lease, dedup.InProgress) // deadline + margin: not yet
+			clock.Advance(time.Millisecond)
+			mustClaim(t, s, key, "", lease, dedup.Acquired)
+		})
+	}
+}
+
+func TestItemLayout(t *testing.T) {
+	clock := fakeclock.New(epoch)
+	s := newStore(t, dynamo.Config{Clock: clock, ClockSkewMargin: 1500 * time.Millisecond})
+	key := testKey(t, "k")
+	claim := mustClaim(t, s, key, "fp-1", 30*time.Second, dedup.Acquired).Claim
+
+	str := func(item map[string]types.AttributeValue, name string) string {
+		t.Helper()
+		v, ok := item[name].(*types.AttributeValueMemberS)
+		if !ok {
+			t.Fatalf("attribute %q = %#v, want a string", name, item[name])
+		}
+		return v.Value
+	}
+	num := func(item map[string]types.AttributeValue, name string) int64 {
+		t.Helper()
+		v, ok := item[name].(*types.AttributeValueMemberN)
+		if !ok {
+			t.Fatalf("attribute %q = %#v, want a number", name, item[name])
+		}
+		n, err := strconv.ParseInt(v.Value, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	item := rawItem(t, key)
+	if len(item) != 6 {
+		t.Fatalf("in-progress item has %d attributes, want 6: %v", len(item), item)
+	}
+	deadline := epoch.Add(30 * time.Second).UnixMilli()
+	if str(item, "pk") != key || str(item, "state") != "in_progress" || str(item, "token") != claim.Token ||
+		str(item, "fingerprint") != "fp-1" || num(item, "deadline") != deadline {
+		t.Fatalf("in-progress item = %v", item)
+	}
+	// TTL: epoch seconds, rounded up, never before deadline + margin.
+	if got, want := num(item, "ttl"), epoch.Add(32*time.Second).Unix(); got != want {
+		t.Fatalf("ttl = %d, want %d", got, want)
+	}
+
+	clock.Advance(5 * time.Second)
+	mustComplete(t, s, claim, []byte("out"), time.Hour)
+	item = rawItem(t, key)
+	expiry := epoch.Add(5*time.Second + time.Hour)
+	if str(item, "state") != "completed" || num(item, "deadline") != expiry.UnixMilli() ||
+		num(item, "ttl") != expiry.Add(2*time.Second).Unix() || str(item, "token") != claim.Token {
+		t.Fatalf("completed item = %v", item)
+	}
+	if b, ok := item["result"].(*types.AttributeValueMemberB); !ok || string(b.Value) != "out" {
+		t.Fatalf("result attribute = %#v, want binary \"out\"", item["result"])
+	}
+}
+
+// An empty result is stored as no attribute at all; nil and empty are the
+// same result.
+func TestEmptyResultStoresNoAttribute(t *testing.T) {
+	s := newStore(t, dynamo.Config{})
+	key := testKey(t, "k")
+	mustComplete(t, s, mustClaim(t, s, key, "", time.Minute, dedup.Acquired).Claim, []byte{}, time.Hour)
+	if _, ok := rawItem(t, key)["result"]; ok {
+		t.Fatalf("empty result stored as an attribute")
+	}
+	if res := mustClaim(t, s, key, "", time.Minute, dedup.Duplicate); res.Result != nil {
+		t.Fatalf("Duplicate result = %q, want nil", res.Result)
+	}
+}
+
+func TestLongKeysAndFingerprintsAreHashed(t *testing.T) {
+	s := newStore(t, dynamo.Config{})
+	long := testKey(t, strings.Repeat("x", 5000))
+	longFP := strings.Repeat("f", 300)
+	claim := mustClaim(t, s, long, longFP, time.Minute, dedup.Acquired).Claim
+	item := rawItem(t, long)
+	pk := item["pk"].(*types.AttributeValueMemberS).Value
+	if want, _ := dynamo.PartitionKey(long); pk != want || len(pk) >= 2048 || !strings.HasPrefix(pk, long[:100]) {
+		t.Fatalf("pk = %.60q… (%d bytes), want PartitionKey(key)", pk, len(pk))
+	}
+	fp := item["fingerprint"].(*types.AttributeValueMemberS).Value
+	if len(fp) != 71 || !strings.HasPrefix(fp, "sha256:") {
+		t.Fatalf("stored fingerprint = %q, want its sha256 digest", fp)
+	}
+	mustClaim(t, s, long, longFP, time.Minute, dedup.InProgress)
+	mustClaim(t, s, long, longFP+"g", time.Minute, dedup.Conflict)
+	mustClaim(t, s, long, strings.Repeat("f", 64), time.Minute, dedup.Conflict)
+	mustComplete(t, s, claim, nil, time.Hour)
+
+	// A fingerprint that is not valid UTF-8 is hashed too, so that distinct
+	// byte strings are not merged by the JSON protocol.
+	other := testKey(t, "bad-utf8-fp")
+	mustClaim(t, s, other, "\xff", time.Minute, dedup.Acquired)
+	mustClaim(t, s, other, "\xfe", time.Minute, dedup.Conflict)
+	mustClaim(t, s, other, "\xff", time.Minute, dedup.InProgress)
+}
+
+// Results up to MaxResultSize are stored byte-exact even with the longest
+// partition key and fingerprint; one byte more is refused before any
+// request, and the record stays in progress for the owner to complete.
+func TestResultSizeLimit(t *testing.T) {
+	c := &hookClient{Client: client}
+	s := newStore(t, dynamo.Config{Client: c})
+	if got := s.MaxResultSize(); got != 408817 {
+		t.Fatalf("MaxResultSize with default names = %d, want 408817", got)
+	}
+	key := testKey(t, strings.Repeat("k", 3000))
+	claim := mustClaim(t, s, key, strings.Repeat("f", 100), time.Minute, dedup.Acquired).Claim
+
+	tooLarge := bytes.Repeat([]byte{0xab}, s.MaxResultSize()+1)
+	err := s.Complete(context.Background(), claim, tooLarge, time.Hour)
+	if !errors.Is(err, dynamo.ErrResultTooLarge) {
+		t.Fatalf("Complete with %d bytes = %v, want ErrResultTooLarge", len(tooLarge), err)
+	}
+	mustClaim(t, s, key, "", time.Minute, dedup.InProgress)
+
+	largest := tooLarge[:s.MaxResultSize()]
+	largest[0], largest[len(largest)-1] = 1, 2
+	mustComplete(t, s, claim, largest, time.Hour)
+	if res := mustClaim(t, s, key, "", time.Minute, dedup.Duplicate); !bytes.Equal(res.Result, largest) {
+		t.Fatalf("Duplicate returned %d bytes, want the %d stored", len(res.Result), len(largest))
+	}
+
+	// Long attribute names leave less room.
+	named := newStore(t, dynamo.Config{Attributes: dynamo.AttributeNames{Result: strings.Repeat("r", 200)}})
+	if got := named.MaxResultSize(); got != 408817-194 {
+		t.Fatalf("MaxResultSize with a 200-byte result name = %d, want %d", got, 408817-194)
+	}
+}
+
+// Complete, Release and Extend with a token that does not own the record:
+// ErrClaimLost, with the SDK's exception kept for errors.As.
+func TestClaimLostKeepsTheCause(t *testing.T) {
+	s := newStore(t, dynamo.Config{})
+	key := testKey(t, "k")
+	mustClaim(t, s, key, "", time.Minute, dedup.Acquired)
+	stale := dedup.Claim{Key: key, Token: dedup.NewToken()}
+	for name, err := range map[string]error{
+		"Complete": s.Complete(context.Background(), stale, nil, time.Hour),
+		"Release":  s.Release(context.Background(), stale),
+		"Extend":   s.Extend(context.Background(), stale, time.Minute),
+	} {
+		var failed *types.ConditionalCheckFailedException
+		if !errors.Is(err, dedup.ErrClaimLost) || !errors.As(err, &failed) {
+			t.Errorf("%s = %v, want ErrClaimLost wrapping *types.ConditionalCheckFailedException", name, err)
+		}
+	}
+}
+
+// Transport failures are not ErrClaimLost: the caller cannot know whether
+// the write happened. The SDK's error stays reachable with errors.As.
+func TestUnreachableServerKeepsTheCause(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close() // nothing listens there now
+	s := newStore(t, dynamo.Config{Client: newClient("http://"+addr, 1)})
+	ctx := context.Background()
+	claim := dedup.Claim{Key: "k", Token: dedup.NewToken()}
+	_, claimErr := s.Claim(ctx, "k", "", time.Minute)
+	for name, err := range map[string]error{
+		"Claim":    claimErr,
+		"Complete": s.Complete(ctx, claim, nil, time.Hour),
+		"Release":  s.Release(ctx, claim),
+		"Extend":   s.Extend(ctx, claim, time.Minute),
+	} {
+		var opErr *smithy.OperationError
+		var netErr *net.OpError
+		if err == nil || errors.Is(err, dedup.ErrClaimLost) || !errors.As(err, &opErr) || !errors.As(err, &netErr) {
+			t.Errorf("%s = %v, want a *smithy.OperationError wrapping a *net.OpError, not ErrClaimLost", name, err)
+		}
+	}
+}
+
+func TestCancelledContext(t *testing.T) {
+	s := newStore(t, dynamo.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := s.Claim(ctx, testKey(t, "k"), "", time.Minute)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Claim with a cancelled context = %v, want context.Canceled", err)
+	}
+	err = s.Complete(ctx, dedup.Claim{Key: testKey(t, "k"), Token: dedup.NewToken()}, nil, time.Hour)
+	if !errors.Is(err, context.Canceled) || errors.Is(err, dedup.ErrClaimLost) {
+		t.Fatalf("Complete with a cancelled context = %v, want context.Canceled", err)
+	}
+}
+
+// An item this store did not write is neither overwritten nor guessed at.
+func TestMalformedRecordIsReported(t *testing.T) {
+	s := newStore(t, dynamo.Config{})
+	for name, item := range map[string]map[string]types.AttributeValue{
+		"unknown-state":   {"state": &types.AttributeValueMemberS{Value: "weird"}, "token": &types.AttributeValueMemberS{Value: "t"}, "deadline": &types.AttributeValueMemberN{Value: "99999999999999"}},
+		"no-deadline":     {"state": &types.AttributeValueMemberS{Value: "completed"}, "token": &types.AttributeValueMemberS{Value: "t"}},
+		"string-deadline": {"state": &types.AttributeValueMemberS{Value: "completed"}, "token": &types.AttributeValueMemberS{Value: "t"}, "deadline": &types.AttributeValueMemberS{Value: "0"}},
+	} {
+		key := testKey(t, name)
+		item["pk"] = &types.AttributeValueMemberS{Value: key}
+		if _, err := client.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String(testTable), Item: item}); err != nil {
+			t.Fatal(err)
+		}
+		_, err := s.Claim(context.Background(), key, "", time.Minute)
+		if !errors.Is(err, dynamo.ErrMalformedRecord) {
+			t.Errorf("%s: Claim = %v, want ErrMalformedRecord", name, err)
+		}
+		if got := rawItem(t, key); got["token"].(*types.AttributeValueMemberS).Value != "t" {
+			t.Errorf("%s: the item was overwritten", name)
+		}
+	}
+}
+
+func TestInvalidKeysRefused(t *testing.T) {
+	s := newStore(t, dynamo.Config{})
+	for _, key := range []string{"", "bad-\xff-utf8"} {
+		if _, err := s.Claim(context.Background(), key, "", time.Minute); !errors.Is(err, dynamo.ErrInvalidKey) {
+			t.Errorf("Claim(%q) = %v, want ErrInvalidKey", key, err)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	if err := (dynamo.Config{Client: client, Table: "t"}).Validate(); err != nil {
+		t.Fatalf("minimal config: %v", err)
+	}
+	err := dynamo.Config{
+		ClockSkewMargin: -time.Second,
+		Attributes:      dynamo.AttributeNames{State: "pk"},
+	}.Validate()
+	if err == nil {
+		t.Fatal("invalid config accepted")
+	}
+	for _, want := range []string{"Client is required", "Table is required", "ClockSkewMargin", `"pk" is used twice`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate error lacks %q: %v", want, err)
+		}
+	}
+	if !errors.Is(err, dedup.ErrInvalidDuration) {
+		t.Errorf("negative margin: %v does not match ErrInvalidDuration", err)
+	}
+	if _, nerr := dynamo.New(dynamo.Config{}); nerr == nil {
+		t.Error("New accepted an empty config")
+	}
+}
