@@ -1,0 +1,385 @@
+package httpdedup
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/textproto"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+)
+
+// IdentityFunc returns who is calling: the authenticated account, API key
+// id or tenant. It is the first part of every record's scope, so two callers
+// that happen to send the same key never see each other's responses. It
+// must not return an empty string; it returns an error when the caller is
+// not authenticated, and the middleware then answers 401 (unidentified-caller)
+// without claiming anything. Run authentication before the middleware and
+// read its result from the request's context.
+type IdentityFunc func(r *http.Request) (string, error)
+
+// StaticIdentity returns an IdentityFunc that gives every request the same
+// identity. Use it only where a single party calls the route, such as a
+// webhook receiver for one provider ("stripe"): on a route shared by several
+// clients it would let one client's key replay another client's response.
+func StaticIdentity(identity string) IdentityFunc {
+	return func(*http.Request) (string, error) {
+		if identity == "" {
+			return "", errors.New("httpdedup: StaticIdentity: empty identity")
+		}
+		return identity, nil
+	}
+}
+
+// RouteFunc names the operation a request addresses, the last part of the
+// scope. Requests for different routes never share a record.
+type RouteFunc func(r *http.Request) string
+
+// BodyFunc returns the request body, read once (at most Config.MaxBodyBytes
+// bytes) and cached: every call returns the same bytes. Past the limit it
+// returns an error matching ErrBodyTooLarge.
+type BodyFunc func() ([]byte, error)
+
+// KeyFunc returns the idempotency key of a request. It returns an error
+// matching ErrKeyMissing when the request carries no key, any other error
+// (preferably matching ErrKeyInvalid) when the key is malformed. body reads
+// the request body; a KeyFunc that looks only at headers never calls it, so
+// requests without a key on Optional routes pass through with their body
+// unread. The middleware checks every key it returns: not blank, printable
+// ASCII (0x20-0x7E), at most Config.MaxKeyLength bytes.
+type KeyFunc func(r *http.Request, body BodyFunc) (string, error)
+
+// FingerprintFunc returns a digest of what the request asks for. A key
+// already recorded with a different fingerprint gets 422 (key-reused)
+// instead of a replay. It is computed once per request, after the key.
+// Returning "" disables the check for that request. An error answers 400
+// (fingerprint-failed).
+type FingerprintFunc func(r *http.Request, body []byte) (string, error)
+
+// Defaults applied by New to zero fields of Config.
+const (
+	// DefaultHeader is the request header of the IETF httpapi draft "The
+	// Idempotency-Key HTTP Header Field", also used by Stripe.
+	DefaultHeader = "Idempotency-Key"
+	// DefaultReplayedHeader is the response header marking a replay
+	// (Stripe's name); its value is "true".
+	DefaultReplayedHeader = "Idempotent-Replayed"
+	// DefaultMaxKeyLength bounds keys: 255 bytes (Stripe's bound); a UUID
+	// takes 36.
+	DefaultMaxKeyLength = 255
+	// DefaultMaxBodyBytes bounds the request body read for the key and the
+	// fingerprint: 1 MiB.
+	DefaultMaxBodyBytes = 1 << 20
+	// DefaultMaxResponseBytes bounds a stored response body: 256 KiB, so
+	// that a record with its headers fits the 400 KB item of DynamoDB.
+	DefaultMaxResponseBytes = 256 << 10
+	DefaultLease            = 30 * time.Second
+	// DefaultRetention is how long a completed key is replayed: 24h, like
+	// Stripe.
+	DefaultRetention       = 24 * time.Hour
+	DefaultStoreTimeout    = 5 * time.Second
+	DefaultRetryAfter      = time.Second
+	DefaultCompleteRetries = 2
+	DefaultCompleteBackoff = 50 * time.Millisecond
+	// DefaultProblemTypeBase prefixes the problem type names (key-missing,
+	// request-in-progress, ...) to form the "type" URI of problem+json
+	// bodies: the README section of each problem.
+	DefaultProblemTypeBase = "https://github.com/watermill-dedup/watermill-dedup/blob/main/httpdedup/README.md#"
+)
+
+// DefaultStoredHeaders are the response headers stored and replayed when
+// Config.StoredHeaders is nil. They describe the representation (its type,
+// encoding, language, validators, caching and links) or the created resource
+// (Location, Content-Location), so the replay means what the original meant.
+// Headers tied to one attempt are left out: Set-Cookie (a session must not be
+// handed out again), Date, request ids and tracing headers; Content-Length is
+// recomputed.
+var DefaultStoredHeaders = []string{
+	"Cache-Control",
+	"Content-Encoding",
+	"Content-Language",
+	"Content-Location",
+	"Content-Type",
+	"ETag",
+	"Last-Modified",
+	"Link",
+	"Location",
+	"Vary",
+}
+
+// DefaultStoreResponse stores every final response below 500 except those
+// whose status says "try again later": 408 Request Timeout, 409 Conflict,
+// 423 Locked, 425 Too Early and 429 Too Many Requests.
+//
+// 2xx is the effect the key protects. 4xx are stored too (as Stripe does):
+// the handler ran and decided, and a retry with the same key must get the
+// same answer (a 400 validation error stays a 400) rather than run again
+// with possibly different state; a client that fixes its request sends a new
+// key. 3xx are final answers as well. 5xx are never stored: the claim is
+// released so that the client's retry runs the operation again.
+func DefaultStoreResponse(status int) bool {
+	switch status {
+	case http.StatusRequestTimeout, http.StatusConflict, http.StatusLocked,
+		http.StatusTooEarly, http.StatusTooManyRequests:
+		return false
+	}
+	return status >= 200 && status < 500
+}
+
+// Config configures a Middleware. It is passed by value; New never writes
+// to the caller's copy. Durations left at zero take their defaults;
+// negative durations are configuration errors, never "forever".
+type Config struct {
+	// Store keeps the records. Required. Share it (and the key prefix) with
+	// every replica of the API; the same Redis, DynamoDB table or
+	// PostgreSQL table can serve message consumers too: scopes keep them
+	// apart.
+	Store dedup.Store
+
+	// Identity says who is calling. Required; see IdentityFunc and
+	// StaticIdentity.
+	Identity IdentityFunc
+
+	// Key takes the idempotency key out of the request. Defaults to
+	// HeaderKey(DefaultHeader): the Idempotency-Key header, quoted (IETF
+	// draft) or not (Stripe). Webhook receivers use the provider's event id:
+	// HeaderKey("Webhook-Id") or BodyKey(keyfuncs.JSON("id")).
+	Key KeyFunc
+
+	// Route names the operation. Defaults to DefaultRoute: the ServeMux
+	// pattern without its method ("/payments/{id}/refunds") when the
+	// middleware wraps a single route, else the request's escaped path.
+	Route RouteFunc
+
+	// Fingerprint hashes the request. Defaults to DefaultFingerprint
+	// (method, path and query, body). NoFingerprint disables the check.
+	Fingerprint FingerprintFunc
+
+	// StoreResponse decides from the handler's status whether the response
+	// is stored (and replayed to later requests with the same key) or the
+	// claim released (so that a retry runs the handler again). Defaults to
+	// DefaultStoreResponse: every status below 500 except 408, 409, 423, 425
+	// and 429.
+	StoreResponse func(status int) bool
+
+	// StoredHeaders names the response headers stored and replayed with
+	// status and body. Defaults to DefaultStoredHeaders; an empty non-nil
+	// slice stores none. The original response carries every header the
+	// handler set.
+	StoredHeaders []string
+
+	// ReplayedHeader is set to "true" on replayed responses. Defaults to
+	// "Idempotent-Replayed".
+	ReplayedHeader string
+
+	// MaxKeyLength bounds keys in bytes; longer keys get 400 (key-invalid).
+	// Defaults to 255.
+	MaxKeyLength int
+
+	// MaxBodyBytes bounds the request body, read into memory once for the
+	// key and the fingerprint and handed to the handler from there. A
+	// longer body gets 413 (body-too-large). Defaults to 1 MiB.
+	MaxBodyBytes int64
+
+	// MaxResponseBytes bounds the response body, buffered in memory until
+	// the handler returns. A handler writing more gets ErrNotStorable from
+	// Write, and the client 500 (response-not-storable). Defaults to 256
+	// KiB; stay below what the store holds per record (DynamoDB: 400 KB).
+	MaxResponseBytes int
+
+	// Lease is how long a claim holds a key before it counts as abandoned
+	// (the instance serving it crashed) and a retry may run the handler
+	// again. Defaults to 30s. With the heartbeat on, a handler may run
+	// longer.
+	Lease time.Duration
+
+	// Retention is how long a completed key is replayed. Defaults to 24h.
+	// After it, the same key runs the handler again.
+	Retention time.Duration
+
+	// Heartbeat is how often the lease is extended while the handler runs.
+	// Defaults to Lease/3; must be shorter than Lease. When an extension
+	// finds the claim lost, or the lease passes without a successful
+	// extension, the handler's context is cancelled with dedup.ErrClaimLost
+	// as its cause.
+	Heartbeat time.Duration
+
+	// DisableHeartbeat turns the heartbeat off: a handler running longer
+	// than Lease lets a retry run concurrently.
+	DisableHeartbeat bool
+
+	// StoreTimeout bounds each store operation. Complete, Release and
+	// Extend run even after the client went away, within this timeout.
+	// Defaults to 5s.
+	StoreTimeout time.Duration
+
+	// CompleteRetries is how many times Complete is retried after a store
+	// error. Defaults to 2. If it still fails, the response is sent anyway
+	// and the error logged; the record stays in progress until its lease
+	// ends (retries get 409), then a retry runs the handler again.
+	CompleteRetries int
+
+	// CompleteBackoff is the wait before the first Complete retry, doubled
+	// for each further retry. Defaults to 50ms.
+	CompleteBackoff time.Duration
+
+	// RetryAfter is the Retry-After sent with 409 (request-in-progress) and
+	// 503 (store-unavailable), rounded up to whole seconds. Defaults to 1s.
+	RetryAfter time.Duration
+
+	// ProblemTypeBase prefixes the problem names to form the "type" member
+	// of problem+json bodies. Defaults to DefaultProblemTypeBase.
+	ProblemTypeBase string
+
+	// Logger receives one event per decision, with the names of
+	// dedup.Event. Defaults to watermill.NopLogger.
+	Logger watermill.LoggerAdapter
+
+	// Observer, when set, is told of every decision (Handler holds "METHOD
+	// route", Topic "http") and every store operation's latency; the
+	// metrics package's Observer works unchanged. Defaults to nil.
+	Observer dedup.Observer
+
+	// Clock drives heartbeats and Complete retries. Defaults to the wall
+	// clock; tests pass a fakeclock.
+	Clock dedup.Clock
+}
+
+func (c *Config) setDefaults() {
+	if c.Key == nil {
+		c.Key = HeaderKey(DefaultHeader)
+	}
+	if c.Route == nil {
+		c.Route = DefaultRoute
+	}
+	if c.Fingerprint == nil {
+		c.Fingerprint = DefaultFingerprint
+	}
+	if c.StoreResponse == nil {
+		c.StoreResponse = DefaultStoreResponse
+	}
+	if c.StoredHeaders == nil {
+		c.StoredHeaders = DefaultStoredHeaders
+	}
+	canonical := make([]string, len(c.StoredHeaders)) // never write to the caller's slice
+	for i, h := range c.StoredHeaders {
+		canonical[i] = textproto.CanonicalMIMEHeaderKey(h)
+	}
+	c.StoredHeaders = canonical
+	if c.ReplayedHeader == "" {
+		c.ReplayedHeader = DefaultReplayedHeader
+	}
+	c.ReplayedHeader = textproto.CanonicalMIMEHeaderKey(c.ReplayedHeader)
+	if c.MaxKeyLength == 0 {
+		c.MaxKeyLength = DefaultMaxKeyLength
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.MaxResponseBytes == 0 {
+		c.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	if c.Lease == 0 {
+		c.Lease = DefaultLease
+	}
+	if c.Retention == 0 {
+		c.Retention = DefaultRetention
+	}
+	if c.Heartbeat == 0 && c.Lease > 0 {
+		c.Heartbeat = c.Lease / 3
+	}
+	if c.StoreTimeout == 0 {
+		c.StoreTimeout = DefaultStoreTimeout
+	}
+	if c.CompleteRetries == 0 {
+		c.CompleteRetries = DefaultCompleteRetries
+	}
+	if c.CompleteBackoff == 0 {
+		c.CompleteBackoff = DefaultCompleteBackoff
+	}
+	if c.RetryAfter == 0 {
+		c.RetryAfter = DefaultRetryAfter
+	}
+	if c.ProblemTypeBase == "" {
+		c.ProblemTypeBase = DefaultProblemTypeBase
+	}
+	if c.Logger == nil {
+		c.Logger = watermill.NopLogger{}
+	}
+	if c.Clock == nil {
+		c.Clock = dedup.RealClock{}
+	}
+}
+
+// Validate reports every problem in the configuration at once (joined with
+// errors.Join), after applying defaults to a copy. Zero values are not
+// problems: they take their defaults.
+func (c Config) Validate() error {
+	c.setDefaults()
+	var errs []error
+	if c.Store == nil {
+		errs = append(errs, errors.New("httpdedup: Config.Store is required"))
+	}
+	if c.Identity == nil {
+		errs = append(errs, errors.New("httpdedup: Config.Identity is required (StaticIdentity for a single caller)"))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"Lease", c.Lease}, {"Retention", c.Retention}, {"Heartbeat", c.Heartbeat},
+		{"StoreTimeout", c.StoreTimeout}, {"CompleteBackoff", c.CompleteBackoff},
+		{"RetryAfter", c.RetryAfter},
+	} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%w: Config.%s must not be negative, got %v", dedup.ErrInvalidDuration, d.name, d.v))
+		}
+	}
+	if !c.DisableHeartbeat && c.Heartbeat > 0 && c.Lease > 0 && c.Heartbeat >= c.Lease {
+		errs = append(errs, fmt.Errorf("%w: Config.Heartbeat (%v) must be shorter than Config.Lease (%v)", dedup.ErrInvalidDuration, c.Heartbeat, c.Lease))
+	}
+	for _, n := range []struct {
+		name string
+		v    int64
+	}{
+		{"MaxKeyLength", int64(c.MaxKeyLength)}, {"MaxBodyBytes", c.MaxBodyBytes},
+		{"MaxResponseBytes", int64(c.MaxResponseBytes)}, {"CompleteRetries", int64(c.CompleteRetries)},
+	} {
+		if n.v < 0 {
+			errs = append(errs, fmt.Errorf("httpdedup: Config.%s must not be negative, got %d", n.name, n.v))
+		}
+	}
+	for _, h := range c.StoredHeaders {
+		if !validHeaderName(h) {
+			errs = append(errs, fmt.Errorf("httpdedup: Config.StoredHeaders: %q is not a valid header name", h))
+		}
+		if h == "Content-Length" || h == "Transfer-Encoding" {
+			errs = append(errs, fmt.Errorf("httpdedup: Config.StoredHeaders: %s is computed for each response and cannot be stored", h))
+		}
+	}
+	if !validHeaderName(c.ReplayedHeader) {
+		errs = append(errs, fmt.Errorf("httpdedup: Config.ReplayedHeader: %q is not a valid header name", c.ReplayedHeader))
+	}
+	return errors.Join(errs...)
+}
+
+// validHeaderName reports whether s is an RFC 9110 token.
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,50 @@
+package httpdedup
+
+import (
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+)
+
+// decide logs a decision and passes it to the Observer. Handler is
+// "METHOD route", Topic "http"; MessageUUID stays empty.
+func (m *Middleware) decide(info requestInfo, d dedup.Decision) {
+	d.Handler, d.Topic = info.handler, "http"
+	if d.Key == "" {
+		d.Key = info.key
+	}
+	fields := watermill.LogFields{"dedup_event": string(d.Event), "handler": d.Handler, "topic": d.Topic}
+	if d.Key != "" {
+		fields["key"] = d.Key
+	}
+	if d.Op != "" {
+		fields["op"] = d.Op
+	}
+	if d.Elapsed > 0 {
+		fields["elapsed"] = d.Elapsed
+	}
+	msg := "httpdedup: " + string(d.Event)
+	switch d.Event {
+	case dedup.EventClaimWon, dedup.EventCompleted:
+		m.cfg.Logger.Debug(msg, fields)
+	case dedup.EventSkipDuplicate, dedup.EventInProgress, dedup.EventReleased, dedup.EventKeyMissing, dedup.EventKeyReuse:
+		// Client-side problems are not server errors.
+		if d.Err != nil {
+			fields["err"] = d.Err.Error()
+		}
+		m.cfg.Logger.Info(msg, fields)
+	default:
+		m.cfg.Logger.Error(msg, d.Err, fields)
+	}
+	if m.cfg.Observer != nil {
+		m.cfg.Observer.ObserveDecision(d)
+	}
+}
+
+func (m *Middleware) observeOp(op string, elapsed time.Duration, err error) {
+	if m.cfg.Observer != nil {
+		m.cfg.Observer.ObserveStoreOp(op, elapsed, err)
+	}
+}

@@ -1,0 +1,176 @@
+package httpdedup
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+)
+
+// HeaderKey returns a KeyFunc reading the key from the request header name.
+// It accepts the two forms in use:
+//
+//   - a structured-field string (RFC 8941 sf-string), as the IETF draft
+//     specifies: Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324";
+//     the escapes \" and \\ are decoded, nothing may follow the closing
+//     quote (parameters are refused);
+//   - a bare value, as Stripe's clients send it:
+//     Idempotency-Key: 8e03978e-40d5-43e8-bc93-6894a57f9324.
+//
+// Both give the same key, so a client may switch forms between retries.
+// Surrounding spaces and tabs are ignored. A missing header gives
+// ErrKeyMissing; the header sent more than once, an empty value, a
+// character outside printable ASCII or a broken quoted string gives
+// ErrKeyInvalid. It never reads the body.
+func HeaderKey(name string) KeyFunc {
+	name = http.CanonicalHeaderKey(name)
+	return func(r *http.Request, _ BodyFunc) (string, error) {
+		values := r.Header.Values(name)
+		switch len(values) {
+		case 0:
+			return "", fmt.Errorf("%w: no %s header", ErrKeyMissing, name)
+		case 1:
+		default:
+			return "", fmt.Errorf("%w: %s header sent %d times", ErrKeyInvalid, name, len(values))
+		}
+		key, err := ParseKey(values[0])
+		if err != nil {
+			return "", fmt.Errorf("%w (%s header)", err, name)
+		}
+		return key, nil
+	}
+}
+
+// ParseKey decodes an idempotency key header value, quoted or bare, as
+// HeaderKey describes. Its errors match ErrKeyInvalid.
+func ParseKey(value string) (string, error) {
+	v := strings.Trim(value, " \t")
+	if v == "" {
+		return "", fmt.Errorf("%w: empty value", ErrKeyInvalid)
+	}
+	if v[0] != '"' {
+		for i := 0; i < len(v); i++ {
+			if !printable(v[i]) {
+				return "", fmt.Errorf("%w: byte 0x%02x at offset %d is not printable ASCII", ErrKeyInvalid, v[i], i)
+			}
+		}
+		return v, nil
+	}
+	var b strings.Builder
+	for i := 1; i < len(v); i++ {
+		c := v[i]
+		switch {
+		case c == '\\':
+			i++
+			if i == len(v) || (v[i] != '"' && v[i] != '\\') {
+				return "", fmt.Errorf("%w: bad escape in quoted string", ErrKeyInvalid)
+			}
+			b.WriteByte(v[i])
+		case c == '"':
+			if i != len(v)-1 {
+				return "", fmt.Errorf("%w: %q follows the closing quote", ErrKeyInvalid, v[i+1:])
+			}
+			if b.Len() == 0 {
+				return "", fmt.Errorf("%w: empty quoted string", ErrKeyInvalid)
+			}
+			return b.String(), nil
+		case !printable(c):
+			return "", fmt.Errorf("%w: byte 0x%02x in quoted string is not printable ASCII", ErrKeyInvalid, c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return "", fmt.Errorf("%w: quoted string has no closing quote", ErrKeyInvalid)
+}
+
+func printable(c byte) bool { return c >= 0x20 && c <= 0x7e }
+
+// checkKey applies the rules every key must pass, whatever KeyFunc made it.
+func checkKey(key string, maxLen int) error {
+	if strings.Trim(key, " ") == "" {
+		return fmt.Errorf("%w: empty or blank key", ErrKeyInvalid)
+	}
+	if len(key) > maxLen {
+		return fmt.Errorf("%w: key is %d bytes, longer than %d", ErrKeyInvalid, len(key), maxLen)
+	}
+	for i := 0; i < len(key); i++ {
+		if !printable(key[i]) {
+			return fmt.Errorf("%w: byte 0x%02x at offset %d is not printable ASCII", ErrKeyInvalid, key[i], i)
+		}
+	}
+	return nil
+}
+
+// BodyKey adapts a Watermill key function (package keyfuncs) to requests:
+// fn sees a message whose payload is the request body. Webhook receivers use
+// it to key on the provider's event id: BodyKey(keyfuncs.JSON("id")). Every
+// error of fn matching dedup.ErrNoKey (absent field, null, wrong type, body
+// not JSON) is returned as ErrKeyMissing, wrapping fn's error; a body over
+// the limit gives ErrBodyTooLarge. It reads the body.
+func BodyKey(fn dedup.KeyFunc) KeyFunc {
+	return func(_ *http.Request, body BodyFunc) (string, error) {
+		b, err := body()
+		if err != nil {
+			return "", err
+		}
+		key, err := fn(message.NewMessage("", b))
+		if err != nil {
+			if errors.Is(err, dedup.ErrNoKey) {
+				return "", fmt.Errorf("%w: %w", ErrKeyMissing, err)
+			}
+			return "", err
+		}
+		return key, nil
+	}
+}
+
+// DefaultRoute is the default RouteFunc: the ServeMux pattern that matched
+// the request without its method ("/payments/{id}/refunds", the method is in
+// the scope already), or, when no pattern is set (the middleware wraps a
+// whole mux or is used without one), the request's escaped path.
+func DefaultRoute(r *http.Request) string {
+	if p := r.Pattern; p != "" {
+		if _, rest, ok := strings.Cut(p, " "); ok {
+			return strings.TrimLeft(rest, " \t")
+		}
+		return p
+	}
+	return r.URL.EscapedPath()
+}
+
+// DefaultFingerprint is the default FingerprintFunc: the hex SHA-256 of the
+// method, the request target (escaped path and query) and the body, each
+// length-prefixed so that no two requests share an encoding. The query is
+// included because it changes what a request asks for (?capture=false).
+// Headers are not: proxies add and rewrite them between retries.
+func DefaultFingerprint(r *http.Request, body []byte) (string, error) {
+	h := sha256.New()
+	var n [binary.MaxVarintLen64]byte
+	for _, part := range [][]byte{[]byte("httpdedup/v1"), []byte(r.Method), []byte(r.URL.RequestURI()), body} {
+		h.Write(n[:binary.PutUvarint(n[:], uint64(len(part)))])
+		h.Write(part)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// NoFingerprint is a FingerprintFunc that disables the fingerprint check: a
+// key reused with a different request replays the first response.
+func NoFingerprint(*http.Request, []byte) (string, error) { return "", nil }
+
+var scopeEscaper = strings.NewReplacer("%", "%25", " ", "%20")
+
+// Scope returns the scope of a record, identity + " " + method + " " +
+// route, each part with "%" and " " percent-encoded so that the parts
+// cannot run into each other. The record's key is
+// dedup.ScopedKey(Scope(...), key). Exposed for tools that inspect or evict
+// records.
+func Scope(identity, method, route string) string {
+	return scopeEscaper.Replace(identity) + " " + scopeEscaper.Replace(method) + " " + scopeEscaper.Replace(route)
+}
