@@ -3,10 +3,12 @@ package postgres_test
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -164,3 +166,10 @@ func countRows(t testing.TB, table string) int {
 	}
 	return n
 }
+
+func sha256Sum(key string) []byte {
+	h := sha256.Sum256([]byte(key))
+	return h[:]
+}
+
+type atomicCounter = atomic.Int64

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,10 +29,12 @@ type Store struct {
 
 	table string // quoted, possibly schema-qualified
 	sql   statements
+
+	fallbacks atomic.Int64 // claims that needed claimLockedSQL, for tests and benchmarks
 }
 
 type statements struct {
-	claim, complete, release, extend, deleteExpired string
+	claim, claimLocked, complete, release, extend, deleteExpired string
 }
 
 // Record states as stored in the state column.
@@ -71,19 +74,58 @@ func quoteTable(schema, table string) string {
 // uses, ready to put into SQL.
 func (s *Store) Table() string { return s.table }
 
-// claimSQL creates or takes over the record, or else leaves the live record
-// as it is, and in every case returns the row as it now is: one statement,
-// one round trip, no retry.
+// claimSQL is the claim's first (and almost always only) statement. It
+// writes nothing when the key has a live record, so a duplicate costs no row
+// version, no lock and no WAL flush at commit:
 //
-// The insert computes the server's clock once (the subquery n) and carries it
-// in EXCLUDED.created_at, so that every CASE below takes the same decision.
-// A conflicting row is locked by ON CONFLICT; "expired" is judged on the
-// latest committed version of that row, never on a stale snapshot. When the
-// row is live, DO UPDATE rewrites it with its own values: that is what makes
-// RETURNING report the live record (an ON CONFLICT … WHERE that fails
-// returns no row at all). The caller tells Acquired from the rest by the
-// returned token: only a created or taken-over record carries the new one.
+//   - n reads the server's clock once; every branch uses that instant.
+//   - ins creates the record; the unique index arbitrates concurrent
+//     inserts (DO NOTHING neither locks nor writes on conflict).
+//   - upd takes over an expired record. It locks the row and re-checks the
+//     condition on the row's latest committed version, so two claims never
+//     both take over one record.
+//   - otherwise the live record, as this statement's snapshot sees it, is
+//     returned.
+//
+// Under READ COMMITTED, the snapshot is taken when the statement starts. If
+// ins conflicted with a row committed after that (a concurrent first claim
+// of the same key), or upd's re-check found the row taken over meanwhile,
+// the snapshot has no live record to show and the statement returns no row:
+// nothing was written, and Claim runs claimLockedSQL.
 const claimSQL = `
+WITH n AS MATERIALIZED (
+  SELECT c.at, c.at + $5::bigint * interval '1 microsecond' AS deadline FROM (SELECT clock_timestamp() AS at) AS c
+),
+ins AS (
+  INSERT INTO {table} (key_hash, key, state, token, fingerprint, lease_until, expires_at, result, created_at)
+  SELECT $1::bytea, $2::text, 'in_progress', $3::text, $4::text, n.deadline, n.deadline, NULL, n.at FROM n
+  ON CONFLICT (key_hash) DO NOTHING
+  RETURNING token, state, fingerprint, result
+),
+upd AS (
+  UPDATE {table} AS r SET key = $2::text, state = 'in_progress', token = $3::text, fingerprint = $4::text,
+    lease_until = n.deadline, expires_at = n.deadline, result = NULL, created_at = n.at
+  FROM n
+  WHERE r.key_hash = $1::bytea AND r.expires_at <= n.at AND NOT EXISTS (SELECT FROM ins)
+  RETURNING r.token, r.state, r.fingerprint, r.result
+)
+SELECT token, state, fingerprint, result FROM ins
+UNION ALL
+SELECT token, state, fingerprint, result FROM upd
+UNION ALL
+SELECT r.token, r.state, r.fingerprint, r.result FROM {table} AS r, n
+WHERE r.key_hash = $1::bytea AND r.expires_at > n.at AND NOT EXISTS (SELECT FROM ins) AND NOT EXISTS (SELECT FROM upd)`
+
+// claimLockedSQL is the fallback after claimSQL returned no row: it always
+// returns one, since it always writes. It creates or takes over the record,
+// or else rewrites the live record with its own values, which is what makes
+// RETURNING report it (an ON CONFLICT … DO UPDATE … WHERE that fails returns
+// no row at all). ON CONFLICT locks the row and judges it on its latest
+// committed version, never on a stale snapshot. The clock is read once (the
+// subquery n) and carried in EXCLUDED.created_at, so that every CASE takes
+// the same decision. The caller tells Acquired from the rest by the
+// returned token: only a created or taken-over record carries the new one.
+const claimLockedSQL = `
 INSERT INTO {table} AS r (key_hash, key, state, token, fingerprint, lease_until, expires_at, result, created_at)
 SELECT $1::bytea, $2::text, 'in_progress', $3::text, $4::text,
        n.at + $5::bigint * interval '1 microsecond', n.at + $5::bigint * interval '1 microsecond', NULL, n.at
@@ -97,7 +139,7 @@ ON CONFLICT (key_hash) DO UPDATE SET
   result      = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN NULL                 ELSE r.result      END,
   created_at  = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.created_at  ELSE r.created_at  END,
   expires_at  = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.expires_at  ELSE r.expires_at  END
-RETURNING r.token, r.state, r.fingerprint, CASE WHEN r.token = $3::text THEN NULL ELSE r.result END`
+RETURNING r.token, r.state, r.fingerprint, r.result`
 
 // completeSQL, releaseSQL and extendSQL act only on a live in_progress
 // record carrying the claim's token. The row is locked before the WHERE is
@@ -131,6 +173,7 @@ func buildStatements(table string) statements {
 	r := strings.NewReplacer("{table}", table)
 	return statements{
 		claim:         r.Replace(claimSQL),
+		claimLocked:   r.Replace(claimLockedSQL),
 		complete:      r.Replace(completeSQL),
 		release:       r.Replace(releaseSQL),
 		extend:        r.Replace(extendSQL),
@@ -152,23 +195,29 @@ func micros(d time.Duration) int64 {
 	return int64((d + time.Microsecond - 1) / time.Microsecond)
 }
 
-// Claim implements dedup.Store.Claim in one INSERT … ON CONFLICT DO UPDATE
-// statement (one round trip, no retry): it creates the record, takes over an
-// expired one, or reports the live one. A claim of a live record rewrites
-// that row with its own values (one new row version, under the row lock):
-// the price of learning its state in the same statement. Errors are the
-// driver's (e.g. *pgconn.PgError), wrapped.
+// Claim implements dedup.Store.Claim: it creates the record, takes over an
+// expired one, or reports the live one, atomically, deciding expiry on the
+// server's clock. One round trip; a claim of a key whose record is live
+// writes nothing (no lock, no row version, no WAL flush). Only a claim that
+// races a concurrent first claim or takeover of the same key, committed
+// while its statement ran, needs a second statement, which locks the row
+// and always answers: at most two round trips. Errors are the driver's
+// (e.g. *pgconn.PgError), wrapped.
 func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.Duration) (dedup.ClaimResult, error) {
 	if err := dedup.CheckDuration("lease", lease); err != nil {
 		return dedup.ClaimResult{}, err
 	}
 	token := dedup.NewToken()
+	args := []any{keyHash(key), key, token, fingerprint, micros(lease)}
 	var (
 		gotToken, state, gotFingerprint string
 		result                          []byte
 	)
-	err := s.db.QueryRow(ctx, s.sql.claim, keyHash(key), key, token, fingerprint, micros(lease)).
-		Scan(&gotToken, &state, &gotFingerprint, &result)
+	err := s.db.QueryRow(ctx, s.sql.claim, args...).Scan(&gotToken, &state, &gotFingerprint, &result)
+	if errors.Is(err, pgx.ErrNoRows) { // lost a race; nothing was written
+		s.fallbacks.Add(1)
+		err = s.db.QueryRow(ctx, s.sql.claimLocked, args...).Scan(&gotToken, &state, &gotFingerprint, &result)
+	}
 	if err != nil {
 		return dedup.ClaimResult{}, fmt.Errorf("postgres: claim: %w", err)
 	}

@@ -1,0 +1,262 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
+)
+
+// BenchmarkPaths measures, interleaved in one run so that a noisy machine
+// affects every path alike, one call of each path per iteration:
+//
+//	baseline-new    INSERT … ON CONFLICT DO NOTHING of a fresh key into a
+//	                table with a text primary key (what teams write by hand)
+//	baseline-dup    the same statement for a key already there
+//	claim-new       Store.Claim of a fresh key (Acquired)
+//	claim-dup       Store.Claim of a completed key (Duplicate)
+//	cte-new/-dup    the rejected alternative claim statement (CTE; see README)
+//	happy           Claim + Complete of a fresh key (store-only middleware path)
+//	tx-baseline     BEGIN; INSERT order; COMMIT, without deduplication
+//	tx-happy        dedup middleware + TxMiddleware around the same INSERT
+//
+// and reports each path's latency and its ratio to the baseline: run with
+// go test -run '^$' -bench Paths ./stores/postgres/.
+func BenchmarkPaths(b *testing.B) {
+	ctx := testCtx(b)
+	o := newOrders(b)
+	s := o.store
+	schema := strings.Trim(strings.SplitN(o.table, ".", 2)[0], `"`)
+	raw := pgx.Identifier{schema, "raw_keys"}.Sanitize()
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+raw+" (key text PRIMARY KEY)"); err != nil {
+		b.Fatal(err)
+	}
+	rawSQL := "INSERT INTO " + raw + " (key) VALUES ($1) ON CONFLICT DO NOTHING"
+	cte := cteClaimer{sql: strings.ReplaceAll(cteClaimSQL, "{table}", s.Table())}
+	h := o.chain(b, dedup.Config{}, func(msg *message.Message) ([]*message.Message, error) { return nil, o.insert(msg) })
+
+	// Keys that stay completed, for the duplicate paths.
+	const dupKey = "charge:ORDER-DUP"
+	if _, err := pool.Exec(ctx, rawSQL, dupKey); err != nil {
+		b.Fatal(err)
+	}
+	res, err := s.Claim(ctx, dupKey, "", time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Complete(ctx, res.Claim, []byte(`{"charged":150}`), time.Hour); err != nil {
+		b.Fatal(err)
+	}
+
+	type path struct {
+		name string
+		run  func(i int) error
+		took time.Duration
+	}
+	expect := func(res dedup.ClaimResult, err error, want dedup.Outcome) error {
+		if err == nil && res.Outcome != want {
+			err = fmt.Errorf("outcome %v, want %v", res.Outcome, want)
+		}
+		return err
+	}
+	paths := []*path{
+		{name: "baseline-new", run: func(i int) error {
+			_, err := pool.Exec(ctx, rawSQL, fmt.Sprintf("charge:ORDER-%d", i))
+			return err
+		}},
+		{name: "baseline-dup", run: func(int) error {
+			_, err := pool.Exec(ctx, rawSQL, dupKey)
+			return err
+		}},
+		{name: "claim-new", run: func(i int) error {
+			res, err := s.Claim(ctx, fmt.Sprintf("charge:ORDER-%d", i), "", time.Hour)
+			return expect(res, err, dedup.Acquired)
+		}},
+		{name: "claim-dup", run: func(int) error {
+			res, err := s.Claim(ctx, dupKey, "", time.Hour)
+			return expect(res, err, dedup.Duplicate)
+		}},
+		{name: "cte-new", run: func(i int) error {
+			res, err := cte.claim(ctx, fmt.Sprintf("cte:ORDER-%d", i), "", time.Hour)
+			return expect(res, err, dedup.Acquired)
+		}},
+		{name: "cte-dup", run: func(int) error {
+			res, err := cte.claim(ctx, dupKey, "", time.Hour)
+			return expect(res, err, dedup.Duplicate)
+		}},
+		{name: "happy", run: func(i int) error {
+			res, err := s.Claim(ctx, fmt.Sprintf("happy:ORDER-%d", i), "", time.Hour)
+			if err = expect(res, err, dedup.Acquired); err != nil {
+				return err
+			}
+			return s.Complete(ctx, res.Claim, nil, time.Hour)
+		}},
+		{name: "tx-baseline", run: func(i int) error {
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, "INSERT INTO "+o.table+" (order_id) VALUES ($1)", fmt.Sprintf("RAW-%d", i))
+				return err
+			})
+		}},
+		{name: "tx-happy", run: func(i int) error {
+			_, err := h(delivery(ctx, fmt.Sprintf("ORDER-%d", i)))
+			return err
+		}},
+	}
+	i := 0
+	for b.Loop() {
+		for _, p := range paths {
+			start := time.Now()
+			if err := p.run(i); err != nil {
+				b.Fatalf("%s: %v", p.name, err)
+			}
+			p.took += time.Since(start)
+		}
+		i++
+	}
+	base := map[string]time.Duration{}
+	for _, p := range paths {
+		base[p.name] = p.took
+	}
+	ratio := func(a, b string) float64 { return float64(base[a]) / float64(base[b]) }
+	for _, p := range paths {
+		b.ReportMetric(float64(p.took.Microseconds())/float64(i), p.name+"-µs/op")
+	}
+	b.ReportMetric(ratio("claim-new", "baseline-new"), "claim-new/baseline-new")
+	b.ReportMetric(ratio("claim-dup", "baseline-dup"), "claim-dup/baseline-dup")
+	b.ReportMetric(ratio("cte-new", "claim-new"), "cte-new/claim-new")
+	b.ReportMetric(ratio("cte-dup", "claim-dup"), "cte-dup/claim-dup")
+	b.ReportMetric(ratio("happy", "baseline-new"), "happy/baseline-new")
+	b.ReportMetric(ratio("tx-happy", "tx-baseline"), "tx-happy/tx-baseline")
+	if cte.retries.Load() > 0 {
+		b.ReportMetric(float64(cte.retries.Load()), "cte-retries")
+	}
+}
+
+// BenchmarkContention: per iteration, 64 goroutines claim one fresh key at
+// once; the time until all have their answer, for the chosen statement and
+// for the CTE alternative (which must retry when it loses the race to a
+// concurrent insert). Both must yield exactly one Acquired.
+func BenchmarkContention(b *testing.B) {
+	ctx := testCtx(b)
+	s := newStore(b, postgres.Config{})
+	cte := cteClaimer{sql: strings.ReplaceAll(cteClaimSQL, "{table}", s.Table())}
+	const n = 64
+	race := func(key string, claim func(context.Context, string, string, time.Duration) (dedup.ClaimResult, error)) (time.Duration, error) {
+		var (
+			wg       sync.WaitGroup
+			mu       sync.Mutex
+			acquired int
+			errs     []error
+			start    = make(chan struct{})
+		)
+		for range n {
+			wg.Go(func() {
+				<-start
+				res, err := claim(ctx, key, "", time.Hour)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					errs = append(errs, err)
+				} else if res.Outcome == dedup.Acquired {
+					acquired++
+				}
+			})
+		}
+		t0 := time.Now()
+		close(start)
+		wg.Wait()
+		took := time.Since(t0)
+		if len(errs) > 0 {
+			return took, errs[0]
+		}
+		if acquired != 1 {
+			return took, fmt.Errorf("%d acquired, want 1", acquired)
+		}
+		return took, nil
+	}
+	var upsert, withCTE time.Duration
+	i := 0
+	for b.Loop() {
+		d, err := race(fmt.Sprintf("upsert-%d", i), s.Claim)
+		if err != nil {
+			b.Fatalf("upsert: %v", err)
+		}
+		upsert += d
+		if d, err = race(fmt.Sprintf("cte-%d", i), cte.claim); err != nil {
+			b.Fatalf("cte: %v", err)
+		}
+		withCTE += d
+		i++
+	}
+	b.ReportMetric(float64(upsert.Microseconds())/float64(i), "upsert-µs/race")
+	b.ReportMetric(float64(withCTE.Microseconds())/float64(i), "cte-µs/race")
+	b.ReportMetric(float64(withCTE)/float64(upsert), "cte/upsert")
+	b.ReportMetric(float64(cte.retries.Load())/float64(i), "cte-retries/race")
+}
+
+// cteClaimSQL is the alternative the store does not use: ON CONFLICT … DO
+// UPDATE … WHERE expired inside a CTE, and a SELECT of the live record when
+// the CTE returned nothing. Under READ COMMITTED that SELECT reads the
+// statement's snapshot, which misses a record inserted by a concurrent
+// transaction after the snapshot was taken (the very row that made ON
+// CONFLICT fire): the statement then returns no row and must be retried,
+// a second round trip.
+const cteClaimSQL = `
+WITH ins AS (
+  INSERT INTO {table} AS r (key_hash, key, state, token, fingerprint, lease_until, expires_at, result, created_at)
+  SELECT $1::bytea, $2::text, 'in_progress', $3::text, $4::text,
+         n.at + $5::bigint * interval '1 microsecond', n.at + $5::bigint * interval '1 microsecond', NULL, n.at
+  FROM (SELECT clock_timestamp() AS at) AS n
+  ON CONFLICT (key_hash) DO UPDATE SET key = EXCLUDED.key, state = EXCLUDED.state, token = EXCLUDED.token,
+    fingerprint = EXCLUDED.fingerprint, lease_until = EXCLUDED.lease_until, result = NULL,
+    created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
+  WHERE r.expires_at <= EXCLUDED.created_at
+  RETURNING r.token, r.state, r.fingerprint, r.result
+)
+SELECT token, state, fingerprint, result FROM ins
+UNION ALL
+SELECT token, state, fingerprint, result FROM {table}
+WHERE key_hash = $1 AND expires_at > clock_timestamp() AND NOT EXISTS (SELECT 1 FROM ins)`
+
+type cteClaimer struct {
+	sql     string
+	retries atomicCounter
+}
+
+func (c *cteClaimer) claim(ctx context.Context, key, fingerprint string, lease time.Duration) (dedup.ClaimResult, error) {
+	token := dedup.NewToken()
+	hash := sha256Sum(key)
+	for {
+		var (
+			gotToken, state, gotFingerprint string
+			result                          []byte
+		)
+		err := pool.QueryRow(ctx, c.sql, hash, key, token, fingerprint, lease.Microseconds()).
+			Scan(&gotToken, &state, &gotFingerprint, &result)
+		if errors.Is(err, pgx.ErrNoRows) {
+			c.retries.Add(1)
+			continue
+		}
+		switch {
+		case err != nil:
+			return dedup.ClaimResult{}, err
+		case gotToken == token:
+			return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil
+		case fingerprint != "" && gotFingerprint != "" && fingerprint != gotFingerprint:
+			return dedup.ClaimResult{Outcome: dedup.Conflict}, nil
+		case state == "completed":
+			return dedup.ClaimResult{Outcome: dedup.Duplicate, Result: result}, nil
+		default:
+			return dedup.ClaimResult{Outcome: dedup.InProgress}, nil
+		}
+	}
+}
