@@ -72,8 +72,13 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
+// testCtx bounds a test's (or a benchmark's) database calls.
 func testCtx(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	limit := 2 * time.Minute
+	if _, ok := t.(*testing.B); ok {
+		limit = 15 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	t.Cleanup(cancel)
 	return ctx
 }
