@@ -48,9 +48,13 @@ type Config struct {
 
 	// TxOptions are the options of the transactions TxMiddleware begins.
 	// Defaults to the zero value: the server's default isolation level
-	// (READ COMMITTED unless configured otherwise), read-write. With
-	// SERIALIZABLE, serialization failures surface as handler errors: the
-	// claim is released and the message redelivered.
+	// (READ COMMITTED unless configured otherwise), read-write. Under
+	// REPEATABLE READ or SERIALIZABLE, a lease extension by the dedup
+	// middleware's heartbeat committed after the transaction's first
+	// statement makes the completion fail with a serialization error
+	// (SQLSTATE 40001): nothing is committed, the key is released and the
+	// message redelivered, so a handler that always runs longer than the
+	// heartbeat interval never completes. Prefer READ COMMITTED.
 	TxOptions pgx.TxOptions
 
 	// FinishTimeout bounds what TxMiddleware does after the handler

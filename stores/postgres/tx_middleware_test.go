@@ -31,8 +31,16 @@ type orders struct {
 
 func newOrders(t testing.TB) *orders {
 	t.Helper()
+	return newOrdersWith(t, postgres.Config{})
+}
+
+// newOrdersWith creates the orders table and a store configured with cfg in
+// a fresh schema.
+func newOrdersWith(t testing.TB, cfg postgres.Config) *orders {
+	t.Helper()
 	schema := newSchema(t)
-	s := newStore(t, postgres.Config{Schema: schema})
+	cfg.Schema = schema
+	s := newStore(t, cfg)
 	table := pgx.Identifier{schema, "orders"}.Sanitize()
 	if _, err := pool.Exec(testCtx(t), "CREATE TABLE "+table+" (id bigserial PRIMARY KEY, order_id text NOT NULL)"); err != nil {
 		t.Fatalf("create orders: %v", err)
@@ -449,4 +457,48 @@ func crashingConsumer(t *testing.T, schema string) {
 	})
 	_, err = h(delivery(context.Background(), "ORDER-1"))
 	t.Fatalf("the handler returned (%v) instead of crashing", err)
+}
+
+// TestTxRepeatableReadAndHeartbeat documents a limit of REPEATABLE READ and
+// SERIALIZABLE transactions: a lease extension (the dedup middleware's
+// heartbeat) committed after the transaction took its snapshot makes the
+// completion UPDATE fail with a serialization error. Nothing is committed
+// and the key is released, so the message is redelivered; a handler that
+// always outlives the heartbeat interval would never complete. READ
+// COMMITTED, the default, has no such limit.
+func TestTxRepeatableReadAndHeartbeat(t *testing.T) {
+	for _, iso := range []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead} {
+		t.Run(string(iso), func(t *testing.T) {
+			ctx := testCtx(t)
+			o := newOrdersWith(t, postgres.Config{TxOptions: pgx.TxOptions{IsoLevel: iso}})
+			s := o.store
+			h := o.chain(t, dedup.Config{}, func(msg *message.Message) ([]*message.Message, error) {
+				if err := o.insert(msg); err != nil { // takes the snapshot
+					return nil, err
+				}
+				hc, _ := dedup.ClaimFromContext(msg.Context())
+				return nil, s.Extend(msg.Context(), hc.Claim, time.Minute) // a heartbeat
+			})
+			_, err := h(delivery(ctx, "ORDER-1"))
+			var pgErr interface{ SQLState() string }
+			if iso == pgx.ReadCommitted {
+				if err != nil {
+					t.Fatalf("delivery: %v", err)
+				}
+				if n := o.count(t, "ORDER-1"); n != 1 {
+					t.Fatalf("%d order rows, want 1", n)
+				}
+				return
+			}
+			if !errors.As(err, &pgErr) || pgErr.SQLState() != "40001" {
+				t.Fatalf("delivery: %v, want a serialization failure (40001)", err)
+			}
+			if n := o.count(t, "ORDER-1"); n != 0 {
+				t.Fatalf("%d order rows, want 0", n)
+			}
+			if st := o.state(t, "ORDER-1"); st != "none" {
+				t.Fatalf("record is %s, want none (released)", st)
+			}
+		})
+	}
 }
