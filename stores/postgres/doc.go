@@ -7,12 +7,16 @@
 // SHA-256 of the key, so keys of any length fit the btree; the key itself is
 // kept verbatim. Migrate creates it.
 //
-// Claim is one INSERT … ON CONFLICT (key_hash) DO UPDATE statement that
-// creates the record, takes over an expired one, or rewrites a live one with
-// its own values so that RETURNING reports it: the unique index, not a prior
-// read, arbitrates concurrent claims, and no claim ever needs a second round
-// trip. Complete, Release and Extend are single statements conditioned on the
-// owner token.
+// Claim is one statement (a CTE): INSERT … ON CONFLICT (key_hash) DO
+// NOTHING creates the record, an UPDATE guarded by "expired" takes over an
+// expired one, and otherwise the live record is read and returned. The
+// unique index, not a prior read, arbitrates concurrent claims, and a claim
+// of a live key writes nothing: no lock, no row version, no WAL flush. Only
+// a claim that loses a race against a concurrent first claim or takeover of
+// the same key (committed while its statement ran, so invisible to its
+// snapshot) gets no row back; it then runs a second statement, an INSERT …
+// ON CONFLICT DO UPDATE that always locks the row and returns it. Complete,
+// Release and Extend are single statements conditioned on the owner token.
 //
 // Time: every expiry is decided with the server's clock_timestamp(), the
 // actual time when the expression is evaluated. now() (and

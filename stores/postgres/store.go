@@ -18,9 +18,10 @@ import (
 // for the schema). Create it with New; it is safe for concurrent use when
 // its DB is a pool.
 //
-// Every operation is one SQL statement in one round trip, and every expiry
-// is decided by the server's clock (clock_timestamp(), see the package
-// documentation), never the client's, so clients with skewed clocks agree.
+// Every operation is one SQL statement in one round trip (a claim that
+// loses a race needs a second one), and every expiry is decided by the
+// server's clock (clock_timestamp(), see the package documentation), never
+// the client's, so clients with skewed clocks agree.
 // Keys of any length are stored verbatim; uniqueness is enforced on their
 // SHA-256, so the btree entry stays 32 bytes.
 type Store struct {
