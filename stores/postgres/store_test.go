@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -285,5 +286,30 @@ func TestStoreErrorsKeepTheirCause(t *testing.T) {
 		if err == nil || errors.Is(err, dedup.ErrClaimLost) {
 			t.Fatalf("%s on a missing table: %v, want a store error", op, err)
 		}
+	}
+}
+
+// TestReadmeShowsTheSchema: the README's schema block is what Migrate runs
+// for the default configuration.
+func TestReadmeShowsTheSchema(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(readme), "## Schema")
+	if !ok {
+		t.Fatal("README has no Schema section")
+	}
+	_, block, ok := strings.Cut(after, "```sql\n")
+	if !ok {
+		t.Fatal("README's Schema section has no sql block")
+	}
+	block, _, _ = strings.Cut(block, "```")
+	s, err := postgres.New(pool, postgres.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.TrimSpace(block), s.SchemaSQL(); got != want {
+		t.Fatalf("README schema:\n%s\n\nSchemaSQL():\n%s", got, want)
 	}
 }
