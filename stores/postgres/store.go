@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -143,9 +144,9 @@ ON CONFLICT (key_hash) DO UPDATE SET
 RETURNING r.token, r.state, r.fingerprint, r.result`
 
 // completeSQL, releaseSQL and extendSQL act only on a live in_progress
-// record carrying the claim's token. The row is locked before the WHERE is
-// re-checked on its latest version, and clock_timestamp() is read at that
-// moment, after any lock wait.
+// record carrying the claim's token. A row that passes the WHERE is locked,
+// and if it changed meanwhile the WHERE is evaluated again on its latest
+// committed version, reading clock_timestamp() then, after the lock wait.
 const completeSQL = `
 UPDATE {table} SET state = 'completed', lease_until = NULL, result = $3::bytea,
   expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond'
@@ -193,6 +194,9 @@ func keyHash(key string) []byte {
 // timestamp resolution), rounding up so that a positive duration never
 // becomes zero.
 func micros(d time.Duration) int64 {
+	if d > math.MaxInt64-time.Microsecond { // rounding up would overflow
+		return int64(d / time.Microsecond)
+	}
 	return int64((d + time.Microsecond - 1) / time.Microsecond)
 }
 
