@@ -1,0 +1,59 @@
+// Package dynamo is a [dedup.Store] on Amazon DynamoDB (aws-sdk-go-v2), for
+// consumers that already run on AWS and want no other server.
+//
+// # Item layout
+//
+// One item per scoped key, in a table with a string partition key and no
+// sort key (attribute names are configurable, see AttributeNames):
+//
+//	pk           S  the scoped key, or for keys over 512 bytes
+//	                "<first ≤512 bytes>…#sha256:<hex of the whole key>" (PartitionKey)
+//	state        S  "in_progress" | "completed"
+//	token        S  owner token of the claim that wrote the item (32 hex)
+//	fingerprint  S  the claim's fingerprint, absent when empty; over 64 bytes
+//	                (or not UTF-8) stored as "sha256:<hex>"
+//	deadline     N  Unix milliseconds: lease end (in_progress) or retention
+//	                end (completed), by the writer's clock
+//	result       B  Complete's result, absent when empty
+//	ttl          N  epoch seconds >= deadline + ClockSkewMargin, for DynamoDB TTL
+//
+// # Operations
+//
+// Every operation is one conditional write, atomic in DynamoDB:
+//
+//   - Claim: PutItem if attribute_not_exists(pk) OR deadline < now-margin,
+//     with ReturnValuesOnConditionCheckFailure=ALL_OLD so that DynamoDB
+//     returns the live record in the same round trip. Servers that ignore
+//     that flag (dynalite) cost one strongly consistent GetItem more.
+//   - Complete: UpdateItem (state, deadline, ttl, result) if token = :token
+//     AND state = in_progress AND deadline > now.
+//   - Extend: UpdateItem (deadline, ttl) under the same condition.
+//   - Release: DeleteItem under the same condition.
+//
+// A failed owner condition is [dedup.ErrClaimLost], wrapping the SDK's
+// *types.ConditionalCheckFailedException; every other error keeps the SDK's
+// error for errors.As and means the outcome is unknown. Conditions are built
+// with feature/dynamodb/expression. The IAM policy needs dynamodb:PutItem,
+// GetItem, UpdateItem and DeleteItem on the table.
+//
+// # Expiry, clocks and TTL
+//
+// Expiry is decided by the conditions, never by DynamoDB TTL: TTL deletes
+// items up to days after they expire, and until then they still show up in
+// reads. DynamoDB has no server clock in conditions, so "now" is the
+// calling client's clock. The owner stops at its deadline; another client
+// takes over only ClockSkewMargin (default 1s) after it, so clocks may
+// differ by up to the margin without two owners at once. Keep hosts on NTP
+// (Amazon Time Sync) and raise the margin if they may drift further.
+//
+// The ttl attribute exists so that DynamoDB TTL can reclaim storage: enable
+// TTL on it (CreateTable does, EnableTTL does for an existing table).
+// Without TTL the store stays correct but expired items are kept forever.
+//
+// # Limits
+//
+// Keys must be non-empty UTF-8 ([ErrInvalidKey]); long keys are hashed as
+// above, so any length works. A result is stored whole or refused with
+// [ErrResultTooLarge] when the item would exceed DynamoDB's 400 KB
+// (Store.MaxResultSize: 408817 bytes with the default attribute names).
+package dynamo
