@@ -22,7 +22,8 @@ type HandlerClaim struct {
 	// Replay tells whether the handler's output messages are stored.
 	Replay bool
 
-	completed atomic.Bool
+	completed     atomic.Bool
+	stopHeartbeat func()
 }
 
 type handlerClaimKey struct{}
@@ -48,6 +49,18 @@ func (hc *HandlerClaim) Result(out []*message.Message) []byte {
 // call Complete again. Call it only after the completion is durable (after
 // the commit).
 func (hc *HandlerClaim) MarkCompleted() { hc.completed.Store(true) }
+
+// StopHeartbeat stops the lease extensions of this claim and waits until no
+// extension is in flight. A store that completes the record inside the
+// handler calls it just before completing, so that an extension queued
+// behind the completion cannot report the claim lost afterwards (and cancel
+// the handler's context after the fact). The lease then runs its normal
+// course: the completion must happen within it. Safe to call more than once.
+func (hc *HandlerClaim) StopHeartbeat() {
+	if hc.stopHeartbeat != nil {
+		hc.stopHeartbeat()
+	}
+}
 
 // Completed reports whether MarkCompleted was called.
 func (hc *HandlerClaim) Completed() bool { return hc.completed.Load() }

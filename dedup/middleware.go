@@ -196,6 +196,7 @@ func (d *Deduplicator) run(h message.HandlerFunc, msg *message.Message, claim Cl
 	}()
 
 	hb := d.startHeartbeat(ctx, claim, info, claimedAt, cancelHandler)
+	hc.stopHeartbeat = hb.stop
 
 	panicked := true
 	defer func() {

@@ -555,3 +555,44 @@ func TestHeartbeatGivesUpWhenStoreUnreachablePastLease(t *testing.T) {
 		t.Fatalf("got %v, want the handler cancelled with ErrClaimLost once the lease passed unextended", err)
 	}
 }
+
+func TestHandlerCanStopHeartbeatAndCompleteItself(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	clock := fakeclock.New(epoch)
+	store := newFaultStore(dedup.NewMemoryStore(clock))
+	d := newDedup(t, dedup.Config{Store: store, Clock: clock, Lease: 30 * time.Second, Heartbeat: 10 * time.Second, Replay: true})
+	h := d.Middleware(func(m *message.Message) ([]*message.Message, error) {
+		hc, ok := dedup.ClaimFromContext(m.Context())
+		if !ok {
+			return nil, errors.New("no claim in the handler's context")
+		}
+		if err := clock.WaitForTimers(ctx, 1); err != nil { // the heartbeat is armed
+			return nil, err
+		}
+		hc.StopHeartbeat()
+		hc.StopHeartbeat() // idempotent
+		if n := clock.Timers(); n != 0 {
+			return nil, fmt.Errorf("%d timers pending after StopHeartbeat", n)
+		}
+		out := []*message.Message{message.NewMessage("out-1", []byte("receipt"))}
+		if err := store.Complete(m.Context(), hc.Claim, hc.Result(out), hc.Retention); err != nil {
+			return nil, err
+		}
+		hc.MarkCompleted()
+		return out, nil
+	})
+	if _, err := h(order("ORDER-1")); err != nil {
+		t.Fatal(err)
+	}
+	if n := store.count("complete"); n != 1 {
+		t.Fatalf("Complete called %d times, want once (by the handler)", n)
+	}
+	if n := store.count("extend"); n != 0 {
+		t.Fatalf("Extend called %d times after the heartbeat stopped", n)
+	}
+	replayed, err := h(order("ORDER-1"))
+	if err != nil || len(replayed) != 1 || string(replayed[0].Payload) != "receipt" {
+		t.Fatalf("duplicate after in-handler completion: %v, %v", replayed, err)
+	}
+}

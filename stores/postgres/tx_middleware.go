@@ -90,6 +90,9 @@ func (s *Store) TxMiddleware(h message.HandlerFunc) message.HandlerFunc {
 			s.rollback(ctx, tx)
 			return out, herr
 		}
+		// No extension may wait behind the completion's row lock and then
+		// find the record completed (a spurious claim_lost).
+		hc.StopHeartbeat()
 		if err := s.completeInTx(ctx, tx, hc, out); err != nil {
 			s.rollback(ctx, tx)
 			return nil, err
