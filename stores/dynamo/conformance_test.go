@@ -22,18 +22,20 @@ func TestConformance(t *testing.T) {
 }
 
 // The suite again on the wall clock with one shared store: proves the
-// real-time path (deadlines from time.Now, millisecond rounding).
+// real-time path (deadlines from time.Now, millisecond rounding). The
+// contention subtests are smaller here: TestConformance runs them in full.
 func TestConformanceRealClock(t *testing.T) {
 	store := newStore(t, dynamo.Config{ClockSkewMargin: 50 * time.Millisecond})
 	storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) {
 		return store, nil
-	}, storetest.Features{ShortDuration: 400 * time.Millisecond})
+	}, storetest.Features{ShortDuration: 400 * time.Millisecond, Contenders: 50, DistinctKeys: 64})
 }
 
 // The suite through a client that returns the old item with a failed
 // condition, as real DynamoDB does: every Duplicate, InProgress and Conflict
 // is then decided from the PutItem's own answer, and the store must never
-// issue its fallback GetItem.
+// issue its fallback GetItem. Contention is smaller than in
+// TestConformance, which runs it in full: here it is the path that counts.
 func TestConformanceWithOldItemReturned(t *testing.T) {
 	c := &allOldClient{Client: client, pk: dynamo.DefaultPartitionKey}
 	// t.Run returns once the suite's parallel subtests have finished.
@@ -41,7 +43,7 @@ func TestConformanceWithOldItemReturned(t *testing.T) {
 		storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) {
 			clock := fakeclock.New(epoch)
 			return newStore(t, dynamo.Config{Client: c, Clock: clock, ClockSkewMargin: 40 * time.Millisecond}), clock.Advance
-		}, storetest.Features{})
+		}, storetest.Features{Contenders: 50, DistinctKeys: 64})
 	})
 	if t.Failed() {
 		return
