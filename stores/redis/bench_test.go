@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"text/tabwriter"
 	"time"
@@ -135,7 +136,7 @@ func BenchmarkStore(b *testing.B) {
 		prefix := fmt.Sprintf("bench-cost-%s-", im.name)
 		ops[j] = func(i int64) error { return im.op(ctx, prefix+strconv.FormatInt(i, 10)) }
 	}
-	costs := measureServerCost(b, client, ops)
+	costs := measureCPU(b, client, ops)
 	mem := measureMemory(b, client, store)
 	version, _ := client.InfoMap(ctx, "server").Result()
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -145,7 +146,7 @@ func BenchmarkStore(b *testing.B) {
 	for _, c := range concurrencies {
 		fmt.Fprintf(w, "c=%d ops/s\tratio\t", c)
 	}
-	fmt.Fprintf(w, "server µs/op\tratio\t\n")
+	fmt.Fprintf(w, "server CPU µs/op\tclient CPU µs/op\tCPU ratio\t\n")
 	for j, im := range impls {
 		fmt.Fprintf(w, "%s\t", im.name)
 		for _, c := range concurrencies {
@@ -156,10 +157,11 @@ func BenchmarkStore(b *testing.B) {
 			}
 			fmt.Fprintf(w, "%.0f\t%.0f%%\t", rates[j], 100*rates[j]/rates[0])
 		}
-		fmt.Fprintf(w, "%.2f\t%.0f%%\t\n", costs[j], 100*costs[j]/costs[0])
+		c := costs[j]
+		fmt.Fprintf(w, "%.1f\t%.1f\t%.0f%%\t\n", c.server, c.client, 100*(costs[0].server+costs[0].client)/(c.server+c.client))
 	}
 	_ = w.Flush()
-	fmt.Println("(server µs/op: time redis-server spent executing commands per operation, INFO commandstats, median of 9 samples of 2000 operations at concurrency 16)")
+	fmt.Println("(CPU µs/op: CPU time per operation of redis-server (INFO cpu) and of the benchmark process (getrusage), median of 9 samples of 2000 operations at concurrency 16; CPU ratio: baseline CPU / op CPU, the throughput ratio to expect when client and server share the CPUs)")
 	fmt.Println(mem)
 }
 
@@ -230,14 +232,18 @@ func runN(c int, n int64, op func(i int64) error) error {
 	return nil
 }
 
-// measureServerCost returns, for each op, the microseconds redis-server
-// spends executing commands per operation (INFO commandstats, reset before
-// each sample), at concurrency 16: the median of 9 samples of 2000
-// operations, taken in rotating order. It leaves out the server's network
-// I/O, which is about the same for every command. Redis measures command time
-// on the wall clock, so a busy machine inflates single samples; the median
-// resists that.
-func measureServerCost(b *testing.B, client *goredis.Client, ops []func(int64) error) []float64 {
+// cpuCost is the CPU time one operation takes, in microseconds.
+type cpuCost struct{ server, client float64 }
+
+// measureCPU returns, for each op, the CPU time per operation of
+// redis-server (INFO cpu: used_cpu_user + used_cpu_sys, network I/O
+// included) and of this process (getrusage: go-redis, the store, the
+// middleware, the garbage collector), at concurrency 16: the median of 9
+// samples of 2000 operations, taken in rotating order. CPU time, unlike
+// throughput, hardly depends on what else runs on the machine, and when
+// client and server share the CPUs, throughput is roughly inversely
+// proportional to their sum.
+func measureCPU(b *testing.B, client *goredis.Client, ops []func(int64) error) []cpuCost {
 	b.Helper()
 	ctx := context.Background()
 	const (
@@ -247,52 +253,59 @@ func measureServerCost(b *testing.B, client *goredis.Client, ops []func(int64) e
 	if err := client.FlushDB(ctx).Err(); err != nil {
 		b.Fatal(err)
 	}
-	costs := make([][]float64, len(ops))
+	server := make([][]float64, len(ops))
+	own := make([][]float64, len(ops))
 	for r := range samples {
 		for k := range ops {
 			j := (k + r) % len(ops)
-			if err := client.ConfigResetStat(ctx).Err(); err != nil {
-				b.Fatal(err)
-			}
 			base := int64(r) * n
+			s0, c0 := serverCPU(b, client), processCPU(b)
 			if err := runN(16, n, func(i int64) error { return ops[j](base + i) }); err != nil {
 				b.Fatal(err)
 			}
-			costs[j] = append(costs[j], commandMicros(b, client)/n)
+			s1, c1 := serverCPU(b, client), processCPU(b)
+			server[j] = append(server[j], (s1-s0)/n)
+			own[j] = append(own[j], (c1-c0)/n)
 		}
 	}
-	medians := make([]float64, len(ops))
-	for j, c := range costs {
-		slices.Sort(c)
-		medians[j] = c[len(c)/2]
+	costs := make([]cpuCost, len(ops))
+	for j := range ops {
+		costs[j] = cpuCost{server: median(server[j]), client: median(own[j])}
 	}
-	return medians
+	return costs
 }
 
-// commandMicros sums the usec of every command since the last CONFIG
-// RESETSTAT, except the benchmark's own INFO and CONFIG.
-func commandMicros(b *testing.B, client *goredis.Client) float64 {
+func median(v []float64) float64 {
+	slices.Sort(v)
+	return v[len(v)/2]
+}
+
+// serverCPU returns the CPU time redis-server has used, in microseconds.
+func serverCPU(b *testing.B, client *goredis.Client) float64 {
 	b.Helper()
-	stats, err := client.InfoMap(context.Background(), "commandstats").Result()
+	info, err := client.InfoMap(context.Background(), "cpu").Result()
 	if err != nil {
 		b.Fatal(err)
 	}
-	var usec float64
-	for name, fields := range stats["Commandstats"] { // calls=2,usec=21,usec_per_call=10.50,...
-		if name == "cmdstat_config" || name == "cmdstat_info" {
-			continue
+	var total float64
+	for _, field := range []string{"used_cpu_user", "used_cpu_sys"} {
+		v, err := strconv.ParseFloat(info["CPU"][field], 64)
+		if err != nil {
+			b.Fatalf("INFO cpu %s: %v", field, err)
 		}
-		for _, f := range strings.Split(fields, ",") {
-			if v, ok := strings.CutPrefix(f, "usec="); ok {
-				x, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					b.Fatalf("%s: %v", name, err)
-				}
-				usec += x
-			}
-		}
+		total += v
 	}
-	return usec
+	return total * 1e6
+}
+
+// processCPU returns the CPU time this process has used, in microseconds.
+func processCPU(b *testing.B) float64 {
+	b.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e3
 }
 
 // measureMemory reports what a completed record costs in Redis: MEMORY
