@@ -267,6 +267,12 @@ func (r *recorder) ObserveDecision(d dedup.Decision) {
 
 func (r *recorder) ObserveStoreOp(string, time.Duration, error) {}
 
+func (r *recorder) all() []dedup.Decision {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]dedup.Decision(nil), r.decisions...)
+}
+
 func (r *recorder) events() []dedup.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -1,0 +1,430 @@
+package httpdedup_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/httpdedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
+	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
+	redisstore "github.com/watermill-dedup/watermill-dedup/stores/redis"
+)
+
+func TestIdentityFailureGets401(t *testing.T) {
+	forEachStore(t, func(t *testing.T, store dedup.Store) {
+		a := newAPI(t, store, httpdedup.Config{})
+		wantProblem(t, mustSend(t, a.srv, req{key: "k", account: "-"}), http.StatusUnauthorized, httpdedup.ProblemUnidentifiedCaller)
+
+		m := newMiddleware(t, httpdedup.Config{Store: store, Identity: func(*http.Request) (string, error) { return "", nil }})
+		wantProblem(t, serve(t, m.Require(a.pay), req{key: "k"}), http.StatusUnauthorized, httpdedup.ProblemUnidentifiedCaller)
+
+		m = newMiddleware(t, httpdedup.Config{Store: store, Identity: httpdedup.StaticIdentity("")})
+		wantProblem(t, serve(t, m.Require(a.pay), req{key: "k"}), http.StatusUnauthorized, httpdedup.ProblemUnidentifiedCaller)
+		if a.pay.runs.Load() != 0 {
+			t.Fatal("the handler ran")
+		}
+	})
+}
+
+func TestRedisDownGets503AndRunsNothing(t *testing.T) {
+	server, err := testserver.StartRedis()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = server.Close() })
+	client := goredis.NewClient(&goredis.Options{Addr: server.Addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = client.Close() })
+	store, err := redisstore.New(context.Background(), client, redisstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newAPI(t, store, httpdedup.Config{RetryAfter: 1500 * time.Millisecond})
+	if err := server.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	r := mustSend(t, a.srv, req{key: "k-down", body: "x"})
+	wantProblem(t, r, http.StatusServiceUnavailable, httpdedup.ProblemStoreUnavailable)
+	if got := r.header.Get("Retry-After"); got != "2" {
+		t.Fatalf("Retry-After = %q, want 2 (1.5s rounded up)", got)
+	}
+	if a.pay.runs.Load() != 0 {
+		t.Fatal("the handler ran without a claim")
+	}
+	// Back up: the same key runs.
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if r := mustSend(t, a.srv, req{key: "k-down", body: "x"}); r.status != http.StatusCreated {
+		t.Fatalf("after restart: %d %s", r.status, r.body)
+	}
+}
+
+func TestCompleteFailureStillSendsTheResponse(t *testing.T) {
+	clock := newFakeClock()
+	store := &faultyStore{Store: dedup.NewMemoryStore(clock), completeErr: errStoreDown}
+	store.completeFailures.Store(100)
+	rec := &recorder{}
+	a := newAPI(t, store, httpdedup.Config{Clock: clock, DisableHeartbeat: true, Observer: rec, CompleteRetries: 2, CompleteBackoff: time.Second})
+
+	done := make(chan response, 1)
+	go func() {
+		r, err := send(a.srv, req{key: "k", body: "x"}.build(t, a.srv.URL))
+		if err != nil {
+			r.status = -1
+		}
+		done <- r
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, backoff := range []time.Duration{time.Second, 2 * time.Second} {
+		if err := clock.WaitForTimers(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(backoff)
+	}
+	r := <-done
+	if r.status != http.StatusCreated {
+		t.Fatalf("status %d: the response of a handler that ran must be sent", r.status)
+	}
+	if got := store.completes.Load(); got != 3 {
+		t.Fatalf("Complete called %d times, want 1 + 2 retries", got)
+	}
+	var storeErr *dedup.StoreError
+	decisions := rec.all()
+	last := decisions[len(decisions)-1]
+	if last.Event != dedup.EventStoreError || !errors.As(last.Err, &storeErr) || storeErr.Op != "complete" || !errors.Is(last.Err, errStoreDown) {
+		t.Fatalf("last decision %+v, want a complete store_error", last)
+	}
+	// The record stays in progress until its lease ends.
+	wantProblem(t, mustSend(t, a.srv, req{key: "k", body: "x"}), http.StatusConflict, httpdedup.ProblemRequestInProgress)
+	clock.Advance(httpdedup.DefaultLease)
+	store.completeFailures.Store(0)
+	if r := mustSend(t, a.srv, req{key: "k", body: "x"}); r.status != http.StatusCreated || a.pay.runs.Load() != 2 {
+		t.Fatalf("after the lease: %d, runs %d", r.status, a.pay.runs.Load())
+	}
+}
+
+func TestCompleteRetrySucceeds(t *testing.T) {
+	clock := newFakeClock()
+	store := &faultyStore{Store: dedup.NewMemoryStore(clock), completeErr: errStoreDown}
+	store.completeFailures.Store(1)
+	a := newAPI(t, store, httpdedup.Config{Clock: clock, DisableHeartbeat: true})
+	done := make(chan int, 1)
+	go func() {
+		r, _ := send(a.srv, req{key: "k", body: "x"}.build(t, a.srv.URL))
+		done <- r.status
+	}()
+	if err := clock.WaitForTimers(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(httpdedup.DefaultCompleteBackoff)
+	if s := <-done; s != http.StatusCreated {
+		t.Fatalf("status %d", s)
+	}
+	if r := mustSend(t, a.srv, req{key: "k", body: "x"}); r.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("not replayed after a retried Complete: %d", r.status)
+	}
+}
+
+func TestReleaseFailureLeavesKeyInProgressUntilLease(t *testing.T) {
+	clock := newFakeClock()
+	store := &faultyStore{Store: dedup.NewMemoryStore(clock), releaseErr: errStoreDown}
+	m := newMiddleware(t, httpdedup.Config{Store: store, Clock: clock, DisableHeartbeat: true, Lease: time.Minute})
+	h := m.Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusBadGateway) }))
+	if r := serve(t, h, req{key: "k"}); r.status != http.StatusBadGateway {
+		t.Fatalf("status %d", r.status)
+	}
+	wantProblem(t, serve(t, h, req{key: "k"}), http.StatusConflict, httpdedup.ProblemRequestInProgress)
+	clock.Advance(time.Minute)
+	if r := serve(t, h, req{key: "k"}); r.status != http.StatusBadGateway {
+		t.Fatalf("after the lease: %d", r.status)
+	}
+}
+
+func TestHeartbeatKeepsASlowHandlersClaim(t *testing.T) {
+	clock := newFakeClock()
+	store := dedup.NewMemoryStore(clock)
+	blocking := newBlockingHandler(&payments{})
+	m := newMiddleware(t, httpdedup.Config{Store: store, Clock: clock, Lease: 30 * time.Second})
+	srv := httptest.NewServer(m.Require(blocking))
+	t.Cleanup(srv.Close)
+
+	done := make(chan response, 1)
+	go func() {
+		r, _ := send(srv, req{key: "k-slow", body: "x"}.build(t, srv.URL))
+		done <- r
+	}()
+	<-blocking.started
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := 0; i < 9; i++ { // 90s: three leases
+		if err := clock.WaitForTimers(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(10 * time.Second)
+	}
+	if err := clock.WaitForTimers(ctx, 1); err != nil { // the ninth extension is done
+		t.Fatal(err)
+	}
+	wantProblem(t, mustSend(t, srv, req{key: "k-slow", body: "x"}), http.StatusConflict, httpdedup.ProblemRequestInProgress)
+	close(blocking.release)
+	first := <-done
+	if first.status != http.StatusCreated {
+		t.Fatalf("slow handler: %d", first.status)
+	}
+	if r := mustSend(t, srv, req{key: "k-slow", body: "x"}); !bytes.Equal(r.body, first.body) || blocking.runs.Load() != 1 {
+		t.Fatalf("after the slow handler: %s, runs %d", r.body, blocking.runs.Load())
+	}
+}
+
+func TestWithoutHeartbeatASlowHandlerIsTakenOver(t *testing.T) {
+	// The counterpart of TestHeartbeatKeepsASlowHandlersClaim: it shows that
+	// the lease does end, so the heartbeat is what keeps the claim.
+	clock := newFakeClock()
+	store := dedup.NewMemoryStore(clock)
+	blocking := newBlockingHandler(&payments{})
+	m := newMiddleware(t, httpdedup.Config{Store: store, Clock: clock, Lease: 30 * time.Second, DisableHeartbeat: true})
+	h := m.Require(blocking)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		serve(t, h, req{key: "k-slow", body: "x"})
+	}()
+	<-blocking.started
+	clock.Advance(30 * time.Second)
+	second := make(chan response, 1)
+	go func() { second <- serve(t, h, req{key: "k-slow", body: "x"}) }()
+	<-blocking.started // the second request runs the handler too
+	close(blocking.release)
+	<-done
+	<-second
+	if blocking.runs.Load() != 2 {
+		t.Fatalf("runs %d", blocking.runs.Load())
+	}
+}
+
+func TestHeartbeatExtendsTheRedisRecord(t *testing.T) {
+	clock := newFakeClock()
+	client := goredis.NewClient(&goredis.Options{Addr: redisServer.Addr})
+	t.Cleanup(func() { _ = client.Close() })
+	store, err := redisstore.New(context.Background(), client, redisstore.Config{KeyPrefix: "httpdedup-test:" + t.Name() + ":"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocking := newBlockingHandler(&payments{})
+	m := newMiddleware(t, httpdedup.Config{Store: store, Clock: clock, Lease: time.Hour, Heartbeat: 20 * time.Minute})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		serve(t, m.Require(blocking), req{key: "k-hb", body: "x"})
+	}()
+	<-blocking.started
+	redisKey := store.RedisKey(dedup.ScopedKey(httpdedup.Scope("acct_1", "POST", "/payments"), "k-hb"))
+	ctx := context.Background()
+	if err := client.PExpire(ctx, redisKey, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := clock.WaitForTimers(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(20 * time.Minute)
+	if err := clock.WaitForTimers(ctx, 1); err != nil { // the extension is done
+		t.Fatal(err)
+	}
+	ttl, err := client.PTTL(ctx, redisKey).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl <= time.Minute {
+		t.Fatalf("PTTL %v after a heartbeat; want the lease (1h) again", ttl)
+	}
+	close(blocking.release)
+	<-done
+}
+
+func TestLostClaimCancelsTheHandler(t *testing.T) {
+	clock := newFakeClock()
+	store := &faultyStore{Store: dedup.NewMemoryStore(clock), extendErr: dedup.ErrClaimLost}
+	rec := &recorder{}
+	cause := make(chan error, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+		cause <- context.Cause(r.Context())
+		w.WriteHeader(http.StatusServiceUnavailable)
+	})
+	m := newMiddleware(t, httpdedup.Config{Store: store, Clock: clock, Observer: rec})
+	done := make(chan response, 1)
+	go func() { done <- serve(t, m.Require(h), req{key: "k"}) }()
+	if err := clock.WaitForTimers(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(httpdedup.DefaultLease / 3)
+	if err := <-cause; !errors.Is(err, dedup.ErrClaimLost) {
+		t.Fatalf("handler context cause %v, want ErrClaimLost", err)
+	}
+	if r := <-done; r.status != http.StatusServiceUnavailable {
+		t.Fatalf("status %d", r.status)
+	}
+	found := false
+	for _, d := range rec.all() {
+		found = found || d.Event == dedup.EventClaimLost && d.Op == "extend"
+	}
+	if !found {
+		t.Fatalf("no claim_lost decision: %v", rec.events())
+	}
+}
+
+func TestCorruptStoredResponseGets500(t *testing.T) {
+	forEachStore(t, func(t *testing.T, store dedup.Store) {
+		ctx := context.Background()
+		key := dedup.ScopedKey(httpdedup.Scope("acct_1", "POST", "/payments"), "k-corrupt")
+		res, err := store.Claim(ctx, key, "", time.Minute)
+		if err != nil || res.Outcome != dedup.Acquired {
+			t.Fatalf("claim: %v %v", res.Outcome, err)
+		}
+		if err := store.Complete(ctx, res.Claim, []byte{9, 9, 9}, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		a := newAPI(t, store, httpdedup.Config{})
+		wantProblem(t, mustSend(t, a.srv, req{key: "k-corrupt", body: "x"}), http.StatusInternalServerError, httpdedup.ProblemStoredResponse)
+		if a.pay.runs.Load() != 0 {
+			t.Fatal("the handler ran for a completed key")
+		}
+	})
+}
+
+func TestReplayIsByteForByte(t *testing.T) {
+	forEachStore(t, func(t *testing.T, store dedup.Store) {
+		binary := make([]byte, 0, 512)
+		for i := 0; i < 512; i++ {
+			binary = append(binary, byte(i))
+		}
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Get("sniff") != "" {
+				_, _ = w.Write([]byte("<html><body>receipt</body></html>")) // no Content-Type: net/http sniffs one
+				return
+			}
+			w.Header().Set("Content-Type", "application/octet-stream")
+			w.Header().Add("Link", "</a>; rel=a")
+			w.Header().Add("Link", "</b>; rel=b")
+			w.Header().Set("Cache-Control", "private")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write(binary[:100])
+			_, _ = w.Write(binary[100:])
+		})
+		m := newMiddleware(t, httpdedup.Config{Store: store})
+		srv := httptest.NewServer(m.Require(h))
+		t.Cleanup(srv.Close)
+		for _, q := range []req{{key: "k-bin"}, {key: "k-sniff", path: "/receipt?sniff=1"}} {
+			first := mustSend(t, srv, q)
+			second := mustSend(t, srv, q)
+			if second.header.Get("Idempotent-Replayed") != "true" || second.status != first.status || !bytes.Equal(first.body, second.body) {
+				t.Fatalf("%s: replay %d %q, first %d %q", q.key, second.status, second.body, first.status, first.body)
+			}
+			for _, name := range []string{"Content-Type", "Content-Length", "Cache-Control"} {
+				if first.header.Get(name) != second.header.Get(name) {
+					t.Fatalf("%s: %s %q, first %q", q.key, name, second.header.Get(name), first.header.Get(name))
+				}
+			}
+			if got, want := second.header.Values("Link"), first.header.Values("Link"); len(got) != len(want) || len(got) > 0 && got[0] != want[0] {
+				t.Fatalf("%s: Link %q, first %q", q.key, got, want)
+			}
+		}
+		if r := mustSend(t, srv, req{key: "k-bin"}); !bytes.Equal(r.body, binary) {
+			t.Fatal("the binary body changed")
+		}
+		if r := mustSend(t, srv, req{key: "k-sniff", path: "/receipt?sniff=1"}); r.header.Get("Content-Type") != "text/html; charset=utf-8" {
+			t.Fatalf("sniffed Content-Type %q", r.header.Get("Content-Type"))
+		}
+	})
+}
+
+func TestStoredHeadersAreConfigurable(t *testing.T) {
+	forEachStore(t, func(t *testing.T, store dedup.Store) {
+		a := newAPI(t, store, httpdedup.Config{StoredHeaders: []string{"x-run"}, ReplayedHeader: "x-replayed"})
+		first := mustSend(t, a.srv, req{key: "k", body: "x"})
+		second := mustSend(t, a.srv, req{key: "k", body: "x"})
+		if second.header.Get("X-Replayed") != "true" || second.header.Get("Idempotent-Replayed") != "" {
+			t.Fatalf("replay header: %v", second.header)
+		}
+		if second.header.Get("X-Run") != first.header.Get("X-Run") || second.header.Get("Location") != "" {
+			t.Fatalf("stored headers: %v", second.header)
+		}
+	})
+}
+
+func TestWebhookKeys(t *testing.T) {
+	forEachStore(t, func(t *testing.T, store dedup.Store) {
+		for name, key := range map[string]httpdedup.KeyFunc{
+			"header": httpdedup.HeaderKey("webhook-id"),
+			"body":   httpdedup.BodyKey(keyfuncs.JSON("id")),
+		} {
+			t.Run(name, func(t *testing.T) {
+				runs := 0
+				h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					runs++
+					w.WriteHeader(http.StatusNoContent)
+				})
+				m := newMiddleware(t, httpdedup.Config{Store: store, Key: key, Identity: httpdedup.StaticIdentity("provider-" + name)})
+				hook := m.Require(h)
+				event := req{path: "/webhooks", account: "-", body: `{"id":"evt_1","type":"payment.succeeded"}`, header: http.Header{"Webhook-Id": {"evt_1"}}}
+				if r := serve(t, hook, event); r.status != http.StatusNoContent {
+					t.Fatalf("first delivery: %d %s", r.status, r.body)
+				}
+				r := serve(t, hook, event)
+				if r.status != http.StatusNoContent || r.header.Get("Idempotent-Replayed") != "true" || runs != 1 {
+					t.Fatalf("redelivery: %d, replayed %q, runs %d", r.status, r.header.Get("Idempotent-Replayed"), runs)
+				}
+				noID := req{path: "/webhooks", account: "-", body: `{"type":"payment.succeeded"}`}
+				wantProblem(t, serve(t, hook, noID), http.StatusBadRequest, httpdedup.ProblemKeyMissing)
+			})
+		}
+	})
+}
+
+func TestBodyKeyOverTheLimitGets413(t *testing.T) {
+	m := newMiddleware(t, httpdedup.Config{Store: dedup.NewMemoryStore(nil), Key: httpdedup.BodyKey(keyfuncs.JSON("id")), MaxBodyBytes: 8})
+	h := m.Optional(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("the handler ran") }))
+	wantProblem(t, serve(t, h, req{body: `{"id":"evt_000001"}`}), http.StatusRequestEntityTooLarge, httpdedup.ProblemBodyTooLarge)
+}
+
+func TestFingerprintErrorGets400(t *testing.T) {
+	m := newMiddleware(t, httpdedup.Config{Store: dedup.NewMemoryStore(nil), Fingerprint: func(*http.Request, []byte) (string, error) {
+		return "", errors.New("amount is not a number")
+	}})
+	h := m.Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("the handler ran") }))
+	wantProblem(t, serve(t, h, req{key: "k"}), http.StatusBadRequest, httpdedup.ProblemFingerprintFailed)
+}
+
+func TestDecisionsAreObserved(t *testing.T) {
+	rec := &recorder{}
+	clock := newFakeClock()
+	a := newAPI(t, dedup.NewMemoryStore(clock), httpdedup.Config{Observer: rec, Clock: clock})
+	mustSend(t, a.srv, req{key: "k", body: "x"})
+	mustSend(t, a.srv, req{key: "k", body: "x"})
+	mustSend(t, a.srv, req{key: "k", body: "y"})
+	mustSend(t, a.srv, req{body: "x"})
+	want := []dedup.Event{dedup.EventClaimWon, dedup.EventCompleted, dedup.EventSkipDuplicate, dedup.EventKeyReuse, dedup.EventKeyMissing}
+	got := rec.events()
+	if len(got) != len(want) {
+		t.Fatalf("events %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("events %v, want %v", got, want)
+		}
+	}
+	d := rec.all()[0]
+	wantKey := dedup.ScopedKey(httpdedup.Scope("acct_1", "POST", "/payments"), "k")
+	if d.Handler != "POST /payments" || d.Topic != "http" || d.Key != wantKey || d.Op != "claim" {
+		t.Fatalf("decision %+v", d)
+	}
+}
