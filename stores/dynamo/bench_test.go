@@ -99,8 +99,8 @@ func BenchmarkThroughput(b *testing.B) {
 }
 
 const (
-	throughputRounds = 5
-	throughputSlice  = 400 * time.Millisecond
+	throughputRounds = 15
+	throughputSlice  = 150 * time.Millisecond
 )
 
 // runFor runs op on c goroutines, each op with a fresh index, until d has
