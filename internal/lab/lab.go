@@ -30,6 +30,24 @@ type Transport struct {
 	Subscriber message.Subscriber
 	// Topic is where orders are published and consumed.
 	Topic string
+	// PoisonTopic is where messages without a usable key go. Defaults to
+	// Topic + ".poison".
+	PoisonTopic string
+	// Consumers is how many router handlers subscribe to Topic, competing
+	// for its messages (SQS receivers, members of one Kafka consumer
+	// group). Defaults to 1; it must stay 1 for a subscriber that gives
+	// every subscription every message, such as GoChannel.
+	Consumers int
+	// Middleware is added to the router before (outside) the lab's own
+	// middleware, e.g. a shorter redelivery delay for nacked SQS messages.
+	Middleware []message.HandlerMiddleware
+	// Pending, when set, returns how many messages the broker still holds
+	// for the consumer: waiting, in flight (received, not yet deleted) or
+	// not committed. Once every message is acked the lab waits for it to
+	// reach zero before closing the router, since an ack is confirmed to
+	// the broker asynchronously (an SQS DeleteMessage, a Kafka offset
+	// commit) and closing too early would lose it.
+	Pending func(ctx context.Context) (int, error)
 	// Close releases the transport's resources; may be nil.
 	Close func() error
 }
@@ -48,8 +66,15 @@ type Config struct {
 	// EffectTime is how long a charge takes (the payment gateway's
 	// latency); it lets concurrent copies overlap. Defaults to 2ms.
 	EffectTime time.Duration
-	// Seed makes the duplicates and their order reproducible. Defaults to 1.
+	// Seed makes the duplicates, their order and the lost acks
+	// reproducible. Defaults to 1.
 	Seed uint64
+	// LoseAcks is how many messages lose their first ack: the charge runs,
+	// then the message is nacked as if the consumer had crashed before
+	// acking, and the broker redelivers it (GoChannel at once, Kafka from
+	// the same partition, SQS when the message becomes visible again).
+	// Without idempotency each one is charged twice. Defaults to 0.
+	LoseAcks int
 	// Broker names the broker in the report.
 	Broker string
 	// StoreName names the store in the report.
@@ -94,8 +119,8 @@ func (c *Config) setDefaults() {
 // Validate reports every problem in the configuration.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Copies < 0 || c.Orders < 0 || c.MaxDuplicates < 0 || c.Concurrency < 0 {
-		errs = append(errs, errors.New("lab: copies, orders, max duplicates and concurrency must not be negative"))
+	if c.Copies < 0 || c.Orders < 0 || c.MaxDuplicates < 0 || c.Concurrency < 0 || c.LoseAcks < 0 {
+		errs = append(errs, errors.New("lab: copies, orders, max duplicates, concurrency and lost acks must not be negative"))
 	}
 	if c.EffectTime < 0 || c.Timeout < 0 {
 		errs = append(errs, errors.New("lab: durations must not be negative"))
@@ -116,21 +141,27 @@ type Result struct {
 	DistinctOrders int
 	Charges        int // effects performed
 	Acked          int // messages acked by the consumer
+	LostAcks       int // first acks turned into nacks (Config.LoseAcks), each redelivered
 	Outcomes       map[dedup.Event]int
-	HandlerErrors  int // nacks returned to the broker (in-progress copies, store errors, ...)
-	Elapsed        time.Duration
+	HandlerErrors  int // nacks returned to the broker (in-progress copies, lost acks, store errors, ...)
+	// Pending is what Transport.Pending reported last: messages the broker
+	// still held when the run ended (0 when every ack reached the broker;
+	// always 0 without Transport.Pending).
+	Pending int
+	Elapsed time.Duration
 }
 
-// OK reports whether the run shows what it should: every message acked, and
-// charges == messages without idempotency, charges == distinct orders with.
+// OK reports whether the run shows what it should: every message acked and
+// none left in the broker, and charges == messages (plus one per lost ack)
+// without idempotency, charges == distinct orders with.
 func (r Result) OK() bool {
-	if r.Acked != r.Messages {
+	if r.Acked != r.Messages || r.Pending != 0 {
 		return false
 	}
 	if r.Idempotency {
 		return r.Charges == r.DistinctOrders
 	}
-	return r.Charges == r.Messages
+	return r.Charges == r.Messages+r.LostAcks
 }
 
 // Orders builds the lab's messages: ORDER-003 cfg.Copies times, then the
@@ -154,6 +185,21 @@ func Orders(cfg Config) (msgs []*message.Message, distinct int) {
 	rng.Shuffle(len(msgs), func(i, j int) { msgs[i], msgs[j] = msgs[j], msgs[i] })
 	return msgs, 1 + cfg.Orders
 }
+
+// lostAcks picks cfg.LoseAcks of the messages (with the seed) whose first
+// ack is lost.
+func lostAcks(cfg Config, msgs []*message.Message) map[string]bool {
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0xac4))
+	lose := map[string]bool{}
+	for _, i := range rng.Perm(len(msgs))[:min(cfg.LoseAcks, len(msgs))] {
+		lose[msgs[i].UUID] = true
+	}
+	return lose
+}
+
+// errLostAck is the nack that stands for a consumer crashing after its
+// effect and before its ack.
+var errLostAck = errors.New("lab: ack lost after the charge (simulated crash before the ack)")
 
 // Run runs the lab with idempotency off, on, or both (in that order).
 func Run(ctx context.Context, cfg Config, off, on bool) ([]Result, error) {
@@ -197,6 +243,7 @@ func runOnce(ctx context.Context, cfg Config, idempotency bool) (Result, error) 
 		runName = "on"
 	}
 	msgs, distinct := Orders(cfg)
+	lose := lostAcks(cfg, msgs)
 	res := Result{Idempotency: idempotency, Messages: len(msgs), DistinctOrders: distinct, Outcomes: map[dedup.Event]int{}}
 
 	tr, err := cfg.NewTransport(ctx, runName)
@@ -206,11 +253,17 @@ func runOnce(ctx context.Context, cfg Config, idempotency bool) (Result, error) 
 	if tr.Close != nil {
 		defer func() { _ = tr.Close() }()
 	}
+	consumers := max(tr.Consumers, 1)
+	poisonTopic := tr.PoisonTopic
+	if poisonTopic == "" {
+		poisonTopic = tr.Topic + ".poison"
+	}
 
 	var (
 		charges, nacks atomic.Int64
 		ackedMu        sync.Mutex
 		acked          = map[string]bool{}
+		lost           = map[string]bool{}
 		allAcked       = make(chan struct{})
 	)
 	obs := &counter{outcomes: map[dedup.Event]int{}}
@@ -219,7 +272,10 @@ func runOnce(ctx context.Context, cfg Config, idempotency bool) (Result, error) 
 	if err != nil {
 		return res, err
 	}
-	// Outermost: count what the broker sees (ack or nack).
+	// Outermost: what the broker needs (e.g. SQS redelivery delay).
+	router.AddMiddleware(tr.Middleware...)
+	// Then: count what the broker sees (ack or nack), and lose the chosen
+	// first acks.
 	router.AddMiddleware(func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			out, err := h(msg)
@@ -229,6 +285,11 @@ func runOnce(ctx context.Context, cfg Config, idempotency bool) (Result, error) 
 			}
 			ackedMu.Lock()
 			defer ackedMu.Unlock()
+			if lose[msg.UUID] && !lost[msg.UUID] {
+				lost[msg.UUID] = true
+				nacks.Add(1)
+				return nil, errLostAck
+			}
 			if !acked[msg.UUID] {
 				acked[msg.UUID] = true
 				if len(acked) == len(msgs) {
@@ -267,13 +328,13 @@ func runOnce(ctx context.Context, cfg Config, idempotency bool) (Result, error) 
 		if err != nil {
 			return res, err
 		}
-		poison, err := middleware.PoisonQueueWithFilter(tr.Publisher, tr.Topic+".poison", dedup.IsPermanent)
+		poison, err := middleware.PoisonQueueWithFilter(tr.Publisher, poisonTopic, dedup.IsPermanent)
 		if err != nil {
 			return res, err
 		}
 		router.AddMiddleware(poison, d.Middleware)
 	}
-	router.AddConsumerHandler("charge-orders", tr.Topic, tr.Subscriber, func(msg *message.Message) error {
+	charge := func(msg *message.Message) error {
 		if _, err := keyfuncs.JSON("order_id")(msg); err != nil {
 			return err
 		}
@@ -284,7 +345,14 @@ func runOnce(ctx context.Context, cfg Config, idempotency bool) (Result, error) 
 		}
 		charges.Add(1)
 		return nil
-	})
+	}
+	for i := range consumers {
+		name := "charge-orders"
+		if consumers > 1 {
+			name = fmt.Sprintf("charge-orders-%d", i+1)
+		}
+		router.AddConsumerHandler(name, tr.Topic, tr.Subscriber, charge)
+	}
 
 	runErr := make(chan error, 1)
 	go func() { runErr <- router.Run(ctx) }()
@@ -295,13 +363,22 @@ func runOnce(ctx context.Context, cfg Config, idempotency bool) (Result, error) 
 	}
 
 	start := time.Now()
-	if err := tr.Publisher.Publish(tr.Topic, msgs...); err != nil {
+	if err := publish(tr, msgs, cfg.Concurrency); err != nil {
 		_ = router.Close()
 		return res, fmt.Errorf("lab: publish: %w", err)
 	}
 
 	progress := time.NewTicker(2 * time.Second)
 	defer progress.Stop()
+	report := func(what string) {
+		if cfg.Progress == nil {
+			return
+		}
+		ackedMu.Lock()
+		n := len(acked)
+		ackedMu.Unlock()
+		fmt.Fprintf(cfg.Progress, "  idempotency %s: %d/%d messages acked, %d charges, %.0fs%s\n", runName, n, len(msgs), charges.Load(), time.Since(start).Seconds(), what)
+	}
 	var waitErr error
 wait:
 	for {
@@ -309,18 +386,19 @@ wait:
 		case <-allAcked:
 			break wait
 		case <-progress.C:
-			if cfg.Progress != nil {
-				ackedMu.Lock()
-				n := len(acked)
-				ackedMu.Unlock()
-				fmt.Fprintf(cfg.Progress, "  idempotency %s: %d/%d messages acked, %d charges, %.0fs\n", runName, n, len(msgs), charges.Load(), time.Since(start).Seconds())
-			}
+			report("")
 		case <-ctx.Done():
 			waitErr = fmt.Errorf("lab: run %q timed out: %w", runName, ctx.Err())
 			break wait
 		case err := <-runErr:
 			waitErr = fmt.Errorf("lab: router stopped: %w", err)
 			break wait
+		}
+	}
+	if waitErr == nil && tr.Pending != nil {
+		res.Pending, waitErr = drain(ctx, tr.Pending, progress.C, report)
+		if waitErr != nil {
+			waitErr = fmt.Errorf("lab: run %q: %d messages still in the broker after every ack: %w", runName, res.Pending, waitErr)
 		}
 	}
 	res.Elapsed = time.Since(start)
@@ -330,6 +408,7 @@ wait:
 
 	ackedMu.Lock()
 	res.Acked = len(acked)
+	res.LostAcks = len(lost)
 	ackedMu.Unlock()
 	res.Charges = int(charges.Load())
 	res.HandlerErrors = int(nacks.Load())
@@ -339,6 +418,69 @@ wait:
 	}
 	obs.mu.Unlock()
 	return res, waitErr
+}
+
+// publish sends msgs with up to workers concurrent Publish calls (as many
+// producers would), so that brokers whose publishers send one request per
+// message (SQS, SNS, a Kafka sync producer) are not the bottleneck.
+func publish(tr *Transport, msgs []*message.Message, workers int) error {
+	next := make(chan *message.Message)
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for m := range next {
+				if err := tr.Publisher.Publish(tr.Topic, m); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	var err error
+send:
+	for _, m := range msgs {
+		select {
+		case next <- m:
+		case err = <-errs:
+			break send
+		}
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	if err != nil {
+		return err
+	}
+	return <-errs // nil when no worker failed
+}
+
+// drainPoll is how often drain asks the broker what it still holds.
+const drainPoll = 50 * time.Millisecond
+
+// drain waits until pending reports zero messages left in the broker, and
+// returns the last count.
+func drain(ctx context.Context, pending func(context.Context) (int, error), progress <-chan time.Time, report func(string)) (int, error) {
+	poll := time.NewTicker(drainPoll)
+	defer poll.Stop()
+	for {
+		n, err := pending(ctx)
+		if err == nil && n == 0 {
+			return 0, nil
+		}
+		select {
+		case <-ctx.Done():
+			if err != nil {
+				return n, errors.Join(ctx.Err(), err)
+			}
+			return n, ctx.Err()
+		case <-progress:
+			report(fmt.Sprintf(", waiting for the broker to confirm the acks (%d pending)", n))
+		case <-poll.C:
+		}
+	}
 }
 
 // PrintTable writes the results as a table.
