@@ -28,7 +28,7 @@ import (
 // released and the redelivery must run it. Effects == distinct orders.
 func TestRouterEndToEnd(t *testing.T) {
 	const distinct, copies = 20, 3
-	scope := "charge-" + runID
+	scope := "charge-" + dedup.NewToken()[:12]
 	store := newStore(t, dynamo.Config{})
 	d, err := dedup.New(dedup.Config{
 		Store: store,

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,11 +21,13 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
 )
 
-// runID keeps keys unique across -count runs against the same server.
-var runID = dedup.NewToken()[:8]
+// testIDs gives every test invocation (including each -count repetition)
+// keys of its own on the shared table.
+var testIDs sync.Map // *testing.T → string
 
 func testKey(t *testing.T, name string) string {
-	return "test-" + runID + "-" + t.Name() + "-" + name
+	id, _ := testIDs.LoadOrStore(t, dedup.NewToken()[:8])
+	return "test-" + id.(string) + "-" + t.Name() + "-" + name
 }
 
 func mustClaim(t *testing.T, s dedup.Store, key, fingerprint string, lease time.Duration, want dedup.Outcome) dedup.ClaimResult {
