@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -29,20 +28,21 @@ type Kafka struct {
 	cluster *kfake.Cluster
 }
 
-// ConnectKafka uses the brokers listed in KAFKA_BROKERS, or starts an
-// embedded cluster (see StartKafka) with partitions partitions per
-// auto-created topic when the variable is unset or empty.
-func ConnectKafka(partitions int) (*Kafka, error) {
-	if env := strings.TrimSpace(os.Getenv(KafkaBrokersEnv)); env != "" {
-		var brokers []string
-		for _, b := range strings.Split(env, ",") {
-			if b = strings.TrimSpace(b); b != "" {
-				brokers = append(brokers, b)
-			}
+// ConnectKafka uses the comma-separated bootstrap brokers in list
+// (typically the value of KAFKA_BROKERS), or starts an embedded cluster
+// (see StartKafka) with partitions partitions per auto-created topic when
+// list is empty.
+func ConnectKafka(list string, partitions int) (*Kafka, error) {
+	var brokers []string
+	for _, b := range strings.Split(list, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			brokers = append(brokers, b)
 		}
-		return &Kafka{Brokers: brokers}, nil
 	}
-	return StartKafka(partitions)
+	if len(brokers) == 0 {
+		return StartKafka(partitions)
+	}
+	return &Kafka{Brokers: brokers}, nil
 }
 
 // StartKafka starts an in-process, in-memory Kafka-protocol cluster of one

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -36,10 +35,11 @@ type Redis struct {
 	done sync.WaitGroup
 }
 
-// ConnectRedis connects to REDIS_ADDR, or starts an embedded miniredis
-// (StartMiniredis) when it is unset or empty.
-func ConnectRedis() (*Redis, error) {
-	addr := strings.TrimSpace(os.Getenv(RedisAddrEnv))
+// ConnectRedis connects to addr ("host:port" or a redis:// or rediss://
+// URL; typically the value of REDIS_ADDR), or starts an embedded miniredis
+// (StartMiniredis) when addr is empty. It makes no request.
+func ConnectRedis(addr string) (*Redis, error) {
+	addr = strings.TrimSpace(addr)
 	if addr == "" {
 		return StartMiniredis()
 	}
@@ -47,7 +47,7 @@ func ConnectRedis() (*Redis, error) {
 	if strings.Contains(addr, "://") {
 		var err error
 		if opts, err = goredis.ParseURL(addr); err != nil {
-			return nil, fmt.Errorf("brokers: %s: %w", RedisAddrEnv, err)
+			return nil, fmt.Errorf("brokers: Redis address %q: %w", addr, err)
 		}
 	}
 	return &Redis{Client: goredis.NewClient(opts), Addr: opts.Addr}, nil
