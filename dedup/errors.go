@@ -39,6 +39,12 @@ var (
 	// everywhere.
 	ErrInvalidDuration = errors.New("dedup: invalid duration")
 
+	// ErrResultTooLarge: Complete was given a result larger than the store
+	// can hold (a DynamoDB item is at most 400 KB). Stores wrap it. The
+	// middleware then completes the record without the result, so the
+	// effect is still recorded, and logs the lost replay as an error.
+	ErrResultTooLarge = errors.New("dedup: result too large for the store")
+
 	// ErrCorruptResult: a stored result could not be decoded for replay.
 	// Permanent: the effect already happened, but its output cannot be
 	// reproduced; route the message to a poison queue for a human to look at.

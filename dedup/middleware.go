@@ -106,6 +106,9 @@ func (d *Deduplicator) handle(h message.HandlerFunc, msg *message.Message) ([]*m
 	}
 
 	claimCtx, cancel := context.WithTimeout(ctx, d.cfg.StoreTimeout)
+	// The lease certainly runs until claimedAt+Lease: the clock is read
+	// before the request that sets it.
+	claimedAt := d.cfg.Clock.Now()
 	start := time.Now()
 	res, err := d.cfg.Store.Claim(claimCtx, scoped, fingerprint, d.cfg.Lease)
 	elapsed := time.Since(start)
@@ -124,7 +127,7 @@ func (d *Deduplicator) handle(h message.HandlerFunc, msg *message.Message) ([]*m
 	switch res.Outcome {
 	case Acquired:
 		d.decide(info, Decision{Event: EventClaimWon, Op: "claim", Key: scoped, Elapsed: elapsed})
-		return d.run(h, msg, res.Claim, info)
+		return d.run(h, msg, res.Claim, info, claimedAt)
 	case Duplicate:
 		d.decide(info, Decision{Event: EventSkipDuplicate, Op: "claim", Key: scoped, Elapsed: elapsed})
 		if !d.cfg.Replay || len(res.Result) == 0 {
@@ -184,9 +187,8 @@ func (d *Deduplicator) cleanupContext(ctx context.Context) (context.Context, con
 	return context.WithTimeout(context.WithoutCancel(ctx), d.cfg.StoreTimeout)
 }
 
-func (d *Deduplicator) run(h message.HandlerFunc, msg *message.Message, claim Claim, info messageInfo) ([]*message.Message, error) {
+func (d *Deduplicator) run(h message.HandlerFunc, msg *message.Message, claim Claim, info messageInfo, claimedAt time.Time) ([]*message.Message, error) {
 	ctx := msg.Context()
-	claimedAt := d.cfg.Clock.Now()
 	hc := &HandlerClaim{Claim: claim, Retention: d.cfg.Retention, Replay: d.cfg.Replay}
 	handlerCtx, cancelHandler := context.WithCancelCause(context.WithValue(ctx, handlerClaimKey{}, hc))
 	msg.SetContext(handlerCtx)
@@ -255,6 +257,15 @@ func (d *Deduplicator) complete(ctx context.Context, claim Claim, info messageIn
 		err = d.cfg.Store.Complete(cctx, claim, result, d.cfg.Retention)
 		d.observeOp("complete", time.Since(start), err)
 		cancel()
+		if errors.Is(err, ErrResultTooLarge) && result != nil {
+			// Record the effect without its output rather than leave the
+			// key in progress (which would run the effect again after the
+			// lease): the replay is lost, the exactly-once effect is not.
+			d.decide(info, Decision{Event: EventStoreError, Op: "complete", Key: claim.Key,
+				Err: fmt.Errorf("storing the handler's output for replay (%d bytes); completing without it: %w", len(result), err)})
+			result = nil
+			continue
+		}
 		if err == nil || errors.Is(err, ErrClaimLost) || errors.Is(err, ErrInvalidDuration) || attempt >= d.cfg.CompleteRetries {
 			break
 		}

@@ -596,3 +596,28 @@ func TestHandlerCanStopHeartbeatAndCompleteItself(t *testing.T) {
 		t.Fatalf("duplicate after in-handler completion: %v, %v", replayed, err)
 	}
 }
+
+func TestResultTooLargeCompletesWithoutReplay(t *testing.T) {
+	store := newFaultStore(dedup.NewMemoryStore(nil))
+	logs := watermill.NewCaptureLogger()
+	d := newDedup(t, dedup.Config{Store: store, Replay: true, Logger: logs})
+	var calls atomic.Int32
+	h := d.Middleware(func(*message.Message) ([]*message.Message, error) {
+		calls.Add(1)
+		return []*message.Message{message.NewMessage("out", make([]byte, 1<<20))}, nil
+	})
+	store.inject("complete", fmt.Errorf("item too big: %w", dedup.ErrResultTooLarge))
+	if _, err := h(order("ORDER-1")); err != nil {
+		t.Fatal(err)
+	}
+	if n := store.count("complete"); n != 2 {
+		t.Fatalf("Complete called %d times, want 2 (with the result, then without)", n)
+	}
+	out, err := h(order("ORDER-1"))
+	if err != nil || len(out) != 0 || calls.Load() != 1 {
+		t.Fatalf("duplicate: out %d, err %v, handler calls %d; want a duplicate with no replay", len(out), err, calls.Load())
+	}
+	if !hasEvent(logs, watermill.ErrorLogLevel, dedup.EventStoreError) {
+		t.Fatalf("the lost replay was not logged as an error")
+	}
+}

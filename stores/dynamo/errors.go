@@ -1,6 +1,11 @@
 package dynamo
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+)
 
 var (
 	// ErrInvalidKey: the key cannot be stored in a DynamoDB partition key
@@ -10,8 +15,10 @@ var (
 	// ErrResultTooLarge: Complete was given a result that would push the
 	// item past DynamoDB's 400 KB item limit (see Store.MaxResultSize).
 	// Permanent for that result; the record is left unchanged (still
-	// in_progress), nothing is truncated.
-	ErrResultTooLarge = errors.New("dynamo: result too large for a DynamoDB item")
+	// in_progress), nothing is truncated. It matches dedup.ErrResultTooLarge,
+	// on which the dedup middleware completes the record without the result
+	// (the effect stays recorded; only its replay is lost, and logged).
+	ErrResultTooLarge = fmt.Errorf("dynamo: result too large for a DynamoDB item: %w", dedup.ErrResultTooLarge)
 
 	// ErrMalformedRecord: the table holds an item under the key that this
 	// store did not write or cannot read (missing or mistyped attributes,
