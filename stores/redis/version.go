@@ -30,7 +30,11 @@ func checkVersions(ctx context.Context, client goredis.UniversalClient) error {
 			return c.ForEachShard(ctx, fn)
 		})
 	case *goredis.Client:
-		return checkVersion(ctx, c, c.Options().Addr)
+		addr := c.Options().Addr
+		if addr == "FailoverClient" { // what redis.NewFailoverClient puts there
+			addr = "the Sentinel master"
+		}
+		return checkVersion(ctx, c, addr)
 	default:
 		return checkVersion(ctx, client, "the server")
 	}
