@@ -292,8 +292,8 @@ func TestRetryAfterMakesANackedMessageVisible(t *testing.T) {
 	a := localAWS(t)
 	ctx := context.Background()
 	for _, tc := range []struct {
-		name           string
-		retry          bool
+		name            string
+		retry           bool
 		visible, hidden int
 	}{
 		{"without", false, 0, 1},
