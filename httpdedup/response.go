@@ -89,6 +89,9 @@ func DecodeResponse(b []byte) (Response, error) {
 	if d.err == nil && fields > uint64(len(d.b))/2 { // every field takes at least two bytes
 		d.err = errTruncated
 	}
+	if d.err != nil {
+		return Response{}, fmt.Errorf("%w: %v", dedup.ErrCorruptResult, d.err)
+	}
 	header := make(http.Header, fields)
 	for i := uint64(0); d.err == nil && i < fields; i++ {
 		name := d.bytes()
