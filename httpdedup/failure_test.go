@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -384,10 +386,33 @@ func TestWebhookKeys(t *testing.T) {
 					t.Fatalf("redelivery: %d, replayed %q, runs %d", r.status, r.header.Get("Idempotent-Replayed"), runs)
 				}
 				noID := req{path: "/webhooks", account: "-", body: `{"type":"payment.succeeded"}`}
-				wantProblem(t, serve(t, hook, noID), http.StatusBadRequest, httpdedup.ProblemKeyMissing)
+				p := wantProblem(t, serve(t, hook, noID), http.StatusBadRequest, httpdedup.ProblemKeyMissing)
+				want := map[string]string{"header": "Webhook-Id", "body": "json:id"}[name]
+				if !strings.Contains(p.Detail, want) {
+					t.Fatalf("detail %q does not name %s", p.Detail, want)
+				}
 			})
 		}
 	})
+}
+
+func TestCustomKeyErrorsAreNotShownToClients(t *testing.T) {
+	for name, c := range map[string]struct {
+		err     error
+		problem string
+	}{
+		"missing": {fmt.Errorf("lookup in table tenant_keys: %w", httpdedup.ErrKeyMissing), httpdedup.ProblemKeyMissing},
+		"other":   {errors.New("lookup in table tenant_keys failed"), httpdedup.ProblemKeyInvalid},
+	} {
+		m := newMiddleware(t, httpdedup.Config{Store: dedup.NewMemoryStore(nil), Key: func(*http.Request, httpdedup.BodyFunc) (string, error) {
+			return "", c.err
+		}})
+		h := m.Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("the handler ran") }))
+		p := wantProblem(t, serve(t, h, req{}), http.StatusBadRequest, c.problem)
+		if strings.Contains(p.Detail, "tenant_keys") {
+			t.Fatalf("%s: detail %q shows the KeyFunc's error", name, p.Detail)
+		}
+	}
 }
 
 func TestBodyKeyOverTheLimitGets413(t *testing.T) {

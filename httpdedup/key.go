@@ -35,30 +35,31 @@ func HeaderKey(name string) KeyFunc {
 		values := r.Header.Values(name)
 		switch len(values) {
 		case 0:
-			return "", fmt.Errorf("%w: no %s header", ErrKeyMissing, name)
+			return "", &KeyError{Missing: true, Reason: "no " + name + " header"}
 		case 1:
 		default:
-			return "", fmt.Errorf("%w: %s header sent %d times", ErrKeyInvalid, name, len(values))
+			return "", &KeyError{Reason: fmt.Sprintf("%s header sent %d times", name, len(values))}
 		}
 		key, err := ParseKey(values[0])
-		if err != nil {
-			return "", fmt.Errorf("%w (%s header)", err, name)
+		var ke *KeyError
+		if errors.As(err, &ke) {
+			return "", &KeyError{Reason: name + " header: " + ke.Reason}
 		}
 		return key, nil
 	}
 }
 
 // ParseKey decodes an idempotency key header value, quoted or bare, as
-// HeaderKey describes. Its errors match ErrKeyInvalid.
+// HeaderKey describes. Its errors are *KeyError matching ErrKeyInvalid.
 func ParseKey(value string) (string, error) {
 	v := strings.Trim(value, " \t")
 	if v == "" {
-		return "", fmt.Errorf("%w: empty value", ErrKeyInvalid)
+		return "", invalid("empty value")
 	}
 	if v[0] != '"' {
 		for i := 0; i < len(v); i++ {
 			if !printable(v[i]) {
-				return "", fmt.Errorf("%w: byte 0x%02x at offset %d is not printable ASCII", ErrKeyInvalid, v[i], i)
+				return "", invalid("byte 0x%02x at offset %d is not printable ASCII", v[i], i)
 			}
 		}
 		return v, nil
@@ -70,24 +71,28 @@ func ParseKey(value string) (string, error) {
 		case c == '\\':
 			i++
 			if i == len(v) || (v[i] != '"' && v[i] != '\\') {
-				return "", fmt.Errorf("%w: bad escape in quoted string", ErrKeyInvalid)
+				return "", invalid("bad escape in quoted string")
 			}
 			b.WriteByte(v[i])
 		case c == '"':
 			if i != len(v)-1 {
-				return "", fmt.Errorf("%w: %q follows the closing quote", ErrKeyInvalid, v[i+1:])
+				return "", invalid("%q follows the closing quote", v[i+1:])
 			}
 			if b.Len() == 0 {
-				return "", fmt.Errorf("%w: empty quoted string", ErrKeyInvalid)
+				return "", invalid("empty quoted string")
 			}
 			return b.String(), nil
 		case !printable(c):
-			return "", fmt.Errorf("%w: byte 0x%02x in quoted string is not printable ASCII", ErrKeyInvalid, c)
+			return "", invalid("byte 0x%02x in quoted string is not printable ASCII", c)
 		default:
 			b.WriteByte(c)
 		}
 	}
-	return "", fmt.Errorf("%w: quoted string has no closing quote", ErrKeyInvalid)
+	return "", invalid("quoted string has no closing quote")
+}
+
+func invalid(format string, args ...any) error {
+	return &KeyError{Reason: fmt.Sprintf(format, args...)}
 }
 
 func printable(c byte) bool { return c >= 0x20 && c <= 0x7e }
@@ -95,14 +100,14 @@ func printable(c byte) bool { return c >= 0x20 && c <= 0x7e }
 // checkKey applies the rules every key must pass, whatever KeyFunc made it.
 func checkKey(key string, maxLen int) error {
 	if strings.Trim(key, " ") == "" {
-		return fmt.Errorf("%w: empty or blank key", ErrKeyInvalid)
+		return invalid("empty or blank key")
 	}
 	if len(key) > maxLen {
-		return fmt.Errorf("%w: key is %d bytes, longer than %d", ErrKeyInvalid, len(key), maxLen)
+		return invalid("key is %d bytes, longer than %d", len(key), maxLen)
 	}
 	for i := 0; i < len(key); i++ {
 		if !printable(key[i]) {
-			return fmt.Errorf("%w: byte 0x%02x at offset %d is not printable ASCII", ErrKeyInvalid, key[i], i)
+			return invalid("byte 0x%02x at offset %d is not printable ASCII", key[i], i)
 		}
 	}
 	return nil
@@ -122,10 +127,15 @@ func BodyKey(fn dedup.KeyFunc) KeyFunc {
 		}
 		key, err := fn(message.NewMessage("", b))
 		if err != nil {
-			if errors.Is(err, dedup.ErrNoKey) {
-				return "", fmt.Errorf("%w: %w", ErrKeyMissing, err)
+			if !errors.Is(err, dedup.ErrNoKey) {
+				return "", err
 			}
-			return "", err
+			reason := "no key in the request body"
+			var ke *dedup.KeyError
+			if errors.As(err, &ke) && ke.Field != "" && ke.Reason != "" {
+				reason = ke.Field + ": " + ke.Reason
+			}
+			return "", &KeyError{Missing: true, Reason: reason, Err: err}
 		}
 		return key, nil
 	}

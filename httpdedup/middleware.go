@@ -133,13 +133,14 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		case errors.Is(err, ErrKeyMissing):
 			m.decide(info, dedup.Decision{Event: dedup.EventKeyMissing, Err: err})
 			m.problem(w, http.StatusBadRequest, ProblemKeyMissing, "Idempotency key missing",
-				"This operation requires an idempotency key: "+err.Error()+".")
+				"This operation requires an idempotency key"+keyReason(err)+".")
 		case body.read && body.err != nil && errors.Is(err, body.err):
 			m.decide(info, dedup.Decision{Event: dedup.EventKeyMissing, Err: err})
 			m.problem(w, http.StatusBadRequest, ProblemBodyUnreadable, "Request body unreadable", "The request body could not be read.")
 		default:
 			m.decide(info, dedup.Decision{Event: dedup.EventKeyMissing, Err: err})
-			m.problem(w, http.StatusBadRequest, ProblemKeyInvalid, "Idempotency key invalid", err.Error()+".")
+			m.problem(w, http.StatusBadRequest, ProblemKeyInvalid, "Idempotency key invalid",
+				"The idempotency key is malformed"+keyReason(err)+".")
 		}
 		return
 	}
@@ -219,6 +220,16 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.problem(w, http.StatusUnprocessableEntity, ProblemKeyReused, "Idempotency key reused",
 			"This idempotency key was used with a different request; use a new key for a new request.")
 	}
+}
+
+// keyReason is ": " and the client-facing reason of a *KeyError, or ""
+// for other errors, whose text is not meant for clients.
+func keyReason(err error) string {
+	var ke *KeyError
+	if errors.As(err, &ke) && ke.Reason != "" {
+		return ": " + ke.Reason
+	}
+	return ""
 }
 
 // cleanupContext is for Complete, Release and Extend: they run even when the

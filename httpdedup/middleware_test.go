@@ -253,6 +253,9 @@ func TestInvalidKeysGet400(t *testing.T) {
 				if !strings.HasSuffix(p.Type, "#"+httpdedup.ProblemKeyInvalid) {
 					t.Fatalf("%s on %s: type %q", name, path, p.Type)
 				}
+				if !strings.HasPrefix(p.Detail, "The idempotency key is malformed: ") || len(p.Detail) < 40 {
+					t.Fatalf("%s: detail %q does not say why", name, p.Detail)
+				}
 			}
 		}
 		if a.pay.runs.Load() != 0 {
