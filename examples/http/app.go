@@ -46,11 +46,11 @@ type app struct {
 	router *message.Router
 	mux    *http.ServeMux
 
-	paymentSeq     atomic.Int64 // ids pay_0001, pay_0002, ...
-	paymentsMade   atomic.Int64 // effects of POST /payments
-	webhookEvents  atomic.Int64 // effects of the webhook receiver
-	receiptsSent   atomic.Int64 // effects of the consumer
-	routerRunning  chan struct{}
+	paymentSeq     atomic.Int64                               // ids pay_0001, pay_0002, ...
+	paymentsMade   atomic.Int64                               // effects of POST /payments
+	webhookEvents  atomic.Int64                               // effects of the webhook receiver
+	receiptsSent   atomic.Int64                               // effects of the consumer
+	demoDelay      func(ctx context.Context, d time.Duration) // X-Demo-Delay; tests replace it
 	routerFinished chan struct{}
 	closeOnce      sync.Once
 }
@@ -89,7 +89,7 @@ func newApp(ctx context.Context, client goredis.UniversalClient, logger watermil
 		return nil, err
 	}
 	a := &app{client: client, store: store, mux: http.NewServeMux(),
-		routerRunning: make(chan struct{}), routerFinished: make(chan struct{})}
+		routerFinished: make(chan struct{}), demoDelay: sleep}
 
 	// The API: Idempotency-Key required, scoped by account.
 	api, err := httpdedup.New(httpdedup.Config{
@@ -196,10 +196,7 @@ func (a *app) createPayment(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if d, err := time.ParseDuration(r.Header.Get("X-Demo-Delay")); err == nil && d > 0 {
-		select {
-		case <-time.After(min(d, 30*time.Second)):
-		case <-r.Context().Done():
-		}
+		a.demoDelay(r.Context(), min(d, 30*time.Second))
 	}
 	account, _ := accountIdentity(r)
 	p := payment{
@@ -272,6 +269,16 @@ func (a *app) records(w http.ResponseWriter, r *http.Request) {
 	}
 	slices.Sort(keys)
 	writeJSON(w, http.StatusOK, keys)
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
