@@ -24,6 +24,9 @@ type Kafka struct {
 	Brokers []string
 	// Embedded reports whether the cluster is an in-process kfake cluster.
 	Embedded bool
+	// Partitioner picks the partition of a published message. Defaults to
+	// Sarama's random partitioner (see Publisher).
+	Partitioner sarama.PartitionerConstructor
 
 	cluster *kfake.Cluster
 }
@@ -93,6 +96,9 @@ func (k *Kafka) SaramaConfig() *sarama.Config {
 	c.Producer.Return.Successes = true
 	c.Producer.Retry.Max = 10
 	c.Producer.Partitioner = sarama.NewRandomPartitioner
+	if k.Partitioner != nil {
+		c.Producer.Partitioner = k.Partitioner
+	}
 	c.Metadata.Retry.Backoff = 100 * time.Millisecond
 	c.Consumer.Return.Errors = true
 	c.Consumer.Offsets.Initial = sarama.OffsetOldest
@@ -133,9 +139,10 @@ func (k *Kafka) DeleteTopic(topic string) error {
 }
 
 // Publisher returns a watermill-kafka publisher (Sarama sync producer).
-// Messages without a partition key are spread over the partitions at random
-// (Sarama's random partitioner), so copies of one order land on different
-// partitions; marshaler nil means kafka.DefaultMarshaler.
+// Messages are spread over the partitions by k.Partitioner, at random by
+// default, so copies of one order land on different partitions (a producer
+// keying messages by order id would put them all on one); marshaler nil
+// means kafka.DefaultMarshaler.
 func (k *Kafka) Publisher(marshaler kafka.Marshaler, logger watermill.LoggerAdapter) (*kafka.Publisher, error) {
 	if marshaler == nil {
 		marshaler = kafka.DefaultMarshaler{}
