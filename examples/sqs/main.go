@@ -268,7 +268,7 @@ func runWith(ctx context.Context, cfg config, orders []publication, l *ledger, p
 
 	ctx, cancelTimeout := context.WithTimeout(ctx, cfg.timeout)
 	defer cancelTimeout()
-	messages, distinct := 0, map[string]bool{}
+	published, distinct := map[string]bool{}, map[string]bool{}
 	for _, pub := range orders {
 		if pub.failFirst {
 			l.mu.Lock()
@@ -286,7 +286,7 @@ func runWith(ctx context.Context, cfg config, orders []publication, l *ledger, p
 			if err != nil {
 				return fmt.Errorf("publishing %s: %w", pub.order.OrderID, err)
 			}
-			messages++
+			published[msg.UUID] = true
 		}
 		distinct[pub.order.OrderID] = true
 		where := "queue " + cfg.queue
@@ -302,8 +302,8 @@ func runWith(ctx context.Context, cfg config, orders []publication, l *ledger, p
 
 	// Done when every message was acked and SQS holds none of them any more
 	// (the acks are DeleteMessage calls, made after the handler returns).
-	if err := acks.wait(ctx, messages); err != nil {
-		return fmt.Errorf("waiting for %d acks: %w", messages, err)
+	if err := acks.wait(ctx, published); err != nil {
+		return fmt.Errorf("waiting for %d acks: %w", len(published), err)
 	}
 	for _, url := range []string{queueURL, snsQueueURL} {
 		if err := waitEmpty(ctx, a, url); err != nil {
@@ -311,12 +311,12 @@ func runWith(ctx context.Context, cfg config, orders []publication, l *ledger, p
 		}
 	}
 	summary, charges := l.summary()
-	fmt.Fprintf(out, "\n%d messages, %d distinct orders, %d charges: %s\n", messages, len(distinct), charges, summary)
+	fmt.Fprintf(out, "\n%d messages, %d distinct orders, %d charges: %s\n", len(published), len(distinct), charges, summary)
 	fmt.Fprintf(out, "queues %s and %s: no message waiting or in flight\n", cfg.queue, cfg.snsQueue)
 	return nil
 }
 
-// ackCounter counts the distinct messages (by UUID) acked by the router.
+// ackCounter records which messages (by UUID) the router acked.
 type ackCounter struct {
 	mu    sync.Mutex
 	acked map[string]bool
@@ -343,18 +343,24 @@ func (c *ackCounter) middleware(h message.HandlerFunc) message.HandlerFunc {
 	}
 }
 
-func (c *ackCounter) wait(ctx context.Context, n int) error {
+// wait returns once every message in uuids was acked.
+func (c *ackCounter) wait(ctx context.Context, uuids map[string]bool) error {
 	for {
 		c.mu.Lock()
-		done := len(c.acked) >= n
+		missing := 0
+		for id := range uuids {
+			if !c.acked[id] {
+				missing++
+			}
+		}
 		c.mu.Unlock()
-		if done {
+		if missing == 0 {
 			return nil
 		}
 		select {
 		case <-c.added:
 		case <-ctx.Done():
-			return ctx.Err()
+			return fmt.Errorf("%d not acked: %w", missing, ctx.Err())
 		}
 	}
 }
