@@ -34,6 +34,15 @@ var (
 	// Complete, Release and Extend return it without changing anything.
 	ErrClaimLost = errors.New("dedup: claim lost")
 
+	// ErrAlreadyCompleted: the record is completed and carries this very
+	// claim's token: an earlier Complete of the same claim succeeded (its
+	// reply may have been lost and the call retried). It matches
+	// ErrClaimLost (the claim can no longer release, extend or complete the
+	// record), but a Complete that returns it has nothing left to do: the
+	// middleware counts the record as completed. Stores that can tell this
+	// case apart wrap it; others return plain ErrClaimLost.
+	ErrAlreadyCompleted = fmt.Errorf("%w: the record was already completed by this claim", ErrClaimLost)
+
 	// ErrInvalidDuration: a lease, retention or interval of zero or less was
 	// given. In Redis a zero TTL means "never expires", so it is refused
 	// everywhere.

@@ -108,6 +108,9 @@ func (s *MemoryStore) Complete(ctx context.Context, c Claim, result []byte, rete
 	defer s.mu.Unlock()
 	r := s.owned(c, now)
 	if r == nil {
+		if r := s.live(c.Key, now); r != nil && r.completed && r.token == c.Token {
+			return ErrAlreadyCompleted
+		}
 		return ErrClaimLost
 	}
 	r.completed = true

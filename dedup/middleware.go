@@ -274,7 +274,9 @@ func (d *Deduplicator) complete(ctx context.Context, claim Claim, info messageIn
 	}
 	elapsed := d.cfg.Clock.Now().Sub(claimedAt)
 	switch {
-	case err == nil:
+	case err == nil || errors.Is(err, ErrAlreadyCompleted):
+		// ErrAlreadyCompleted: an earlier attempt whose reply was lost
+		// completed the record with this claim.
 		d.decide(info, Decision{Event: EventCompleted, Op: "complete", Key: claim.Key, Elapsed: elapsed})
 	case errors.Is(err, ErrClaimLost):
 		d.decide(info, Decision{Event: EventClaimLost, Op: "complete", Key: claim.Key, Elapsed: elapsed,

@@ -63,8 +63,16 @@ func (f *faultStore) Claim(ctx context.Context, key, fp string, lease time.Durat
 	return f.Store.Claim(ctx, key, fp, lease)
 }
 
+// errReplyLost makes the faultStore perform the operation and then report a
+// network error, as when the reply is lost on the way back.
+var errReplyLost = errors.New("reply lost")
+
 func (f *faultStore) Complete(ctx context.Context, c dedup.Claim, r []byte, ret time.Duration) error {
 	if err := f.next("complete"); err != nil {
+		if err == errReplyLost {
+			_ = f.Store.Complete(ctx, c, r, ret)
+			return errNetwork
+		}
 		return err
 	}
 	return f.Store.Complete(ctx, c, r, ret)
@@ -619,5 +627,25 @@ func TestResultTooLargeCompletesWithoutReplay(t *testing.T) {
 	}
 	if !hasEvent(logs, watermill.ErrorLogLevel, dedup.EventStoreError) {
 		t.Fatalf("the lost replay was not logged as an error")
+	}
+}
+
+func TestCompleteWhoseReplyWasLostCountsAsCompleted(t *testing.T) {
+	store := newFaultStore(dedup.NewMemoryStore(nil))
+	logs := watermill.NewCaptureLogger()
+	d := newDedup(t, dedup.Config{Store: store, Logger: logs, CompleteBackoff: time.Millisecond})
+	h := d.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })
+	store.inject("complete", errReplyLost)
+	if _, err := h(order("ORDER-1")); err != nil {
+		t.Fatal(err)
+	}
+	if n := store.count("complete"); n != 2 {
+		t.Fatalf("Complete called %d times, want 2", n)
+	}
+	if hasEvent(logs, watermill.ErrorLogLevel, dedup.EventClaimLost) {
+		t.Fatalf("a retried Complete that found its own completed record was logged as claim_lost")
+	}
+	if _, err := h(order("ORDER-1")); err != nil {
+		t.Fatal(err)
 	}
 }

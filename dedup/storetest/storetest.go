@@ -295,13 +295,22 @@ func testStaleToken(e *env) {
 	key := e.key("k")
 	c := e.acquire(key, "", longLease)
 	stale := dedup.Claim{Key: key, Token: dedup.NewToken()}
-	expectClaimLost(e.t, "Complete with a foreign token", e.store.Complete(e.ctx, stale, []byte("x"), longLease))
+	err := e.store.Complete(e.ctx, stale, []byte("x"), longLease)
+	expectClaimLost(e.t, "Complete with a foreign token", err)
+	if errors.Is(err, dedup.ErrAlreadyCompleted) {
+		e.t.Fatalf("Complete with a foreign token reported ErrAlreadyCompleted")
+	}
 	expectClaimLost(e.t, "Release with a foreign token", e.store.Release(e.ctx, stale))
 	expectClaimLost(e.t, "Extend with a foreign token", e.store.Extend(e.ctx, stale, longLease))
 	e.expect(key, "", dedup.InProgress) // nothing deleted, nothing completed
 	e.complete(c, []byte("owner"), longLease)
 	if res := e.expect(key, "", dedup.Duplicate); string(res.Result) != "owner" {
 		e.t.Fatalf("result = %q, want the owner's", res.Result)
+	}
+	err = e.store.Complete(e.ctx, stale, []byte("x"), longLease)
+	expectClaimLost(e.t, "Complete of a completed record with a foreign token", err)
+	if errors.Is(err, dedup.ErrAlreadyCompleted) {
+		e.t.Fatalf("Complete with a foreign token of a record completed by another claim reported ErrAlreadyCompleted")
 	}
 
 	missing := dedup.Claim{Key: e.key("never-claimed"), Token: dedup.NewToken()}
@@ -321,7 +330,10 @@ func testCompletedIsFinal(e *env) {
 	e.complete(c, []byte("first"), longLease)
 	expectClaimLost(e.t, "Release after Complete", e.store.Release(e.ctx, c))
 	expectClaimLost(e.t, "Extend after Complete", e.store.Extend(e.ctx, c, short))
-	expectClaimLost(e.t, "Complete after Complete", e.store.Complete(e.ctx, c, []byte("second"), short))
+	err := e.store.Complete(e.ctx, c, []byte("second"), short)
+	expectClaimLost(e.t, "Complete after Complete", err)
+	// A store may say why (dedup.ErrAlreadyCompleted); it must not claim
+	// that for a record it never completed (see testStaleToken).
 	e.wait(2 * short)
 	if res := e.expect(key, "", dedup.Duplicate); string(res.Result) != "first" {
 		e.t.Fatalf("result = %q, want %q", res.Result, "first")

@@ -3,6 +3,8 @@ package redis
 import (
 	"errors"
 	"fmt"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
 )
 
 // Why a claim was lost. Complete, Release and Extend return errors that match
@@ -23,7 +25,9 @@ var (
 	// this may also mean that an earlier attempt of the same call succeeded
 	// but its reply was lost (go-redis retries a command after a network
 	// error, up to Options.MaxRetries): the effect is recorded either way.
-	ErrAlreadyCompleted = errors.New("dedup/redis: the record was already completed by this claim")
+	// It matches dedup.ErrAlreadyCompleted, which the middleware counts as
+	// completed.
+	ErrAlreadyCompleted = fmt.Errorf("dedup/redis: the record was already completed by this claim: %w", dedup.ErrAlreadyCompleted)
 )
 
 // ErrUnknownFormat: the value under a key is not a record this version can
