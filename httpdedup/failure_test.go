@@ -77,19 +77,16 @@ func TestCompleteFailureStillSendsTheResponse(t *testing.T) {
 	a := newAPI(t, store, httpdedup.Config{Clock: clock, DisableHeartbeat: true, Observer: rec, CompleteRetries: 2, CompleteBackoff: time.Second})
 
 	done := make(chan response, 1)
+	first := req{key: "k", body: "x"}.build(t, a.srv.URL)
 	go func() {
-		r, err := send(a.srv, req{key: "k", body: "x"}.build(t, a.srv.URL))
+		r, err := send(a.srv, first)
 		if err != nil {
 			r.status = -1
 		}
 		done <- r
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	for _, backoff := range []time.Duration{time.Second, 2 * time.Second} {
-		if err := clock.WaitForTimers(ctx, 1); err != nil {
-			t.Fatal(err)
-		}
+		waitTimers(t, clock, 1)
 		clock.Advance(backoff)
 	}
 	r := <-done
@@ -120,13 +117,12 @@ func TestCompleteRetrySucceeds(t *testing.T) {
 	store.completeFailures.Store(1)
 	a := newAPI(t, store, httpdedup.Config{Clock: clock, DisableHeartbeat: true})
 	done := make(chan int, 1)
+	first := req{key: "k", body: "x"}.build(t, a.srv.URL)
 	go func() {
-		r, _ := send(a.srv, req{key: "k", body: "x"}.build(t, a.srv.URL))
+		r, _ := send(a.srv, first)
 		done <- r.status
 	}()
-	if err := clock.WaitForTimers(context.Background(), 1); err != nil {
-		t.Fatal(err)
-	}
+	waitTimers(t, clock, 1)
 	clock.Advance(httpdedup.DefaultCompleteBackoff)
 	if s := <-done; s != http.StatusCreated {
 		t.Fatalf("status %d", s)
@@ -158,26 +154,22 @@ func TestHeartbeatKeepsASlowHandlersClaim(t *testing.T) {
 	m := newMiddleware(t, httpdedup.Config{Store: store, Clock: clock, Lease: 30 * time.Second})
 	srv := httptest.NewServer(m.Require(blocking))
 	t.Cleanup(srv.Close)
+	t.Cleanup(blocking.unblock)
 
 	done := make(chan response, 1)
+	slow := req{key: "k-slow", body: "x"}.build(t, srv.URL)
 	go func() {
-		r, _ := send(srv, req{key: "k-slow", body: "x"}.build(t, srv.URL))
+		r, _ := send(srv, slow)
 		done <- r
 	}()
 	<-blocking.started
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	for i := 0; i < 9; i++ { // 90s: three leases
-		if err := clock.WaitForTimers(ctx, 1); err != nil {
-			t.Fatal(err)
-		}
+		waitTimers(t, clock, 1)
 		clock.Advance(10 * time.Second)
 	}
-	if err := clock.WaitForTimers(ctx, 1); err != nil { // the ninth extension is done
-		t.Fatal(err)
-	}
+	waitTimers(t, clock, 1)
 	wantProblem(t, mustSend(t, srv, req{key: "k-slow", body: "x"}), http.StatusConflict, httpdedup.ProblemRequestInProgress)
-	close(blocking.release)
+	blocking.unblock()
 	first := <-done
 	if first.status != http.StatusCreated {
 		t.Fatalf("slow handler: %d", first.status)
@@ -196,16 +188,17 @@ func TestWithoutHeartbeatASlowHandlerIsTakenOver(t *testing.T) {
 	m := newMiddleware(t, httpdedup.Config{Store: store, Clock: clock, Lease: 30 * time.Second, DisableHeartbeat: true})
 	h := m.Require(blocking)
 	done := make(chan struct{})
+	firstReq, secondReq := req{key: "k-slow", body: "x"}.build(t, "http://api.test"), req{key: "k-slow", body: "x"}.build(t, "http://api.test")
 	go func() {
 		defer close(done)
-		serve(t, h, req{key: "k-slow", body: "x"})
+		serveRequest(h, firstReq)
 	}()
 	<-blocking.started
 	clock.Advance(30 * time.Second)
 	second := make(chan response, 1)
-	go func() { second <- serve(t, h, req{key: "k-slow", body: "x"}) }()
+	go func() { second <- serveRequest(h, secondReq) }()
 	<-blocking.started // the second request runs the handler too
-	close(blocking.release)
+	blocking.unblock()
 	<-done
 	<-second
 	if blocking.runs.Load() != 2 {
@@ -224,9 +217,11 @@ func TestHeartbeatExtendsTheRedisRecord(t *testing.T) {
 	blocking := newBlockingHandler(&payments{})
 	m := newMiddleware(t, httpdedup.Config{Store: store, Clock: clock, Lease: time.Hour, Heartbeat: 20 * time.Minute})
 	done := make(chan struct{})
+	hbReq := req{key: "k-hb", body: "x"}.build(t, "http://api.test")
+	t.Cleanup(blocking.unblock)
 	go func() {
 		defer close(done)
-		serve(t, m.Require(blocking), req{key: "k-hb", body: "x"})
+		serveRequest(m.Require(blocking), hbReq)
 	}()
 	<-blocking.started
 	redisKey := store.RedisKey(dedup.ScopedKey(httpdedup.Scope("acct_1", "POST", "/payments"), "k-hb"))
@@ -234,13 +229,9 @@ func TestHeartbeatExtendsTheRedisRecord(t *testing.T) {
 	if err := client.PExpire(ctx, redisKey, time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := clock.WaitForTimers(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
+	waitTimers(t, clock, 1)
 	clock.Advance(20 * time.Minute)
-	if err := clock.WaitForTimers(ctx, 1); err != nil { // the extension is done
-		t.Fatal(err)
-	}
+	waitTimers(t, clock, 1)
 	ttl, err := client.PTTL(ctx, redisKey).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -248,7 +239,7 @@ func TestHeartbeatExtendsTheRedisRecord(t *testing.T) {
 	if ttl <= time.Minute {
 		t.Fatalf("PTTL %v after a heartbeat; want the lease (1h) again", ttl)
 	}
-	close(blocking.release)
+	blocking.unblock()
 	<-done
 }
 
@@ -264,10 +255,9 @@ func TestLostClaimCancelsTheHandler(t *testing.T) {
 	})
 	m := newMiddleware(t, httpdedup.Config{Store: store, Clock: clock, Observer: rec})
 	done := make(chan response, 1)
-	go func() { done <- serve(t, m.Require(h), req{key: "k"}) }()
-	if err := clock.WaitForTimers(context.Background(), 1); err != nil {
-		t.Fatal(err)
-	}
+	lostReq := req{key: "k"}.build(t, "http://api.test")
+	go func() { done <- serveRequest(m.Require(h), lostReq) }()
+	waitTimers(t, clock, 1)
 	clock.Advance(httpdedup.DefaultLease / 3)
 	if err := <-cause; !errors.Is(err, dedup.ErrClaimLost) {
 		t.Fatalf("handler context cause %v, want ErrClaimLost", err)

@@ -203,8 +203,14 @@ func (q req) build(t testing.TB, base string) *http.Request {
 // header) can be tested too.
 func serve(t testing.TB, h http.Handler, q req) response {
 	t.Helper()
+	return serveRequest(h, q.build(t, "http://api.test"))
+}
+
+// serveRequest is serve for goroutines: it takes a built request and never
+// calls t.
+func serveRequest(h http.Handler, r *http.Request) response {
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, q.build(t, "http://api.test"))
+	h.ServeHTTP(rec, r)
 	res := rec.Result()
 	body, _ := io.ReadAll(res.Body)
 	return response{status: res.StatusCode, header: res.Header, body: body}
@@ -238,6 +244,7 @@ func mustSend(t *testing.T, srv *httptest.Server, q req) response {
 type blockingHandler struct {
 	started chan struct{}
 	release chan struct{}
+	once    sync.Once
 	runs    atomic.Int64
 	inner   http.Handler
 }
@@ -245,6 +252,11 @@ type blockingHandler struct {
 func newBlockingHandler(inner http.Handler) *blockingHandler {
 	return &blockingHandler{started: make(chan struct{}, 16), release: make(chan struct{}), inner: inner}
 }
+
+// unblock lets every run finish; tests also register it with t.Cleanup
+// (after the server's Close, so it runs first) so that a failing test does
+// not leave the server waiting for a blocked handler.
+func (b *blockingHandler) unblock() { b.once.Do(func() { close(b.release) }) }
 
 func (b *blockingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b.runs.Add(1)
@@ -325,3 +337,14 @@ func (s *faultyStore) Extend(ctx context.Context, c dedup.Claim, lease time.Dura
 var epoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 func newFakeClock() *fakeclock.Clock { return fakeclock.New(epoch) }
+
+// waitTimers waits until n timers are pending on clock: a goroutine of the
+// middleware (heartbeat, Complete backoff) is waiting for time to pass.
+func waitTimers(t *testing.T, clock *fakeclock.Clock, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := clock.WaitForTimers(ctx, n); err != nil {
+		t.Fatalf("waiting for %d pending timer(s): %v", n, err)
+	}
+}

@@ -104,12 +104,14 @@ func TestInFlightKeyGets409ThenReplay(t *testing.T) {
 		m := newMiddleware(t, httpdedup.Config{Store: store})
 		srv := httptest.NewServer(m.Require(blocking))
 		t.Cleanup(srv.Close)
+		t.Cleanup(blocking.unblock)
 		q := req{key: "k-inflight", body: `{"amount":1}`}
 
 		firstDone := make(chan response, 1)
 		firstErr := make(chan error, 1)
+		firstReq := q.build(t, srv.URL)
 		go func() {
-			r, err := send(srv, q.build(t, srv.URL))
+			r, err := send(srv, firstReq)
 			firstErr <- err
 			firstDone <- r
 		}()
@@ -121,7 +123,7 @@ func TestInFlightKeyGets409ThenReplay(t *testing.T) {
 			t.Fatalf("Retry-After = %q, want 1", got)
 		}
 
-		close(blocking.release)
+		blocking.unblock()
 		if err := <-firstErr; err != nil {
 			t.Fatal(err)
 		}
@@ -164,15 +166,17 @@ func TestKeyReusedWhileInFlightGets422(t *testing.T) {
 		m := newMiddleware(t, httpdedup.Config{Store: store})
 		srv := httptest.NewServer(m.Require(blocking))
 		t.Cleanup(srv.Close)
+		t.Cleanup(blocking.unblock)
 
 		done := make(chan error, 1)
+		firstReq := req{key: "k", body: "a"}.build(t, srv.URL)
 		go func() {
-			_, err := send(srv, req{key: "k", body: "a"}.build(t, srv.URL))
+			_, err := send(srv, firstReq)
 			done <- err
 		}()
 		<-blocking.started
 		wantProblem(t, mustSend(t, srv, req{key: "k", body: "b"}), http.StatusUnprocessableEntity, httpdedup.ProblemKeyReused)
-		close(blocking.release)
+		blocking.unblock()
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
