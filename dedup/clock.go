@@ -10,6 +10,9 @@ type Clock interface {
 	Now() time.Time
 	// NewTimer returns a timer that fires once d has passed.
 	NewTimer(d time.Duration) Timer
+	// AfterFunc calls f in its own goroutine once d has passed, unless the
+	// returned timer is stopped first. Its C channel is not used.
+	AfterFunc(d time.Duration, f func()) Timer
 }
 
 // Timer is a one-shot timer from a Clock.
@@ -28,6 +31,9 @@ func (RealClock) Now() time.Time { return time.Now() }
 
 // NewTimer returns a timer backed by time.NewTimer.
 func (RealClock) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
+
+// AfterFunc returns a timer backed by time.AfterFunc.
+func (RealClock) AfterFunc(d time.Duration, f func()) Timer { return realTimer{time.AfterFunc(d, f)} }
 
 type realTimer struct{ t *time.Timer }
 

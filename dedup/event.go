@@ -90,6 +90,10 @@ func (d Decision) fields() watermill.LogFields {
 }
 
 func (d Decision) log(l watermill.LoggerAdapter) {
+	switch l.(type) {
+	case watermill.NopLogger, *watermill.NopLogger:
+		return // skip building the fields
+	}
 	msg := "dedup: " + string(d.Event)
 	switch d.Event {
 	case EventClaimWon, EventCompleted:

@@ -27,6 +27,7 @@ type timer struct {
 	c  *Clock
 	at time.Time
 	ch chan time.Time
+	f  func() // AfterFunc timers call f in a goroutine instead of sending on ch
 }
 
 // New returns a clock showing start.
@@ -49,6 +50,21 @@ func (c *Clock) NewTimer(d time.Duration) dedup.Timer {
 	t := &timer{c: c, at: c.now.Add(d), ch: make(chan time.Time, 1)}
 	if d <= 0 {
 		t.ch <- c.now
+		return t
+	}
+	c.timers = append(c.timers, t)
+	c.notify()
+	return t
+}
+
+// AfterFunc calls f in its own goroutine once Advance has moved the clock d
+// or more past the current time (d <= 0: at once).
+func (c *Clock) AfterFunc(d time.Duration, f func()) dedup.Timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &timer{c: c, at: c.now.Add(d), ch: make(chan time.Time, 1), f: f}
+	if d <= 0 {
+		go f()
 		return t
 	}
 	c.timers = append(c.timers, t)
@@ -83,7 +99,11 @@ func (c *Clock) Advance(d time.Duration) {
 	var kept []*timer
 	for _, t := range c.timers {
 		if !t.at.After(c.now) {
-			t.ch <- c.now
+			if t.f != nil {
+				go t.f()
+			} else {
+				t.ch <- c.now
+			}
 			continue
 		}
 		kept = append(kept, t)
