@@ -230,6 +230,10 @@ func TestConfigValidate(t *testing.T) {
 	if !errors.Is(err, dedup.ErrInvalidDuration) {
 		t.Errorf("Heartbeat == Lease: %v", err)
 	}
+	err = httpdedup.Config{Store: dedup.NewMemoryStore(nil), Identity: httpdedup.StaticIdentity("x"), Lease: 2}.Validate()
+	if !errors.Is(err, dedup.ErrInvalidDuration) {
+		t.Errorf("Lease of 2ns (a heartbeat of 0): %v", err)
+	}
 	ok2 := httpdedup.Config{Store: dedup.NewMemoryStore(nil), Identity: httpdedup.StaticIdentity("x"), Lease: time.Second, Heartbeat: time.Second, DisableHeartbeat: true}
 	if err := ok2.Validate(); err != nil {
 		t.Errorf("Heartbeat unused: %v", err)
