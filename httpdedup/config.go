@@ -339,7 +339,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%w: Config.%s must not be negative, got %v", dedup.ErrInvalidDuration, d.name, d.v))
 		}
 	}
-	if !c.DisableHeartbeat && c.Heartbeat == 0 {
+	if !c.DisableHeartbeat && c.Heartbeat == 0 && c.Lease > 0 {
 		errs = append(errs, fmt.Errorf("%w: Config.Lease (%v) is too short for a heartbeat of Lease/3", dedup.ErrInvalidDuration, c.Lease))
 	}
 	if !c.DisableHeartbeat && c.Heartbeat > 0 && c.Lease > 0 && c.Heartbeat >= c.Lease {
