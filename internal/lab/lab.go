@@ -362,11 +362,13 @@ func runOnce(ctx context.Context, cfg Config, idempotency bool) (Result, error) 
 		return res, fmt.Errorf("lab: router: %w", err)
 	}
 
+	// Publish while consuming, as producers do; the progress line covers
+	// both.
 	start := time.Now()
-	if err := publish(tr, msgs, cfg.Concurrency); err != nil {
-		_ = router.Close()
-		return res, fmt.Errorf("lab: publish: %w", err)
-	}
+	var published atomic.Int64
+	pubDone := make(chan error, 1)
+	go func() { pubDone <- publish(tr, msgs, cfg.Concurrency, &published) }()
+	pubErr := pubDone // nil once the publisher has finished
 
 	progress := time.NewTicker(2 * time.Second)
 	defer progress.Stop()
@@ -377,7 +379,11 @@ func runOnce(ctx context.Context, cfg Config, idempotency bool) (Result, error) 
 		ackedMu.Lock()
 		n := len(acked)
 		ackedMu.Unlock()
-		fmt.Fprintf(cfg.Progress, "  idempotency %s: %d/%d messages acked, %d charges, %.0fs%s\n", runName, n, len(msgs), charges.Load(), time.Since(start).Seconds(), what)
+		sent := ""
+		if p := published.Load(); int(p) < len(msgs) {
+			sent = fmt.Sprintf("%d/%d messages published, ", p, len(msgs))
+		}
+		fmt.Fprintf(cfg.Progress, "  idempotency %s: %s%d/%d messages acked, %d charges, %.0fs%s\n", runName, sent, n, len(msgs), charges.Load(), time.Since(start).Seconds(), what)
 	}
 	var waitErr error
 wait:
@@ -385,6 +391,12 @@ wait:
 		select {
 		case <-allAcked:
 			break wait
+		case err := <-pubErr:
+			pubErr = nil
+			if err != nil {
+				waitErr = fmt.Errorf("lab: publish: %w", err)
+				break wait
+			}
 		case <-progress.C:
 			report("")
 		case <-ctx.Done():
@@ -405,6 +417,11 @@ wait:
 	if err := router.Close(); err != nil && waitErr == nil {
 		waitErr = err
 	}
+	if pubErr != nil {
+		// Stopped early: let the publisher finish (its calls are bounded
+		// by the broker client's own timeouts) before the transport closes.
+		<-pubErr
+	}
 
 	ackedMu.Lock()
 	res.Acked = len(acked)
@@ -423,7 +440,7 @@ wait:
 // publish sends msgs with up to workers concurrent Publish calls (as many
 // producers would), so that brokers whose publishers send one request per
 // message (SQS, SNS, a Kafka sync producer) are not the bottleneck.
-func publish(tr *Transport, msgs []*message.Message, workers int) error {
+func publish(tr *Transport, msgs []*message.Message, workers int, published *atomic.Int64) error {
 	next := make(chan *message.Message)
 	errs := make(chan error, workers)
 	var wg sync.WaitGroup
@@ -436,6 +453,7 @@ func publish(tr *Transport, msgs []*message.Message, workers int) error {
 					errs <- err
 					return
 				}
+				published.Add(1)
 			}
 		}()
 	}
