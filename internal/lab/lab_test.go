@@ -77,3 +77,45 @@ func TestOrdersAreReproducible(t *testing.T) {
 		t.Fatalf("ORDER-003 published %d times, want 10", copies)
 	}
 }
+
+func TestResultOK(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		r    lab.Result
+		want bool
+	}{
+		{"off: every copy charged", lab.Result{Messages: 20, DistinctOrders: 5, Charges: 20, Acked: 20}, true},
+		{"off: lost acks charged again", lab.Result{Messages: 20, DistinctOrders: 5, Charges: 23, Acked: 20, LostAcks: 3}, true},
+		{"off: a copy not charged", lab.Result{Messages: 20, DistinctOrders: 5, Charges: 19, Acked: 20}, false},
+		{"on: each order once", lab.Result{Idempotency: true, Messages: 20, DistinctOrders: 5, Charges: 5, Acked: 20, LostAcks: 3}, true},
+		{"on: an order charged twice", lab.Result{Idempotency: true, Messages: 20, DistinctOrders: 5, Charges: 6, Acked: 20}, false},
+		{"on: an order never charged", lab.Result{Idempotency: true, Messages: 20, DistinctOrders: 5, Charges: 4, Acked: 20}, false},
+		{"on: a message not acked", lab.Result{Idempotency: true, Messages: 20, DistinctOrders: 5, Charges: 5, Acked: 19}, false},
+		{"on: a message left in the broker", lab.Result{Idempotency: true, Messages: 20, DistinctOrders: 5, Charges: 5, Acked: 20, Pending: 1}, false},
+	} {
+		if got := tc.r.OK(); got != tc.want {
+			t.Errorf("%s: OK() = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// Lost acks are redelivered by the broker (GoChannel: at once) and charged
+// again without idempotency, once with it.
+func TestLabLostAcksOnGoChannel(t *testing.T) {
+	cfg := lab.Config{
+		Copies: 10, Orders: 50, Concurrency: 4, EffectTime: time.Millisecond, LoseAcks: 7,
+		NewTransport: lab.GoChannel(),
+		NewStore:     func(context.Context) (dedup.Store, error) { return dedup.NewMemoryStore(nil), nil },
+	}
+	results, err := lab.Run(context.Background(), cfg, true, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off, on := results[0], results[1]
+	if off.LostAcks != 7 || off.Charges != off.Messages+7 || !off.OK() {
+		t.Errorf("off: %d lost acks, %d charges for %d messages", off.LostAcks, off.Charges, off.Messages)
+	}
+	if on.LostAcks != 7 || on.Charges != on.DistinctOrders || on.Outcomes[dedup.EventSkipDuplicate]+on.Outcomes[dedup.EventClaimWon] != on.Messages+7 || !on.OK() {
+		t.Errorf("on: %d lost acks, %d charges for %d orders, outcomes %v", on.LostAcks, on.Charges, on.DistinctOrders, on.Outcomes)
+	}
+}
