@@ -262,4 +262,3 @@ func isKilled(err error) bool {
 	ws, ok := ee.Sys().(syscall.WaitStatus)
 	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
 }
-
