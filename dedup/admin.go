@@ -81,7 +81,9 @@ type Record struct {
 	// DynamoDB store's Clock, the memory store's Clock). Always positive for
 	// a live record.
 	Remaining time.Duration
-	// Problem says why a record is StateUnreadable; empty otherwise.
+	// Problem says why a record is StateUnreadable, or what else is wrong
+	// with it (a Redis record without a TTL, which never expires); empty
+	// otherwise.
 	Problem string
 }
 
