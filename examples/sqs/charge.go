@@ -116,6 +116,9 @@ func (l *ledger) summary() (string, int) {
 	for i, id := range ids {
 		parts[i] = fmt.Sprintf("%s x%d", id, l.charges[id])
 	}
+	if len(parts) == 0 {
+		return "none", 0
+	}
 	return strings.Join(parts, ", "), l.total
 }
 
