@@ -104,7 +104,7 @@ func TestLabCommandHintsWhenNoEndpointAnswers(t *testing.T) {
 		args []string
 		hint string
 	}{
-		{[]string{"-broker", "sqs"}, "hint: start the local SQS/SNS emulator with `npm ci --prefix tools && FAUXQS_PORT=4566 node tools/node_modules/fauxqs/dist/cli.js`"},
+		{[]string{"-broker", "sqs"}, "hint: start the local SQS/SNS emulator with `npm ci --prefix tools && node examples/sqs/fauxqs.mjs` (fauxqs on 127.0.0.1:4566)"},
 		{[]string{"-broker", "sns"}, "hint: start the local SQS/SNS emulator with"},
 		{[]string{"-store", "dynamo"}, "hint: start the local DynamoDB emulator with `npm ci --prefix tools && node tools/node_modules/dynalite/cli.js --host 127.0.0.1 --port 4567`"},
 	} {

@@ -21,7 +21,7 @@ import (
 // Hints printed when an AWS endpoint does not answer. The emulators are the
 // npm packages of tools/ (`npm ci --prefix tools` installs them).
 const (
-	FauxqsHint = "start the local SQS/SNS emulator with `npm ci --prefix tools && FAUXQS_PORT=4566 node tools/node_modules/fauxqs/dist/cli.js` " +
+	FauxqsHint = "start the local SQS/SNS emulator with `npm ci --prefix tools && node examples/sqs/fauxqs.mjs` (fauxqs on 127.0.0.1:4566) " +
 		"and set AWS_ENDPOINT_URL=http://127.0.0.1:4566 (or set AWS_REGION and credentials to use AWS)"
 	DynaliteHint = "start the local DynamoDB emulator with `npm ci --prefix tools && node tools/node_modules/dynalite/cli.js --host 127.0.0.1 --port 4567` " +
 		"and set AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:4567 (or set AWS_REGION and credentials to use AWS)"
