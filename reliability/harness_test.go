@@ -473,6 +473,9 @@ type sink struct {
 	failedAfter map[string]int
 	failBefore  int
 	calls       int
+	// work is how long the effect takes (a call to a payment provider), so
+	// that faults also hit handlers between their claim and completion.
+	work time.Duration
 }
 
 func newSink() *sink {
@@ -522,6 +525,9 @@ func (s *sink) handler(plan *failurePlan) message.NoPublishHandlerFunc {
 	return func(msg *message.Message) error {
 		key := msg.Metadata.Get("order_id")
 		fate := plan.next()
+		if fate != failBeforeEffect && s.work > 0 {
+			time.Sleep(s.work)
+		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.calls++
@@ -583,5 +589,21 @@ func (s *sink) verdict(t testing.TB, keys []string) (effects, doubles, failedAft
 	return effects, doubles, failedAfterCalls
 }
 
-// counter is a concurrency-safe count with a name, for figures.
-type counter struct{ atomic.Int64 }
+// clientLog replaces go-redis' logger (TestMain installs it): the scenarios
+// that stop servers or break connections make go-redis log every failed
+// dial, which would bury the figures. It counts the lines and keeps the
+// last one; the figures show the count.
+type clientLogger struct {
+	lines atomic.Int64
+	mu    sync.Mutex
+	last  string
+}
+
+var clientLog = &clientLogger{}
+
+func (l *clientLogger) Printf(_ context.Context, format string, v ...any) {
+	l.lines.Add(1)
+	l.mu.Lock()
+	l.last = fmt.Sprintf(format, v...)
+	l.mu.Unlock()
+}

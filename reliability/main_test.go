@@ -11,6 +11,7 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
@@ -32,6 +33,7 @@ func TestMain(m *testing.M) {
 	if role := os.Getenv(childRoleEnv); role != "" {
 		os.Exit(runChild(role))
 	}
+	goredis.SetLogger(clientLog)
 	testserver.Main(m, func() (func(), error) {
 		r, err := testserver.StartRedis()
 		if err != nil {

@@ -1,0 +1,231 @@
+package reliability_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
+	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
+)
+
+// Scenario 2, chaos run: 10,000 messages whose keys are duplicated 1 to 10
+// times (shuffled, each copy with its own UUID) go through 4 consumer
+// routers (each its own Redis client and Deduplicator, one scope) on
+// GoChannel, 8 topics as partitions, 16 publishers each waiting for the ack
+// of its message. 10% of handler calls fail before the effect, 10% after it.
+// The redis-server the test owns is stopped (SIGTERM) and started again on
+// the same port 3 times, at 25%, 50% and 75% of the run; it saves its data
+// set on shutdown, as a production server with persistence does.
+//
+// What the middleware can protect against, and what it cannot:
+//
+//   - A failure before the effect: the claim is released, the redelivery
+//     runs the effect. Exactly once.
+//   - A failure after the effect: the effect happened, the handler reports
+//     failure, the claim is released and the retry runs the effect again. No
+//     dedup layer can tell this apart from a failure before the effect; only
+//     an idempotent or transactional effect can (stores/postgres
+//     TxMiddleware). The run counts these doubles and checks that they are
+//     exactly one per call that failed after its effect, no more.
+//
+// So the checks are, for every key: exactly one handler call succeeded, and
+// the effect ran 1 + (calls that failed after the effect) times; every
+// message acked exactly once; the Redis outages surfaced as store errors
+// (nacked and redelivered), never as acks without an effect.
+func TestChaosRedisRestarts(t *testing.T) {
+	const (
+		messages           = 10000
+		maxCopies          = 10
+		consumers          = 4
+		partitionsPerGroup = 2
+		partitions         = consumers * partitionsPerGroup
+		publishers         = 16
+		restarts           = 3
+		seed               = 20261130
+		limit              = 4 * time.Minute
+	)
+	srv, err := testserver.StartRedis()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	admin := newRedisClient(t, srv.Addr)
+	enablePersistence(t, admin)
+	prefix := uniquePrefix("chaos")
+
+	wl := newWorkload(seed, messages, maxCopies, "")
+	s := newSink()
+	s.work = 5 * time.Millisecond
+	plan := newFailurePlan(seed, 0.10, 0.10)
+	tl := newTally()
+	watch := newAckWatch(t)
+	var retries atomic.Int64
+
+	logger := watermill.NopLogger{}
+	pubSub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, logger)
+	t.Cleanup(func() { _ = pubSub.Close() })
+	for c := range consumers {
+		router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second}, logger)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := newDedup(t, dedup.Config{
+			Store:        newRedisStore(t, newRedisClient(t, srv.Addr), prefix),
+			Key:          keyfuncs.JSON("order_id"),
+			Scope:        "charge-orders",
+			Lease:        3 * time.Second,
+			StoreTimeout: 2 * time.Second,
+			// Complete rides out an outage (50ms doubling, 12.75s in all)
+			// instead of acking an effect whose record stayed in progress.
+			CompleteRetries: 8,
+			CompleteBackoff: 50 * time.Millisecond,
+			Observer:        tl,
+		})
+		router.AddMiddleware(
+			middleware.Retry{
+				MaxRetries: 3, InitialInterval: 20 * time.Millisecond, MaxInterval: 500 * time.Millisecond,
+				Multiplier: 2, RandomizationFactor: 0.5,
+				OnRetryHook: func(int, time.Duration) { retries.Add(1) },
+			}.Middleware,
+			d.Middleware,
+		)
+		for p := range partitionsPerGroup {
+			topic := fmt.Sprint("orders-", c*partitionsPerGroup+p)
+			router.AddConsumerHandler("charge-"+topic, topic, watch.subscriber(pubSub), s.handler(plan))
+		}
+		runRouter(t, router)
+	}
+
+	start := time.Now()
+	logLines := clientLog.lines.Load()
+	var (
+		next        atomic.Int64
+		wg          sync.WaitGroup
+		publishErrs = make(chan error, publishers)
+	)
+	for range publishers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= messages {
+					return
+				}
+				// Returns once the message is acked.
+				if err := pubSub.Publish(fmt.Sprint("orders-", i%partitions), wl.message(i)); err != nil {
+					publishErrs <- err
+					return
+				}
+			}
+		}()
+	}
+
+	var outages []time.Duration
+	for r := 1; r <= restarts; r++ {
+		at := r * messages / (restarts + 1)
+		if !waitUntil(t, limit, fmt.Sprintf("%d acks before restart %d", at, r), func() bool { return watch.acked() >= at }) {
+			break
+		}
+		down := time.Now()
+		if err := srv.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		// Keep the server down until the consumers have felt it.
+		before := tl.storeErrors()
+		waitUntil(t, 30*time.Second, "store errors during the outage", func() bool { return tl.storeErrors() >= before+publishers })
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		outages = append(outages, time.Since(down).Round(time.Millisecond))
+		enablePersistence(t, admin)
+	}
+	waitUntil(t, limit, "every message acked", func() bool { return watch.acked() >= messages })
+	elapsed := time.Since(start)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Errorf("publishers still waiting for acks")
+	}
+	close(publishErrs)
+	for err := range publishErrs {
+		t.Error(err)
+	}
+
+	watch.checkEachAckedOnce(t, wl.uuids)
+	effects, doubles, failedAfter := s.verdict(t, wl.keys)
+	completed := countCompleted(t, admin, prefix)
+	deliveries, nacks := watch.counts()
+	s.mu.Lock()
+	calls, failedBefore := s.calls, s.failBefore
+	s.mu.Unlock()
+	figures(t, "chaos",
+		"messages", messages, "keys", wl.distinct, "handler_calls", calls,
+		"failed_before_effect", failedBefore, "failed_after_effect", failedAfter,
+		"effects", effects, "doubles", doubles, "doubles_not_from_failed_after", doubles-failedAfter,
+		"in_place_retries", retries.Load(), "redeliveries", nacks, "deliveries", deliveries,
+		"store_errors", tl.storeErrors(), "store_errors_by_op", fmt.Sprintf("[%s]", tl.storeErrorsByOp()),
+		"claim_lost", fmt.Sprintf("[complete=%d release=%d extend=%d]", tl.event("claim_lost/complete"), tl.event("claim_lost/release"), tl.event("claim_lost/extend")),
+		"in_progress_refusals", tl.event("in_progress"), "duplicates_acked", tl.event("skip_duplicate"),
+		"go_redis_log_lines", clientLog.lines.Load()-logLines, "restarts", len(outages), "outages", fmt.Sprint(outages), "records_completed", completed,
+		"elapsed", elapsed.Round(time.Millisecond))
+	for _, e := range tl.errorSamples() {
+		t.Logf("store error: %s", e)
+	}
+
+	if len(outages) != restarts {
+		t.Errorf("%d restarts, want %d", len(outages), restarts)
+	}
+	if completed != wl.distinct {
+		t.Errorf("%d completed records in Redis, want one per key: %d", completed, wl.distinct)
+	}
+	if failedBefore == 0 || failedAfter == 0 {
+		t.Errorf("failures before (%d) and after (%d) the effect: both paths must be exercised", failedBefore, failedAfter)
+	}
+}
+
+// enablePersistence makes the server save its data set on shutdown (it
+// starts with --save ""), retrying while a restarted server is not yet
+// reachable through the client.
+func enablePersistence(t testing.TB, admin *goredis.Client) {
+	t.Helper()
+	waitFor(t, time.Minute, "CONFIG SET save", func() bool {
+		return admin.ConfigSet(context.Background(), "save", "3600 1").Err() == nil
+	})
+}
+
+// countCompleted returns how many records under prefix are completed.
+func countCompleted(t testing.TB, admin *goredis.Client, prefix string) int {
+	t.Helper()
+	ctx := context.Background()
+	keys, err := admin.Keys(ctx, escapeGlob(prefix)+"*").Result()
+	if err != nil {
+		t.Fatalf("KEYS: %v", err)
+	}
+	n := 0
+	for i := 0; i < len(keys); i += 500 {
+		vals, err := admin.MGet(ctx, keys[i:min(i+500, len(keys))]...).Result()
+		if err != nil {
+			t.Fatalf("MGET: %v", err)
+		}
+		for _, v := range vals {
+			if s, ok := v.(string); ok && len(s) > 1 && s[1] == 'C' {
+				n++
+			}
+		}
+	}
+	return n
+}
