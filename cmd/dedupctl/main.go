@@ -1,0 +1,319 @@
+// Command dedupctl inspects, evicts and lists the records of a dedup store
+// (Redis, DynamoDB or PostgreSQL), for operators.
+//
+//	dedupctl [flags] inspect [-scope S] KEY
+//	dedupctl [flags] evict   [-scope S] KEY
+//	dedupctl [flags] list    [-scope S] [-prefix P] [-limit N] [-cursor C] [-all]
+//
+// KEY is a scoped key ("charge-orders:ORDER-003"), or with -scope a
+// business key whose scoped key is dedup.ScopedKey(scope, KEY). The stores
+// are reached the way the examples and the lab reach them: Redis from
+// REDIS_ADDR (or -redis-addr; comma-separated addresses mean a Cluster),
+// DynamoDB from the AWS SDK's environment (AWS_ENDPOINT_URL or
+// AWS_ENDPOINT_URL_DYNAMODB for a local emulator, AWS_REGION and credentials
+// for AWS), PostgreSQL from DATABASE_URL or the PG* variables.
+//
+// Exit status: 0 done; 1 error (store unreachable, unreadable record); 2
+// usage (bad flags, missing key, invalid cursor); 3 no record under the key
+// (inspect, evict). See README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/brokers"
+)
+
+// Exit codes.
+const (
+	exitOK       = 0
+	exitError    = 1
+	exitUsage    = 2
+	exitNotFound = 3
+)
+
+func main() {
+	// go-redis logs failed dials on its own; the command reports the error.
+	goredis.SetLogger(discardLogger{})
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+type discardLogger struct{}
+
+func (discardLogger) Printf(context.Context, string, ...any) {}
+
+// options are the flags every command accepts, before or after its name.
+type options struct {
+	store     string
+	jsonOut   bool
+	timeout   time.Duration
+	retention time.Duration
+	scope     string
+
+	redisAddr   string
+	redisPrefix string
+	dynamoTable string
+	pgDSN       string
+	pgTable     string
+	pgSchema    string
+}
+
+func (o *options) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.store, "store", o.store, "store: redis, dynamo or postgres")
+	fs.BoolVar(&o.jsonOut, "json", o.jsonOut, "print JSON instead of text")
+	fs.DurationVar(&o.timeout, "timeout", o.timeout, "give up after this long")
+	fs.DurationVar(&o.retention, "retention", o.retention, "the consumers' dedup.Config.Retention: shows when a completed record was completed, for stores that do not keep it (Redis, DynamoDB)")
+	fs.StringVar(&o.scope, "scope", o.scope, "scope of KEY (KEY is then a business key) or of the listing")
+	fs.StringVar(&o.redisAddr, "redis-addr", o.redisAddr, "Redis server: host:port, redis:// or rediss:// URL, or comma-separated Cluster nodes; $"+brokers.RedisAddrEnv+" sets the default")
+	fs.StringVar(&o.redisPrefix, "redis-prefix", o.redisPrefix, "the Redis store's KeyPrefix")
+	fs.StringVar(&o.dynamoTable, "dynamo-table", o.dynamoTable, "DynamoDB table")
+	fs.StringVar(&o.pgDSN, "postgres-dsn", o.pgDSN, "PostgreSQL connection string; $DATABASE_URL sets the default; empty: the PG* variables")
+	fs.StringVar(&o.pgTable, "postgres-table", o.pgTable, "PostgreSQL table")
+	fs.StringVar(&o.pgSchema, "postgres-schema", o.pgSchema, "PostgreSQL schema of the table (default: the search_path)")
+}
+
+func defaultOptions() options {
+	return options{
+		store:       "redis",
+		timeout:     30 * time.Second,
+		redisAddr:   os.Getenv(brokers.RedisAddrEnv),
+		redisPrefix: "dedup:",
+		dynamoTable: "dedup",
+		pgDSN:       os.Getenv("DATABASE_URL"),
+		pgTable:     "dedup_keys",
+	}
+}
+
+const usageText = `usage: dedupctl [flags] COMMAND [flags] [ARGS]
+
+Commands:
+  inspect KEY   show the record under KEY: state, lease or retention left,
+                fingerprint, result size, creation time (PostgreSQL)
+  evict KEY     delete the record under KEY whatever its state and owner, so
+                that the next delivery of the message runs the handler again
+  list          list records by key prefix, a page at a time
+                  -prefix P   scoped-key prefix (after -scope: business-key prefix)
+                  -limit N    records per page, 1..1000 (default 20)
+                  -cursor C   continue a listing where its last page ended
+                  -all        follow the cursors to the end
+
+KEY is a scoped key, "<scope>:<business key>" (e.g. charge-orders:ORDER-003),
+or a business key with -scope.
+
+Exit status: 0 done, 1 error, 2 usage, 3 no record under KEY.
+
+Flags (before or after COMMAND):
+`
+
+// run executes one command line and returns the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	opts := defaultOptions()
+	global := flag.NewFlagSet("dedupctl", flag.ContinueOnError)
+	global.SetOutput(stderr)
+	opts.register(global)
+	global.Usage = func() {
+		fmt.Fprint(stderr, usageText)
+		global.PrintDefaults()
+	}
+	if err := global.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if global.NArg() == 0 {
+		global.Usage()
+		return exitUsage
+	}
+	command, rest := global.Arg(0), global.Args()[1:]
+
+	fs := flag.NewFlagSet("dedupctl "+command, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = global.Usage
+	opts.register(fs)
+	var (
+		prefix = fs.String("prefix", "", "list: scoped-key prefix")
+		limit  = fs.Int("limit", 20, "list: records per page (1..1000)")
+		cursor = fs.String("cursor", "", "list: cursor printed by the previous page")
+		all    = fs.Bool("all", false, "list: follow the cursors to the end")
+	)
+	var wantArgs int
+	switch command {
+	case "inspect", "evict":
+		wantArgs = 1
+	case "list":
+		wantArgs = 0
+	case "help":
+		global.SetOutput(stdout)
+		global.Usage()
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "dedupctl: unknown command %q (inspect, evict or list)\n", command)
+		return exitUsage
+	}
+	positional, err := parseInterleaved(fs, rest)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if len(positional) != wantArgs {
+		if wantArgs == 1 {
+			fmt.Fprintf(stderr, "dedupctl %s: want exactly one KEY, got %d arguments\n", command, len(positional))
+		} else {
+			fmt.Fprintf(stderr, "dedupctl %s: unexpected arguments %q (use -prefix)\n", command, positional)
+		}
+		return exitUsage
+	}
+	if command == "list" {
+		if err := dedup.CheckListLimit(*limit); err != nil {
+			fmt.Fprintf(stderr, "dedupctl list: -limit: %v\n", err)
+			return exitUsage
+		}
+		if *all && *cursor != "" {
+			fmt.Fprintln(stderr, "dedupctl list: -all starts from the beginning; drop -cursor")
+			return exitUsage
+		}
+	}
+	if opts.timeout <= 0 || opts.retention < 0 {
+		fmt.Fprintln(stderr, "dedupctl: -timeout must be positive and -retention not negative")
+		return exitUsage
+	}
+	key := ""
+	if wantArgs == 1 {
+		key = positional[0]
+		if opts.scope != "" {
+			key = dedup.ScopedKey(opts.scope, key)
+		}
+		if key == "" {
+			fmt.Fprintf(stderr, "dedupctl %s: empty KEY\n", command)
+			return exitUsage
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, opts.timeout)
+	defer cancel()
+	admin, about, closeStore, err := openStore(ctx, opts)
+	if err != nil {
+		var u *usageError
+		if errors.As(err, &u) {
+			fmt.Fprintf(stderr, "dedupctl: %v\n", err)
+			return exitUsage
+		}
+		fmt.Fprintf(stderr, "dedupctl: %v\n", err)
+		return exitError
+	}
+	defer closeStore()
+
+	out := &printer{w: stdout, json: opts.jsonOut, retention: opts.retention, now: time.Now, about: about}
+	switch command {
+	case "inspect":
+		return inspect(ctx, admin, key, out, stderr)
+	case "evict":
+		return evict(ctx, admin, key, out, stderr)
+	default:
+		p := *prefix
+		if opts.scope != "" {
+			p = dedup.ScopePrefix(opts.scope) + p
+		}
+		return list(ctx, admin, p, *cursor, *limit, *all, out, stderr)
+	}
+}
+
+// parseInterleaved parses flags and positional arguments in any order;
+// everything after "--" is positional.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var tail []string
+	for i, a := range args {
+		if a == "--" {
+			args, tail = args[:i], args[i+1:]
+			break
+		}
+	}
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return append(positional, tail...), nil
+		}
+		positional = append(positional, args[0])
+		args = args[1:]
+	}
+}
+
+func inspect(ctx context.Context, a dedup.Admin, key string, out *printer, stderr io.Writer) int {
+	rec, err := a.Inspect(ctx, key)
+	if errors.Is(err, dedup.ErrNotFound) {
+		fmt.Fprintf(stderr, "dedupctl: no record under %q\n", key)
+		return exitNotFound
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "dedupctl: %v\n", err)
+		return exitError
+	}
+	out.record(rec)
+	return exitOK
+}
+
+func evict(ctx context.Context, a dedup.Admin, key string, out *printer, stderr io.Writer) int {
+	// What is about to be deleted, for the output; the record may change
+	// before the delete, which does not look at it.
+	before, inspectErr := a.Inspect(ctx, key)
+	deleted, err := a.Evict(ctx, key)
+	if err != nil {
+		fmt.Fprintf(stderr, "dedupctl: %v\n", err)
+		return exitError
+	}
+	if !deleted {
+		fmt.Fprintf(stderr, "dedupctl: no record under %q\n", key)
+		return exitNotFound
+	}
+	var was *dedup.Record
+	if inspectErr == nil {
+		was = &before
+	}
+	out.evicted(key, was)
+	return exitOK
+}
+
+func list(ctx context.Context, a dedup.Admin, prefix, cursor string, limit int, all bool, out *printer, stderr io.Writer) int {
+	var records []dedup.Record
+	for {
+		page, next, err := a.List(ctx, prefix, cursor, limit)
+		if errors.Is(err, dedup.ErrInvalidCursor) {
+			fmt.Fprintf(stderr, "dedupctl: %v\n", err)
+			return exitUsage
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "dedupctl: %v\n", err)
+			return exitError
+		}
+		if !all {
+			out.page(prefix, page, next)
+			return exitOK
+		}
+		records = append(records, page...)
+		if next == "" {
+			out.page(prefix, records, "")
+			return exitOK
+		}
+		cursor = next
+	}
+}

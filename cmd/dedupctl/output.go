@@ -1,0 +1,187 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+)
+
+// printer writes results as text for people or as JSON for programs.
+type printer struct {
+	w         io.Writer
+	json      bool
+	retention time.Duration // -retention, 0 when not given
+	now       func() time.Time
+	about     string // where the store is
+}
+
+// jsonRecord is a record in JSON output.
+type jsonRecord struct {
+	Key         string `json:"key"`
+	State       string `json:"state"`
+	Fingerprint string `json:"fingerprint,omitempty"`
+	ResultSize  int    `json:"result_size"`
+	// Created is when the record was created; absent when the store does
+	// not keep it.
+	Created *time.Time `json:"created,omitempty"`
+	// CompletedEstimate is now + remaining - retention, for a completed
+	// record of a store without Created, when -retention is given.
+	CompletedEstimate *time.Time `json:"completed_estimate,omitempty"`
+	RemainingMillis   int64      `json:"remaining_ms"`
+	Problem           string     `json:"problem,omitempty"`
+}
+
+func (p *printer) toJSON(r dedup.Record) jsonRecord {
+	j := jsonRecord{Key: r.Key, State: r.State, Fingerprint: r.Fingerprint, ResultSize: r.ResultSize,
+		RemainingMillis: r.Remaining.Milliseconds(), Problem: r.Problem}
+	if !r.Created.IsZero() {
+		c := r.Created.UTC()
+		j.Created = &c
+	}
+	if t, ok := p.completedAt(r); ok {
+		j.CompletedEstimate = &t
+	}
+	return j
+}
+
+// completedAt estimates when a completed record was completed, from the
+// retention the user says the consumers use: the store set its expiry to
+// completion + retention.
+func (p *printer) completedAt(r dedup.Record) (time.Time, bool) {
+	if p.retention <= 0 || r.State != dedup.StateCompleted || !r.Created.IsZero() || r.Remaining > p.retention {
+		return time.Time{}, false
+	}
+	return p.now().Add(r.Remaining - p.retention).UTC().Truncate(time.Millisecond), true
+}
+
+func (p *printer) writeJSON(v any) {
+	enc := json.NewEncoder(p.w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// human formats a duration for people: whole seconds, or milliseconds
+// below a second.
+func human(d time.Duration) string {
+	if d < time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+func (p *printer) record(r dedup.Record) {
+	if p.json {
+		p.writeJSON(p.toJSON(r))
+		return
+	}
+	tw := tabwriter.NewWriter(p.w, 0, 0, 2, ' ', 0)
+	line := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	line("key", r.Key)
+	line("state", r.State)
+	switch r.State {
+	case dedup.StateInProgress:
+		line("lease left", human(r.Remaining)+" (a consumer holds the key; copies are nacked until it completes, releases or the lease ends)")
+	case dedup.StateCompleted:
+		line("retention left", human(r.Remaining)+" (copies are acked without running the handler until then)")
+	}
+	switch t, ok := p.completedAt(r); {
+	case !r.Created.IsZero():
+		line("created", fmt.Sprintf("%s (%s ago)", r.Created.UTC().Format(time.RFC3339Nano), human(p.now().Sub(r.Created))))
+	case ok:
+		line("completed", fmt.Sprintf("about %s (%s ago, from -retention %s)", t.Format(time.RFC3339), human(p.now().Sub(t)), p.retention))
+	case r.State == dedup.StateCompleted && p.retention > 0 && r.Remaining > p.retention:
+		line("completed", fmt.Sprintf("unknown: more than -retention %s is left; the consumers' retention is longer", p.retention))
+	default:
+		line("created", "not recorded by this store (with -retention, a completed record shows when it was completed)")
+	}
+	fp := r.Fingerprint
+	if fp == "" {
+		fp = "none"
+	}
+	line("fingerprint", fp)
+	line("result", fmt.Sprintf("%d bytes", r.ResultSize))
+	if r.Problem != "" {
+		line("problem", r.Problem)
+	}
+	_ = tw.Flush()
+}
+
+func (p *printer) evicted(key string, was *dedup.Record) {
+	if p.json {
+		out := struct {
+			Key     string      `json:"key"`
+			Evicted bool        `json:"evicted"`
+			Was     *jsonRecord `json:"was,omitempty"`
+		}{Key: key, Evicted: true}
+		if was != nil {
+			j := p.toJSON(*was)
+			out.Was = &j
+		}
+		p.writeJSON(out)
+		return
+	}
+	what := "a record"
+	if was != nil {
+		what = fmt.Sprintf("a %s record with %s left", strings.ReplaceAll(was.State, "_", " "), human(was.Remaining))
+	}
+	fmt.Fprintf(p.w, "evicted %s: it was %s.\n", key, what)
+	fmt.Fprintln(p.w, "The next delivery of this key runs the handler again; a consumer still holding it loses its claim (claim_lost).")
+}
+
+// shorten cuts s to n characters with an ellipsis, for table columns.
+func shorten(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}
+
+func (p *printer) page(prefix string, records []dedup.Record, next string) {
+	// Stores list in their own order (SCAN, DynamoDB's hash order); sort
+	// the page for people.
+	sort.SliceStable(records, func(i, j int) bool { return records[i].Key < records[j].Key })
+	if p.json {
+		out := struct {
+			Records    []jsonRecord `json:"records"`
+			NextCursor string       `json:"next_cursor"`
+		}{Records: []jsonRecord{}, NextCursor: next}
+		for _, r := range records {
+			out.Records = append(out.Records, p.toJSON(r))
+		}
+		p.writeJSON(out)
+		return
+	}
+	if len(records) > 0 {
+		tw := tabwriter.NewWriter(p.w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "KEY\tSTATE\tLEFT\tAGE\tRESULT\tFINGERPRINT")
+		for _, r := range records {
+			age := "-"
+			if !r.Created.IsZero() {
+				age = human(p.now().Sub(r.Created))
+			} else if t, ok := p.completedAt(r); ok {
+				age = "~" + human(p.now().Sub(t))
+			}
+			fp := shorten(r.Fingerprint, 20)
+			if fp == "" {
+				fp = "-"
+			}
+			state := r.State
+			if r.Problem != "" {
+				state += " (" + shorten(r.Problem, 60) + ")"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d B\t%s\n", r.Key, state, human(r.Remaining), age, r.ResultSize, fp)
+		}
+		_ = tw.Flush()
+	}
+	fmt.Fprintf(p.w, "%d record(s) under prefix %q in %s\n", len(records), prefix, p.about)
+	if next != "" {
+		fmt.Fprintf(p.w, "more: -cursor %s\n", next)
+	}
+}

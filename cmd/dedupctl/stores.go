@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/brokers"
+	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
+	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
+	redisstore "github.com/watermill-dedup/watermill-dedup/stores/redis"
+)
+
+// usageError is a configuration mistake the user can fix with flags
+// (exit status 2), as opposed to a store that cannot be reached (1).
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+// openStore connects to the store named by opts.store and returns its Admin,
+// a description of where it is, and a function that closes the connection.
+func openStore(ctx context.Context, opts options) (dedup.Admin, string, func(), error) {
+	switch opts.store {
+	case "redis":
+		return openRedis(ctx, opts)
+	case "dynamo":
+		return openDynamo(ctx, opts)
+	case "postgres":
+		return openPostgres(ctx, opts)
+	default:
+		return nil, "", nil, &usageError{fmt.Sprintf("unknown -store %q (redis, dynamo or postgres)", opts.store)}
+	}
+}
+
+// redisClient builds a client from a -redis-addr value: comma-separated
+// addresses are the seed nodes of a Cluster, a redis:// or rediss:// URL is
+// parsed, anything else is host:port.
+func redisClient(addr string) (goredis.UniversalClient, error) {
+	addr = strings.TrimSpace(addr)
+	switch {
+	case addr == "":
+		return nil, &usageError{"no Redis server: set " + brokers.RedisAddrEnv + " or -redis-addr"}
+	case strings.Contains(addr, ","):
+		var addrs []string
+		for _, a := range strings.Split(addr, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				addrs = append(addrs, a)
+			}
+		}
+		return goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs}), nil
+	case strings.Contains(addr, "://"):
+		o, err := goredis.ParseURL(addr)
+		if err != nil {
+			return nil, &usageError{fmt.Sprintf("Redis address %q: %v", addr, err)}
+		}
+		return goredis.NewClient(o), nil
+	default:
+		return goredis.NewClient(&goredis.Options{Addr: addr}), nil
+	}
+}
+
+func openRedis(ctx context.Context, opts options) (dedup.Admin, string, func(), error) {
+	client, err := redisClient(opts.redisAddr)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if opts.redisPrefix == "" {
+		_ = client.Close()
+		return nil, "", nil, &usageError{"-redis-prefix must not be empty (the store's default is dedup:)"}
+	}
+	store, err := redisstore.New(ctx, client, redisstore.Config{KeyPrefix: opts.redisPrefix})
+	if err != nil {
+		_ = client.Close()
+		return nil, "", nil, fmt.Errorf("Redis at %s: %w", opts.redisAddr, err)
+	}
+	return store, fmt.Sprintf("Redis at %s, prefix %q", opts.redisAddr, opts.redisPrefix), func() { _ = client.Close() }, nil
+}
+
+func openDynamo(ctx context.Context, opts options) (dedup.Admin, string, func(), error) {
+	a, err := brokers.LoadAWS(ctx, "dynamodb")
+	if err != nil {
+		return nil, "", nil, err
+	}
+	store, err := dynamo.New(dynamo.Config{Client: a.DynamoDB(), Table: opts.dynamoTable})
+	if err != nil {
+		return nil, "", nil, &usageError{err.Error()}
+	}
+	return store, fmt.Sprintf("DynamoDB at %s, table %s", a.Describe("dynamodb"), opts.dynamoTable), func() {}, nil
+}
+
+func openPostgres(ctx context.Context, opts options) (dedup.Admin, string, func(), error) {
+	cfg, err := pgx.ParseConfig(opts.pgDSN)
+	if err != nil {
+		return nil, "", nil, &usageError{fmt.Sprintf("PostgreSQL connection string: %v", err)}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("PostgreSQL at %s:%d: %w", cfg.Host, cfg.Port, err)
+	}
+	closeConn := func() { _ = conn.Close(context.WithoutCancel(ctx)) }
+	store, err := postgres.New(conn, postgres.Config{Table: opts.pgTable, Schema: opts.pgSchema})
+	if err != nil {
+		closeConn()
+		return nil, "", nil, &usageError{err.Error()}
+	}
+	return store, fmt.Sprintf("PostgreSQL at %s:%d/%s, table %s", cfg.Host, cfg.Port, cfg.Database, store.Table()), closeConn, nil
+}
