@@ -125,7 +125,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	global.SetOutput(stderr)
 	opts.register(global)
 	global.Usage = func() {
-		fmt.Fprint(stderr, usageText)
+		fmt.Fprint(global.Output(), usageText)
 		global.PrintDefaults()
 	}
 	if err := global.Parse(args); err != nil {

@@ -67,12 +67,13 @@ func (p *printer) writeJSON(v any) {
 }
 
 // human formats a duration for people: whole seconds, or milliseconds
-// below a second.
+// below a second, cut rather than rounded (a lease "left" is never
+// overstated).
 func human(d time.Duration) string {
 	if d < time.Second {
-		return d.Round(time.Millisecond).String()
+		return d.Truncate(time.Millisecond).String()
 	}
-	return d.Round(time.Second).String()
+	return d.Truncate(time.Second).String()
 }
 
 func (p *printer) record(r dedup.Record) {
