@@ -210,7 +210,7 @@ func TestHeartbeatExtendsTheRedisRecord(t *testing.T) {
 	clock := newFakeClock()
 	client := goredis.NewClient(&goredis.Options{Addr: redisServer.Addr})
 	t.Cleanup(func() { _ = client.Close() })
-	store, err := redisstore.New(context.Background(), client, redisstore.Config{KeyPrefix: "httpdedup-test:" + t.Name() + ":"})
+	store, err := redisstore.New(context.Background(), client, redisstore.Config{KeyPrefix: testPrefix(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ var backends = []backend{
 		t.Cleanup(func() { _ = client.Close() })
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		s, err := redisstore.New(ctx, client, redisstore.Config{KeyPrefix: "httpdedup-test:" + t.Name() + ":"})
+		s, err := redisstore.New(ctx, client, redisstore.Config{KeyPrefix: testPrefix(t)})
 		if err != nil {
 			t.Fatalf("redisstore.New: %v", err)
 		}
@@ -59,6 +59,12 @@ var backends = []backend{
 	{"memory", func(_ *testing.T, clock dedup.Clock) (dedup.Store, *goredis.Client) {
 		return dedup.NewMemoryStore(clock), nil
 	}},
+}
+
+// testPrefix is a Redis key prefix of the test's own: its name and a random
+// part, so that -count=N and reruns on the shared server start empty.
+func testPrefix(t *testing.T) string {
+	return "httpdedup-test:" + t.Name() + ":" + dedup.NewToken()[:8] + ":"
 }
 
 // forEachStore runs test on a real Redis and on the memory store, in

@@ -623,8 +623,12 @@ func TestRetryAfterDroppedResponseGetsReplay(t *testing.T) {
 		body := `{"amount":4200}`
 		fmt.Fprintf(conn, "POST /payments HTTP/1.1\r\nHost: api.test\r\nX-Account: acct_1\r\nIdempotency-Key: k-dropped\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 		conn.Close()
-		<-gotClientGone
 		<-served
+		select {
+		case <-gotClientGone:
+		default:
+			t.Fatal("the handler did not run for the first attempt")
+		}
 
 		// The client's retry gets the stored response.
 		r := mustSend(t, srv, req{key: "k-dropped", body: body})
