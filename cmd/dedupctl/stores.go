@@ -63,6 +63,19 @@ func redisClient(addr string) (goredis.UniversalClient, error) {
 	}
 }
 
+// redisWhere names the server(s) of a client without the credentials a
+// redis:// URL may carry.
+func redisWhere(c goredis.UniversalClient) string {
+	switch c := c.(type) {
+	case *goredis.Client:
+		return c.Options().Addr
+	case *goredis.ClusterClient:
+		return "Cluster " + strings.Join(c.Options().Addrs, ",")
+	default:
+		return "?"
+	}
+}
+
 func openRedis(ctx context.Context, opts options) (dedup.Admin, string, func(), error) {
 	client, err := redisClient(opts.redisAddr)
 	if err != nil {
@@ -75,9 +88,9 @@ func openRedis(ctx context.Context, opts options) (dedup.Admin, string, func(), 
 	store, err := redisstore.New(ctx, client, redisstore.Config{KeyPrefix: opts.redisPrefix})
 	if err != nil {
 		_ = client.Close()
-		return nil, "", nil, fmt.Errorf("Redis at %s: %w", opts.redisAddr, err)
+		return nil, "", nil, fmt.Errorf("Redis at %s: %w", redisWhere(client), err)
 	}
-	return store, fmt.Sprintf("Redis at %s, prefix %q", opts.redisAddr, opts.redisPrefix), func() { _ = client.Close() }, nil
+	return store, fmt.Sprintf("Redis at %s, prefix %q", redisWhere(client), opts.redisPrefix), func() { _ = client.Close() }, nil
 }
 
 func openDynamo(ctx context.Context, opts options) (dedup.Admin, string, func(), error) {
