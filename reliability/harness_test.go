@@ -29,7 +29,8 @@ var mutation = flag.String("reliability.mutate", "",
 	"break one protection on purpose: no-dedup (handlers run without the middleware), "+
 		"ignore-in-progress (a live claim of another consumer counts as acquired, like a check-then-write), "+
 		"no-heartbeat (Config.DisableHeartbeat forced on), "+
-		"ack-errors (every error is acked instead of nacked)")
+		"ack-errors (every error is acked instead of nacked), "+
+		"unescaped-keys (the store undoes the escaping of scopes and Join parts, as a naive concatenation would)")
 
 // deduplicator is the middleware under test, with the mutation (if any)
 // applied.
@@ -46,6 +47,8 @@ func newDedup(t testing.TB, cfg dedup.Config) deduplicator {
 		cfg.DisableHeartbeat = true
 	case "ignore-in-progress":
 		cfg.Store = ignoreInProgress{cfg.Store}
+	case "unescaped-keys":
+		cfg.Store = unescapedKeys{cfg.Store}
 	}
 	d, err := dedup.New(cfg)
 	if err != nil {
@@ -81,6 +84,17 @@ func (s ignoreInProgress) Claim(ctx context.Context, key, fp string, lease time.
 		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: dedup.NewToken()}}, nil
 	}
 	return res, err
+}
+
+// unescapedKeys is the mutation unescaped-keys: the store sees scoped keys
+// with the escaping of dedup.ScopedKey and keyfuncs.Join undone, as if
+// scope and key, tenant and order had been concatenated naively.
+type unescapedKeys struct{ dedup.Store }
+
+var unescaper = strings.NewReplacer("%3A", ":", "%25", "%", `\:`, ":", `\`, `\`)
+
+func (s unescapedKeys) Claim(ctx context.Context, key, fp string, lease time.Duration) (dedup.ClaimResult, error) {
+	return s.Store.Claim(ctx, unescaper.Replace(key), fp, lease)
 }
 
 // tally is a dedup.Observer: it counts every decision (by event, and by
