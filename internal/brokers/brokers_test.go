@@ -318,17 +318,18 @@ func TestRetryAfterMakesANackedMessageVisible(t *testing.T) {
 				t.Fatal(err)
 			}
 			msg := receive(t, ch)
+			// Stop receiving before RetryAfter makes the message visible, so
+			// a long poll still running cannot take it again before the
+			// counts are read.
+			if err := sub.Close(); err != nil {
+				t.Fatal(err)
+			}
 			h := func(*message.Message) ([]*message.Message, error) { return nil, errors.New("charge failed") }
 			if tc.retry {
 				h = a.RetryAfter(0)(h)
 			}
 			if _, err := h(msg); err == nil {
 				t.Fatal("the middleware swallowed the error")
-			}
-			// Stop receiving before the nack, so the message is not taken
-			// again before the counts are read.
-			if err := sub.Close(); err != nil {
-				t.Fatal(err)
 			}
 			msg.Nack()
 			visible, hidden, _, err := a.QueueDepth(ctx, url)
