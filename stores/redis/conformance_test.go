@@ -91,3 +91,34 @@ func TestCancelledContext(t *testing.T) {
 		t.Fatalf("claim after the cancelled one: %v %v, want acquired", res.Outcome, err)
 	}
 }
+
+// A master found through Redis Sentinel (go-redis' FailoverClient): the
+// same store, unchanged.
+func TestConformanceSentinel(t *testing.T) {
+	master, err := testserver.StartRedis()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = master.Close() })
+	sentinel, err := testserver.StartRedisSentinel(master.Addr, "dedup-master")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sentinel.Close() })
+	client := goredis.NewFailoverClient(&goredis.FailoverOptions{MasterName: "dedup-master", SentinelAddrs: []string{sentinel.Addr}})
+	t.Cleanup(func() { _ = client.Close() })
+	store := newStore(t, client, redis.Config{})
+
+	t.Run("suite", func(t *testing.T) {
+		storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) {
+			return store, nil
+		}, storetest.Features{})
+	})
+
+	// The records are on the master the Sentinel named.
+	node := goredis.NewClient(&goredis.Options{Addr: master.Addr})
+	defer node.Close()
+	if n, err := node.DBSize(context.Background()).Result(); err != nil || n == 0 {
+		t.Fatalf("master %s holds %d keys (%v), want the suite's records", master.Addr, n, err)
+	}
+}
