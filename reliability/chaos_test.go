@@ -179,7 +179,7 @@ func TestChaosRedisRestarts(t *testing.T) {
 		"in_place_retries", retries.Load(), "redeliveries", nacks, "deliveries", deliveries,
 		"store_errors", tl.storeErrors(), "store_errors_by_op", fmt.Sprintf("[%s]", tl.storeErrorsByOp()),
 		"claim_lost", fmt.Sprintf("[complete=%d release=%d extend=%d]", tl.event("claim_lost/complete"), tl.event("claim_lost/release"), tl.event("claim_lost/extend")),
-		"in_progress_refusals", tl.event("in_progress"), "duplicates_acked", tl.event("skip_duplicate"),
+		"lost_complete_replies_recognised", tl.lostCompleteReplies(), "in_progress_refusals", tl.event("in_progress"), "duplicates_acked", tl.event("skip_duplicate"),
 		"go_redis_log_lines", clientLog.lines.Load()-logLines, "restarts", len(outages), "outages", fmt.Sprint(outages), "records_completed", completed,
 		"elapsed", elapsed.Round(time.Millisecond))
 	for _, e := range tl.errorSamples() {

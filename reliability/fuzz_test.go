@@ -16,8 +16,9 @@ import (
 // Fuzz targets for the key functions keyfuncs/fuzz_test.go does not fuzz
 // (Metadata alone, Prefix, FirstOf), for the whole middleware on arbitrary
 // input, and for the injectivity of scoped keys (security_test.go). Their
-// f.Add seeds run in every `go test`; `make fuzz-reliability` (or
-// go test -fuzz '^FuzzX$' ./reliability/) explores further.
+// f.Add seeds run in every `go test`;
+// go test -run '^$' -fuzz '^FuzzPrefix$' -fuzztime 30s ./reliability/
+// explores further (README.md lists the commands).
 
 const fuzzUUID = "uuid-1"
 

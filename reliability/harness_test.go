@@ -106,6 +106,10 @@ type tally struct {
 	ops       map[string]int
 	storeErrs map[string]int
 	samples   []string // the first few store errors
+	// alreadyCompleted counts store operations that found the record
+	// completed by their own claim (dedup.ErrAlreadyCompleted): a Complete
+	// whose earlier attempt's reply was lost.
+	alreadyCompleted int
 }
 
 func newTally() *tally {
@@ -125,6 +129,9 @@ func (t *tally) ObserveStoreOp(op string, _ time.Duration, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.ops[op]++
+	if errors.Is(err, dedup.ErrAlreadyCompleted) {
+		t.alreadyCompleted++
+	}
 	if err != nil && !errors.Is(err, dedup.ErrClaimLost) {
 		t.storeErrs[op]++
 		if len(t.samples) < 3 {
@@ -620,4 +627,12 @@ func (l *clientLogger) Printf(_ context.Context, format string, v ...any) {
 	l.mu.Lock()
 	l.last = fmt.Sprintf(format, v...)
 	l.mu.Unlock()
+}
+
+// lostCompleteReplies returns how many Complete calls found the record
+// already completed by their own claim (an earlier attempt's reply was lost).
+func (t *tally) lostCompleteReplies() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.alreadyCompleted
 }

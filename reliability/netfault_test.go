@@ -181,7 +181,7 @@ func TestNetworkFaults(t *testing.T) {
 		"store_errors_returned_as_nacks", storeErrorsReturned.Load(),
 		"in_place_retries", retries.Load(), "redeliveries", nacks, "deliveries", deliveries,
 		"claim_lost", fmt.Sprintf("[complete=%d release=%d extend=%d]", tl.event("claim_lost/complete"), tl.event("claim_lost/release"), tl.event("claim_lost/extend")),
-		"in_progress_refusals", tl.event("in_progress"), "duplicates_acked", tl.event("skip_duplicate"),
+		"lost_complete_replies_recognised", tl.lostCompleteReplies(), "in_progress_refusals", tl.event("in_progress"), "duplicates_acked", tl.event("skip_duplicate"),
 		"go_redis_log_lines", clientLog.lines.Load()-logLines, "records_completed", completed,
 		"elapsed", elapsed.Round(time.Millisecond))
 	for _, e := range tl.errorSamples() {
