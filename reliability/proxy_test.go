@@ -3,6 +3,7 @@ package reliability_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -45,13 +46,21 @@ func (f *faultProxy) Addr() string { return f.proxy.Listen }
 // "downstream".
 func (f *faultProxy) add(t testing.TB, name, typ, stream string, attributes map[string]any) {
 	t.Helper()
-	b, err := json.Marshal(map[string]any{"name": name, "type": typ, "stream": stream, "attributes": attributes})
-	if err != nil {
+	if err := f.tryAdd(name, typ, stream, attributes); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.proxy.Toxics.AddToxicJson(strings.NewReader(string(b))); err != nil {
-		t.Fatalf("adding toxic %s: %v", name, err)
+}
+
+// tryAdd is add for goroutines other than the test's: it returns the error.
+func (f *faultProxy) tryAdd(name, typ, stream string, attributes map[string]any) error {
+	b, err := json.Marshal(map[string]any{"name": name, "type": typ, "stream": stream, "attributes": attributes})
+	if err != nil {
+		return err
 	}
+	if _, err := f.proxy.Toxics.AddToxicJson(strings.NewReader(string(b))); err != nil {
+		return fmt.Errorf("adding toxic %s: %w", name, err)
+	}
+	return nil
 }
 
 // remove takes a toxic out; data it held is delivered.
