@@ -87,9 +87,9 @@ func TestChaosRedisRestarts(t *testing.T) {
 			t.Fatal(err)
 		}
 		d := newDedup(t, dedup.Config{
-			Store:        newRedisStore(t, newRedisClient(t, srv.Addr), prefix),
-			Key:          keyfuncs.JSON("order_id"),
-			Scope:        "charge-orders",
+			Store: newRedisStore(t, newRedisClient(t, srv.Addr), prefix),
+			Key:   keyfuncs.JSON("order_id"),
+			Scope: "charge-orders",
 			// The lease must outlast an outage: the server's clock keeps
 			// running while it is down (expiry times survive in the saved
 			// data set), so a claim in flight when Redis stops expires if
