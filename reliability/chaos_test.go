@@ -2,6 +2,7 @@ package reliability_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 )
@@ -247,4 +249,83 @@ func countCompleted(t testing.TB, admin *goredis.Client, prefix string) int {
 		}
 	}
 	return n
+}
+
+// The limit the chaos run sizes its lease against, shown deterministically:
+// a claim in flight when Redis stops is lost if Redis stays down longer
+// than what is left of the lease. The server's clock keeps running while
+// it is down (the saved data set keeps absolute expiry times), so the
+// restarted server drops the record; the handler's Complete, retried after
+// the restart, finds nothing (claim_lost at error level), and a copy
+// delivered afterwards runs the effect a second time. The middleware's
+// Complete backoff runs on a fake clock, so the retry happens exactly once
+// the server is back.
+func TestOutageLongerThanLeaseLosesTheClaim(t *testing.T) {
+	const lease = time.Second
+	ctx := context.Background()
+	srv, err := testserver.StartRedis()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	admin := newRedisClient(t, srv.Addr)
+	enablePersistence(t, admin)
+	prefix := uniquePrefix("outage")
+	clock := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	logs, tl := newLogCapture(), newTally()
+	d := newDedup(t, dedup.Config{
+		Store: newRedisStore(t, newRedisClient(t, srv.Addr), prefix), Key: keyfuncs.JSON("order_id"), Scope: "charge-orders",
+		Lease: lease, CompleteRetries: 1, CompleteBackoff: time.Second, Clock: clock, Logger: logs, Observer: tl,
+	})
+	var effects atomic.Int64
+	var stopErr error
+	stopped := false
+	h := d.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		effects.Add(1)
+		if !stopped { // the first delivery: Redis goes down for longer than the lease
+			stopped = true
+			stopErr = srv.Stop()
+			time.Sleep(lease + 500*time.Millisecond) // the outage, on the server's clock
+		}
+		return nil, nil
+	})
+	payload := fmt.Sprintf(`{"order_id":"ORDER-%d"}`, time.Now().UnixNano())
+	first := make(chan error, 1)
+	go func() {
+		_, err := h(message.NewMessage(watermill.NewUUID(), []byte(payload)))
+		first <- err
+	}()
+	waitFor(t, time.Minute, "the first Complete to fail", func() bool {
+		tl.mu.Lock()
+		defer tl.mu.Unlock()
+		return tl.storeErrs["complete"] >= 1
+	})
+	if stopErr != nil {
+		t.Fatal(stopErr)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := clock.WaitForTimers(wctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second)
+	if err := <-first; err != nil {
+		t.Fatalf("first delivery: %v, want an ack (the effect ran)", err)
+	}
+	// A copy of the same order, delivered later.
+	if _, err := h(message.NewMessage(watermill.NewUUID(), []byte(payload))); err != nil {
+		t.Fatalf("copy: %v", err)
+	}
+	lost := logs.find(string(dedup.EventClaimLost), "complete")
+	figures(t, "outage-longer-than-lease", "lease", lease, "outage", lease+500*time.Millisecond,
+		"claim_lost_logged", len(lost), "effects", effects.Load())
+	if len(lost) != 1 || lost[0].level != "error" || !errors.Is(lost[0].err, dedup.ErrClaimLost) {
+		t.Errorf("the Complete after the restart: logged %+v, want one claim_lost at error level", lost)
+	}
+	if effects.Load() != 2 {
+		t.Errorf("effects = %d, want 2: the record was gone, so the copy ran the effect again", effects.Load())
+	}
 }
