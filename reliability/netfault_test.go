@@ -138,14 +138,14 @@ func TestNetworkFaults(t *testing.T) {
 		}
 		proxy.add(t, "spike", "latency", "downstream", map[string]any{"latency": 200, "jitter": 50})
 		claims := tl.op("claim")
-		waitUntil(t, 30*time.Second, "claims through the latency spike", func() bool { return tl.op("claim") >= claims+50 })
+		waitUntil(t, 15*time.Second, "claims through the latency spike", func() bool { return tl.op("claim") >= claims+50 })
 		proxy.remove(t, "spike")
 		spikes++
 
 		stream := map[bool]string{true: "upstream", false: "downstream"}[c%2 == 0]
 		proxy.add(t, "reset", "reset_peer", stream, map[string]any{"timeout": 0})
 		errs := tl.storeErrors()
-		waitUntil(t, 30*time.Second, "store errors from the resets", func() bool { return tl.storeErrors() >= errs+5 })
+		waitUntil(t, 15*time.Second, "store errors from the resets", func() bool { return tl.storeErrors() >= errs+5 })
 		proxy.remove(t, "reset")
 		resets[stream]++
 	}

@@ -94,7 +94,10 @@ func TestScopesAndTenantsNeverCollide(t *testing.T) {
 							msg.Metadata.Set(k, v)
 						}
 						out, err := d.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-							hc, _ := dedup.ClaimFromContext(msg.Context())
+							hc, ok := dedup.ClaimFromContext(msg.Context())
+							if !ok {
+								t.Fatalf("handler called without a claim")
+							}
 							keys[hc.Claim.Key] = true
 							ran = true
 							return []*message.Message{message.NewMessage(watermill.NewUUID(), []byte("receipt for "+hc.Claim.Key))}, nil
