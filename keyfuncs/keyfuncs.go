@@ -50,6 +50,24 @@ func JSON(path string) dedup.KeyFunc {
 	}
 }
 
+// JSONString is JSON for ids that must be JSON strings: a number at path
+// (even an integer) is refused with ErrNoKey ("wrong type: number, a string
+// is expected"), so a producer that switched an id's type is caught instead
+// of silently sharing keys with string ids. Everything else is as for JSON.
+func JSONString(path string) dedup.KeyFunc {
+	field := "json:" + path
+	return func(msg *message.Message) (string, error) {
+		if !validJSON(msg.Payload) {
+			return "", noKey(msg, field, "payload is not valid JSON")
+		}
+		v := gjson.GetBytes(msg.Payload, path)
+		if v.Type == gjson.Number {
+			return "", noKey(msg, field, "wrong type: number, a string is expected")
+		}
+		return jsonValue(msg, field, v)
+	}
+}
+
 func jsonValue(msg *message.Message, field string, v gjson.Result) (string, error) {
 	switch v.Type {
 	case gjson.String:

@@ -90,6 +90,19 @@ func TestJSON(t *testing.T) {
 	})
 }
 
+func TestJSONString(t *testing.T) {
+	id := keyfuncs.JSONString("order_id")
+	runKeyCases(t, []keyCase{
+		{"string", id, msg(`{"order_id":"ORDER-003"}`), "ORDER-003", ""},
+		{"string of digits", id, msg(`{"order_id":"42"}`), "42", ""},
+		{"integer refused", id, msg(`{"order_id":42}`), "", "a string is expected"},
+		{"fraction refused", id, msg(`{"order_id":4.2}`), "", "a string is expected"},
+		{"missing", id, msg(`{}`), "", "missing"},
+		{"null", id, msg(`{"order_id":null}`), "", "null"},
+		{"not JSON", id, msg(`x`), "", "not valid JSON"},
+	})
+}
+
 func TestMetadata(t *testing.T) {
 	kf := keyfuncs.Metadata("order_id")
 	runKeyCases(t, []keyCase{
