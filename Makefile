@@ -21,7 +21,10 @@ lab:
 	$(GO) run ./cmd/dedup-lab
 
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./stores/...
+	$(GO) test -run '^$$' -bench Store -benchtime 2s ./stores/redis/
+	$(GO) test -run '^$$' -bench Throughput ./stores/dynamo/
+	$(GO) test -run '^$$' -bench . -benchtime 500x ./stores/postgres/
+	$(GO) test -run '^$$' -bench MiddlewareOverhead -benchmem ./dedup/
 
 # Runs each fuzz target for FUZZTIME (the seed corpus already runs in `make test`).
 FUZZTIME ?= 30s
