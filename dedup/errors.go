@@ -43,6 +43,12 @@ var (
 	// case apart wrap it; others return plain ErrClaimLost.
 	ErrAlreadyCompleted = fmt.Errorf("%w: the record was already completed by this claim", ErrClaimLost)
 
+	// ErrNoScope: the middleware has no scope for the message: Config.Scope
+	// is empty and the message context carries no Watermill handler name
+	// (the middleware runs outside a router). A configuration error: set
+	// Config.Scope. Nothing was claimed; the message is nacked.
+	ErrNoScope = errors.New("dedup: no scope: set Config.Scope, or run the middleware inside a Watermill router (the handler name is the default scope)")
+
 	// ErrInvalidDuration: a lease, retention or interval of zero or less was
 	// given. In Redis a zero TTL means "never expires", so it is refused
 	// everywhere.

@@ -91,7 +91,7 @@ func (d *Deduplicator) handle(h message.HandlerFunc, msg *message.Message) ([]*m
 		scope = info.handler
 	}
 	if scope == "" {
-		return nil, errors.New("dedup: no scope: set Config.Scope, or run the middleware inside a Watermill router (the handler name is the default scope)")
+		return nil, ErrNoScope
 	}
 	scoped := ScopedKey(scope, key)
 

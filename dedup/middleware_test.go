@@ -649,3 +649,16 @@ func TestCompleteWhoseReplyWasLostCountsAsCompleted(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestNoScopeOutsideARouter(t *testing.T) {
+	store := dedup.NewMemoryStore(nil)
+	d, err := dedup.New(dedup.Config{Store: store, Key: keyfuncs.JSON("order_id")}) // no Scope, no router
+	if err != nil {
+		t.Fatal(err)
+	}
+	called := false
+	_, err = d.Middleware(func(*message.Message) ([]*message.Message, error) { called = true; return nil, nil })(order("ORDER-1"))
+	if !errors.Is(err, dedup.ErrNoScope) || called || store.Len() != 0 {
+		t.Fatalf("got %v (handler called: %v, records: %d), want ErrNoScope and nothing done", err, called, store.Len())
+	}
+}
