@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -197,8 +196,17 @@ func (d *Deduplicator) run(h message.HandlerFunc, msg *message.Message, claim Cl
 		msg.SetContext(ctx)
 	}()
 
-	hb := d.startHeartbeat(ctx, claim, info, claimedAt, cancelHandler)
-	hc.stopHeartbeat = hb.stop
+	var hb *Heartbeat
+	if !d.cfg.DisableHeartbeat {
+		hb = StartHeartbeat(ctx, HeartbeatConfig{
+			Store: d.cfg.Store, Claim: claim, Lease: d.cfg.Lease, Interval: d.cfg.Heartbeat,
+			ClaimedAt: claimedAt, Clock: d.cfg.Clock, StoreTimeout: d.cfg.StoreTimeout,
+			Lost:      cancelHandler,
+			Decide:    func(dec Decision) { d.decide(info, dec) },
+			ObserveOp: d.observeOp,
+		})
+	}
+	hc.stopHeartbeat = hb.Stop
 
 	panicked := true
 	defer func() {
@@ -207,12 +215,12 @@ func (d *Deduplicator) run(h message.HandlerFunc, msg *message.Message, claim Cl
 		}
 		// The panic (or runtime.Goexit) goes on after this function returns;
 		// the claim is released first so that a redelivery can run again.
-		hb.stop()
+		hb.Stop()
 		d.release(ctx, claim, info, claimedAt, errors.New("handler panicked"))
 	}()
 	out, herr := h(msg)
 	panicked = false
-	hb.stop()
+	hb.Stop()
 
 	if herr != nil {
 		d.release(ctx, claim, info, claimedAt, herr)
@@ -286,103 +294,6 @@ func (d *Deduplicator) complete(ctx context.Context, claim Claim, info messageIn
 		// then a redelivery (if any) would run the effect again.
 		d.decide(info, Decision{Event: EventStoreError, Op: "complete", Key: claim.Key, Elapsed: elapsed,
 			Err: &StoreError{Op: "complete", Key: claim.Key, Err: err}})
-	}
-}
-
-// heartbeat extends a claim's lease while its handler runs. It is a chain of
-// clock timers, not a goroutine: a handler shorter than the heartbeat
-// interval costs one timer, and a goroutine exists only while an extension
-// runs.
-type heartbeat struct {
-	d             *Deduplicator
-	ctx           context.Context
-	claim         Claim
-	info          messageInfo
-	claimedAt     time.Time
-	cancelHandler context.CancelCauseFunc
-
-	mu       sync.Mutex
-	stopped  bool
-	timer    Timer
-	leaseEnd time.Time      // the lease certainly holds until then
-	active   sync.WaitGroup // an extension in flight
-}
-
-// stop prevents further extensions and waits until none is in flight. Safe to
-// call more than once, and on a nil heartbeat (disabled).
-func (hb *heartbeat) stop() {
-	if hb == nil {
-		return
-	}
-	hb.mu.Lock()
-	hb.stopped = true
-	if hb.timer != nil {
-		hb.timer.Stop()
-	}
-	hb.mu.Unlock()
-	hb.active.Wait()
-}
-
-func (d *Deduplicator) startHeartbeat(ctx context.Context, claim Claim, info messageInfo, claimedAt time.Time, cancelHandler context.CancelCauseFunc) *heartbeat {
-	if d.cfg.DisableHeartbeat {
-		return nil
-	}
-	hb := &heartbeat{d: d, ctx: ctx, claim: claim, info: info, claimedAt: claimedAt, cancelHandler: cancelHandler,
-		leaseEnd: claimedAt.Add(d.cfg.Lease)}
-	hb.mu.Lock()
-	hb.timer = d.cfg.Clock.AfterFunc(d.cfg.Heartbeat, hb.tick)
-	hb.mu.Unlock()
-	return hb
-}
-
-// tick runs one extension and, unless the claim is lost or the heartbeat was
-// stopped meanwhile, arms the next one.
-func (hb *heartbeat) tick() {
-	hb.mu.Lock()
-	if hb.stopped {
-		hb.mu.Unlock()
-		return
-	}
-	hb.active.Add(1) // under the lock: stop() cannot be waiting yet
-	hb.mu.Unlock()
-	defer hb.active.Done()
-
-	if !hb.extend() {
-		return
-	}
-	hb.mu.Lock()
-	if !hb.stopped {
-		hb.timer = hb.d.cfg.Clock.AfterFunc(hb.d.cfg.Heartbeat, hb.tick)
-	}
-	hb.mu.Unlock()
-}
-
-// extend extends the lease once; it reports whether the claim is still held.
-func (hb *heartbeat) extend() bool {
-	d, claim := hb.d, hb.claim
-	sent := d.cfg.Clock.Now()
-	ectx, cancel := d.cleanupContext(hb.ctx)
-	start := time.Now()
-	err := d.cfg.Store.Extend(ectx, claim, d.cfg.Lease)
-	d.observeOp("extend", time.Since(start), err)
-	cancel()
-	switch {
-	case err == nil:
-		hb.leaseEnd = sent.Add(d.cfg.Lease)
-		return true
-	case errors.Is(err, ErrClaimLost):
-		err = fmt.Errorf("extending the lease of %q: %w", claim.Key, err)
-		d.decide(hb.info, Decision{Event: EventClaimLost, Op: "extend", Key: claim.Key, Elapsed: sent.Sub(hb.claimedAt), Err: err})
-		hb.cancelHandler(err)
-		return false
-	default:
-		d.decide(hb.info, Decision{Event: EventStoreError, Op: "extend", Key: claim.Key, Elapsed: sent.Sub(hb.claimedAt),
-			Err: &StoreError{Op: "extend", Key: claim.Key, Err: err}})
-		if !d.cfg.Clock.Now().Before(hb.leaseEnd) {
-			hb.cancelHandler(fmt.Errorf("%w: the lease of %q ended while the store could not be reached", ErrClaimLost, claim.Key))
-			return false
-		}
-		return true
 	}
 }
 

@@ -243,7 +243,16 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 	claimedAt := m.cfg.Clock.Now()
 	handlerCtx, cancelHandler := context.WithCancelCause(ctx)
 	defer cancelHandler(nil)
-	hb := m.startHeartbeat(ctx, claim, info, claimedAt, cancelHandler)
+	var hb *dedup.Heartbeat
+	if !m.cfg.DisableHeartbeat {
+		hb = dedup.StartHeartbeat(ctx, dedup.HeartbeatConfig{
+			Store: m.cfg.Store, Claim: claim, Lease: m.cfg.Lease, Interval: m.cfg.Heartbeat,
+			ClaimedAt: claimedAt, Clock: m.cfg.Clock, StoreTimeout: m.cfg.StoreTimeout,
+			Lost:      cancelHandler,
+			Decide:    func(d dedup.Decision) { m.decide(info, d) },
+			ObserveOp: m.observeOp,
+		})
+	}
 
 	cw := newCaptureWriter(m.cfg.MaxResponseBytes)
 	panicked := true
@@ -252,13 +261,13 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 			// The panic (or runtime.Goexit) goes on after this function
 			// returns; net/http then drops the connection. The claim is
 			// released first so that the client's retry runs again.
-			hb.stop()
+			hb.Stop()
 			m.release(ctx, claim, info, claimedAt, errors.New("handler panicked"))
 		}
 	}()
 	next.ServeHTTP(cw, r.WithContext(handlerCtx))
 	panicked = false
-	hb.stop()
+	hb.Stop()
 
 	resp, err := cw.response()
 	if err != nil {
@@ -330,5 +339,17 @@ func (m *Middleware) complete(ctx context.Context, claim dedup.Claim, info reque
 		// in progress until its lease ends.
 		m.decide(info, dedup.Decision{Event: dedup.EventStoreError, Op: "complete", Key: claim.Key, Elapsed: elapsed,
 			Err: &dedup.StoreError{Op: "complete", Key: claim.Key, Err: err}})
+	}
+}
+
+// sleep waits d on clock, or returns early with false when quit closes.
+func sleep(clock dedup.Clock, d time.Duration, quit <-chan struct{}) bool {
+	t := clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return true
+	case <-quit:
+		return false
 	}
 }
