@@ -19,14 +19,12 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/alicebob/miniredis/v2"
-	"github.com/alicebob/miniredis/v2/server"
-	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/watermill-dedup/watermill-dedup/internal/brokers"
 )
 
 func main() {
@@ -43,17 +41,16 @@ func run(addr string, verbose bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	redisAddr, what := os.Getenv("REDIS_ADDR"), "Redis at "+os.Getenv("REDIS_ADDR")
-	if redisAddr == "" {
-		mr, err := startMiniredis(ctx)
-		if err != nil {
-			return err
-		}
-		defer mr.Close()
-		redisAddr, what = mr.Addr(), "in-process miniredis (set REDIS_ADDR to use a real Redis 7)"
+	redis, err := brokers.ConnectRedis(os.Getenv("REDIS_ADDR")) // unset: an in-process miniredis
+	if err != nil {
+		return err
 	}
-	client := goredis.NewClient(&goredis.Options{Addr: redisAddr})
-	defer client.Close()
+	defer redis.Close()
+	what := "Redis at " + redis.Addr
+	if redis.Embedded {
+		what = "in-process miniredis (set REDIS_ADDR to use a real Redis 7)"
+	}
+	client := redis.Client
 
 	var logger watermill.LoggerAdapter = watermill.NopLogger{}
 	if verbose {
@@ -84,42 +81,4 @@ func run(addr string, verbose bool) error {
 		return err
 	}
 	return nil
-}
-
-// startMiniredis starts an in-process Redis stand-in on a free loopback
-// port, with two adjustments the store needs:
-//
-//   - miniredis does not answer INFO server, which the store reads to refuse
-//     servers older than 7.0; a hook answers it with a 7.x version
-//     (miniredis does implement SET NX PX GET and the Lua scripts);
-//   - miniredis only expires keys when told time has passed; a goroutine
-//     moves its clock with the wall clock, so leases and retention end.
-func startMiniredis(ctx context.Context) (*miniredis.Miniredis, error) {
-	mr := miniredis.NewMiniRedis()
-	if err := mr.StartAddr("127.0.0.1:0"); err != nil {
-		return nil, err
-	}
-	// Set before any client connects: only this process knows the address.
-	mr.Server().SetPreHook(func(c *server.Peer, cmd string, args ...string) bool {
-		if cmd == "INFO" && len(args) == 1 && strings.EqualFold(args[0], "server") {
-			c.WriteBulk("# Server\r\nredis_version:7.2.0\r\n")
-			return true
-		}
-		return false
-	})
-	go func() {
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		last := time.Now()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case now := <-tick.C:
-				mr.FastForward(now.Sub(last))
-				last = now
-			}
-		}
-	}()
-	return mr, nil
 }

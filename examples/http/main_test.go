@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/watermill-dedup/watermill-dedup/internal/brokers"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 )
 
@@ -186,16 +187,12 @@ func runSession(t *testing.T, client goredis.UniversalClient) {
 }
 
 func TestSessionOnMiniredis(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	mr, err := startMiniredis(ctx)
+	mr, err := brokers.StartMiniredis() // what the example starts without REDIS_ADDR
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(mr.Close)
-	client := goredis.NewClient(&goredis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { _ = client.Close() })
-	runSession(t, client)
+	runSession(t, mr.Client)
 }
 
 func TestSessionOnRedis(t *testing.T) {
@@ -207,31 +204,4 @@ func TestSessionOnRedis(t *testing.T) {
 	client := goredis.NewClient(&goredis.Options{Addr: server.Addr})
 	t.Cleanup(func() { _ = client.Close() })
 	runSession(t, client)
-}
-
-func TestMiniredisExpiresKeys(t *testing.T) {
-	// The example's miniredis moves its clock with the wall clock, so leases
-	// and retention end as they would in Redis.
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	mr, err := startMiniredis(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(mr.Close)
-	client := goredis.NewClient(&goredis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { _ = client.Close() })
-	if err := client.Set(ctx, "k", "v", time.Millisecond).Err(); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		n, err := client.Exists(ctx, "k").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			return // expired; the test's own timeout catches a clock that never moves
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
