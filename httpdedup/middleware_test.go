@@ -602,7 +602,9 @@ func TestRetryAfterDroppedResponseGetsReplay(t *testing.T) {
 		m := newMiddleware(t, httpdedup.Config{Store: store})
 		served := make(chan struct{}, 1)
 		gotClientGone := make(chan bool, 1)
+		entered := make(chan struct{})
 		inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			close(entered)
 			<-r.Context().Done() // the client hung up before the effect finished
 			gotClientGone <- true
 			pay.ServeHTTP(w, r)
@@ -622,6 +624,9 @@ func TestRetryAfterDroppedResponseGetsReplay(t *testing.T) {
 		}
 		body := `{"amount":4200}`
 		fmt.Fprintf(conn, "POST /payments HTTP/1.1\r\nHost: api.test\r\nX-Account: acct_1\r\nIdempotency-Key: k-dropped\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		// Hang up once the key is claimed and the handler runs (hanging up
+		// earlier is a different case: the claim itself is cancelled).
+		<-entered
 		conn.Close()
 		<-served
 		select {
