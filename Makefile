@@ -32,5 +32,6 @@ fuzz:
 	$(GO) test ./keyfuncs -run '^$$' -fuzz '^FuzzJSON$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./keyfuncs -run '^$$' -fuzz '^FuzzSNSEnvelope$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./keyfuncs -run '^$$' -fuzz '^FuzzMetadataJoin$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./keyfuncs -run '^$$' -fuzz '^FuzzJoinInjective$$' -fuzztime $(FUZZTIME)
 	for f in FuzzMetadata FuzzPrefix FuzzFirstOf FuzzMiddlewareInput FuzzScopedKeyInjective; do \
 		$(GO) test ./reliability -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; done

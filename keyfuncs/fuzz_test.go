@@ -2,9 +2,11 @@ package keyfuncs_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/tidwall/gjson"
@@ -119,6 +121,95 @@ func splitEscaped(s string, sep byte) []string {
 			cur.Reset()
 		default:
 			cur.WriteByte(r)
+		}
+	}
+	return append(parts, cur.String())
+}
+
+// FuzzJoinInjective: different tuples never share a key, whatever the
+// separator. Each key is decoded back into its parts (a test-side decoder:
+// "\" takes the next character literally, an unescaped sep ends a part), and
+// every other split of the same characters, (s[:i], s[i:]) for s = a+b, must
+// give a different key: the boundary shift of issue 14, ("a:", "b") vs
+// ("a", ":b") with "::".
+func FuzzJoinInjective(f *testing.F) {
+	f.Add("::", "a:", "b")
+	f.Add("::", "a", ":b")
+	f.Add(":", `a\`, ":c")
+	f.Add("ab", "xa", "by")
+	f.Add("→|", "x→", "|y")
+	f.Add("\xe2\x86", "x", "y")
+	f.Add("-", "", "")
+	f.Add("::", "\xe2:", ":\x92")
+	constant := func(s string) dedup.KeyFunc {
+		return func(*message.Message) (string, error) { return s, nil }
+	}
+	f.Fuzz(func(t *testing.T, sep, a, b string) {
+		if sep == "" || strings.Contains(sep, `\`) || !utf8.ValidString(sep) {
+			defer func() {
+				if recover() == nil {
+					t.Fatalf("Join(%q) did not panic", sep)
+				}
+			}()
+			keyfuncs.Join(sep, constant(a))
+			return
+		}
+		m := message.NewMessage("uuid-1", nil)
+		join := func(parts ...string) string {
+			kfs := make([]dedup.KeyFunc, len(parts))
+			for i, p := range parts {
+				kfs[i] = constant(p)
+			}
+			k, err := keyfuncs.Join(sep, kfs...)(m)
+			if err != nil {
+				t.Fatalf("Join(%q)(%q): %v", sep, parts, err)
+			}
+			return k
+		}
+		for _, parts := range [][]string{{a, b}, {a, b, a}, {a}} {
+			key := join(parts...)
+			if got := unjoin(t, key, sep); !slices.Equal(got, parts) {
+				t.Fatalf("Join(%q, %q) = %q, decodes to %q", sep, parts, key, got)
+			}
+		}
+		key := join(a, b)
+		s := a + b
+		for i := 0; i <= len(s); i++ {
+			if i == len(a) {
+				continue
+			}
+			if k := join(s[:i], s[i:]); k == key {
+				t.Fatalf("Join(%q): (%q, %q) and (%q, %q) share the key %q", sep, a, b, s[:i], s[i:], key)
+			}
+		}
+		if !strings.ContainsAny(a+b, `\`+sep) && key != a+sep+b {
+			t.Fatalf("Join(%q, %q, %q) = %q: parts without separator characters must be kept verbatim", sep, a, b, key)
+		}
+	})
+}
+
+// unjoin splits a Join key: "\" takes the next character literally, an
+// unescaped sep ends a part, any other byte is literal.
+func unjoin(t *testing.T, key, sep string) []string {
+	t.Helper()
+	var parts []string
+	var cur strings.Builder
+	for i := 0; i < len(key); {
+		switch {
+		case key[i] == '\\':
+			if i+1 == len(key) {
+				t.Fatalf("key %q ends in a lone escape", key)
+			}
+			_, w := utf8.DecodeRuneInString(key[i+1:])
+			cur.WriteString(key[i+1 : i+1+w])
+			i += 1 + w
+		case strings.HasPrefix(key[i:], sep):
+			parts = append(parts, cur.String())
+			cur.Reset()
+			i += len(sep)
+		default:
+			cur.WriteByte(key[i])
+			i++
 		}
 	}
 	return append(parts, cur.String())

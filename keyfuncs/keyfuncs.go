@@ -159,6 +159,11 @@ func SNSEnvelope(inner dedup.KeyFunc) dedup.KeyFunc {
 
 // Prefix prepends a fixed prefix to the key inner returns, e.g. to tell apart
 // ids from two systems that share a scope. Errors pass through unchanged.
+// The prefix is not escaped: one Prefix never maps two keys to one, but two
+// Prefix functions give disjoint keys only when neither prefix is a prefix
+// of the other ("acme:" and "acme:eu:" both give "acme:eu:1", for "eu:1"
+// and for "1"). Use prefixes of which none starts another, such as "sys-a/"
+// and "sys-b/".
 func Prefix(prefix string, inner dedup.KeyFunc) dedup.KeyFunc {
 	return func(msg *message.Message) (string, error) {
 		k, err := inner(msg)
@@ -170,15 +175,23 @@ func Prefix(prefix string, inner dedup.KeyFunc) dedup.KeyFunc {
 }
 
 // Join runs every key function and joins their keys with sep, for facts
-// identified by several fields (tenant + order id). Each part is escaped
-// ("\" → "\\", sep → "\"+sep) so that parts containing sep cannot make two
-// different tuples give the same key. Any part's error is returned.
-// Join panics at construction when sep is empty or contains a backslash.
+// identified by several fields (tenant + order id). Different tuples never
+// share a key, whatever sep: in each part a backslash and every character
+// that occurs in sep are escaped with a backslash (`\` → `\\`,
+// c → `\c`), so an unescaped character of sep only ever belongs to a
+// separator and the parts can be read back. Escaping every character, not
+// only whole occurrences of sep, matters for a separator of several
+// characters: with "::", ("a:", "b") gives `a\::::b` and ("a", ":b") gives
+// `a::\:b` (escaping whole occurrences gave "a:::b" for both). Parts
+// containing neither a backslash nor a character of sep are kept verbatim,
+// and for a one-character sep the encoding is unchanged from earlier
+// versions. Any part's error is returned. Join panics at construction when
+// sep is empty, contains a backslash or is not valid UTF-8.
 func Join(sep string, parts ...dedup.KeyFunc) dedup.KeyFunc {
-	if sep == "" || strings.Contains(sep, `\`) {
-		panic(fmt.Sprintf("keyfuncs.Join: separator %q must be non-empty and must not contain a backslash", sep))
+	if sep == "" || strings.Contains(sep, `\`) || !utf8.ValidString(sep) {
+		panic(fmt.Sprintf("keyfuncs.Join: separator %q must be non-empty valid UTF-8 without a backslash", sep))
 	}
-	esc := strings.NewReplacer(`\`, `\\`, sep, `\`+sep)
+	esc := escaper(sep)
 	return func(msg *message.Message) (string, error) {
 		keys := make([]string, len(parts))
 		for i, p := range parts {
@@ -192,10 +205,29 @@ func Join(sep string, parts ...dedup.KeyFunc) dedup.KeyFunc {
 	}
 }
 
+// escaper returns a replacer that puts a backslash before every backslash
+// and every character (rune) of sep. Matching a rune's bytes anywhere in a
+// part is the same as matching it rune by rune: a valid UTF-8 sequence
+// starts with a byte that cannot continue another one, so it cannot begin
+// inside another character, even next to invalid bytes.
+func escaper(sep string) *strings.Replacer {
+	pairs := []string{`\`, `\\`}
+	seen := map[rune]bool{}
+	for _, r := range sep {
+		if !seen[r] {
+			seen[r] = true
+			pairs = append(pairs, string(r), `\`+string(r))
+		}
+	}
+	return strings.NewReplacer(pairs...)
+}
+
 // FirstOf returns the key of the first function that finds one, e.g. a
 // header when producers set it and a body field otherwise. Functions failing
 // with ErrNoKey are skipped; any other error is returned at once. When none
-// finds a key, the error wraps ErrNoKey and every function's error.
+// finds a key, the error wraps ErrNoKey and every function's error. The
+// alternatives share one key space, as they should when they carry the same
+// id; wrap them in Prefix when they carry different ones.
 func FirstOf(fns ...dedup.KeyFunc) dedup.KeyFunc {
 	return func(msg *message.Message) (string, error) {
 		var errs []error

@@ -171,7 +171,7 @@ func TestCompositions(t *testing.T) {
 }
 
 func TestJoinRefusesBadSeparator(t *testing.T) {
-	for _, sep := range []string{"", `\`, `a\b`} {
+	for _, sep := range []string{"", `\`, `a\b`, "\xff", ":\xe2\x86"} {
 		func() {
 			defer func() {
 				if recover() == nil {
@@ -180,5 +180,34 @@ func TestJoinRefusesBadSeparator(t *testing.T) {
 			}()
 			keyfuncs.Join(sep, keyfuncs.Metadata("a"))
 		}()
+	}
+}
+
+// Issue 14: with a separator of several characters, escaping only whole
+// occurrences of sep let a part's last characters and the separator's first
+// (or the separator's last and a part's first) read as a separator: ("a:",
+// "b") and ("a", ":b") both gave "a:::b" with "::".
+func TestJoinMultiCharSeparatorInjective(t *testing.T) {
+	for _, tc := range []struct {
+		sep        string
+		a, b, c, d string
+	}{
+		{"::", "a:", "b", "a", ":b"},
+		{"::", "a::", "b", "a", "::b"},
+		{"::", "a:", ":b", "a::", "b"},
+		{"--", "x-", "-y", "x", "--y"},
+		{"ab", "xa", "by", "x", "aby"},
+		{"→|", "x→", "|y", "x", "→||y"},
+		{":", "a:", "b", "a", ":b"},
+	} {
+		kf := keyfuncs.Join(tc.sep, keyfuncs.Metadata("p"), keyfuncs.Metadata("q"))
+		k1, err1 := kf(msg(`{}`, "p", tc.a, "q", tc.b))
+		k2, err2 := kf(msg(`{}`, "p", tc.c, "q", tc.d))
+		if err1 != nil || err2 != nil {
+			t.Fatalf("Join(%q): errors %v, %v", tc.sep, err1, err2)
+		}
+		if k1 == k2 {
+			t.Errorf("Join(%q): (%q, %q) and (%q, %q) share the key %q", tc.sep, tc.a, tc.b, tc.c, tc.d, k1)
+		}
 	}
 }
