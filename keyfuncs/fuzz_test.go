@@ -1,8 +1,12 @@
 package keyfuncs_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode"
@@ -41,35 +45,131 @@ func checkKey(t *testing.T, kf dedup.KeyFunc, m *message.Message, key string, er
 	}
 }
 
+// FuzzJSON: besides checkKey, a key JSON returns is what a handler using
+// encoding/json reads at the same path, both into maps (names exact, the
+// last repeated member wins) and into a struct (names matched ignoring
+// case, the last match wins). Issue 14: gjson alone reads the first.
 func FuzzJSON(f *testing.F) {
 	for _, s := range []string{
 		`{"order_id":"ORDER-003"}`, `{"order_id":42}`, `{"order_id":4.2}`, `{"order_id":null}`,
 		`null`, ``, `{`, `{"order_id":""}`, `{"order_id":" "}`, "{\"order_id\":\"\xff\"}",
 		`{"order_id":{"a":[1,2]}}`, `[{"order_id":"x"}]`, `{"order_id":"\ud800"}`, `{"order_id":-0}`,
+		`{"order_id":"ORDER-B","amount":150,"order_id":"ORDER-A"}`, `{"order_id":"A","ORDER_ID":"B"}`,
+		`{"order":{"id":"A"},"order":{"id":"B"}}`, `{"order":{"id":"A","id":"B"}}`, `{"order":{"id":7}}`,
+		`{"items":[{"sku":"X"},{"sku":"A","sku":"B"}]}`, `{"items":[{},{"sku":"A"}]}`, `{"order_id":"A","order\u005fid":"B"}`,
 	} {
 		f.Add([]byte(s))
 	}
-	kf := keyfuncs.JSON("order_id")
+	paths := []string{"order_id", "order.id", "items.1.sku"}
 	f.Fuzz(func(t *testing.T, payload []byte) {
-		m := message.NewMessage("uuid-1", payload)
-		key, err := kf(m)
-		checkKey(t, kf, m, key, err)
-		if err == nil {
+		for _, path := range paths {
+			kf := keyfuncs.JSON(path)
+			m := message.NewMessage("uuid-1", payload)
+			key, err := kf(m)
+			checkKey(t, kf, m, key, err)
+			if err != nil {
+				continue
+			}
 			if !gjson.ValidBytes(payload) {
 				t.Fatalf("key %q from invalid JSON", key)
 			}
-			v := gjson.GetBytes(payload, "order_id")
+			v := gjson.GetBytes(payload, path)
 			if v.Type == gjson.String && v.Str != key || v.Type == gjson.Number && v.Raw != key {
 				t.Fatalf("key %q is not the field's value %q", key, v.Raw)
 			}
+			checkAgreesWithEncodingJSON(t, "", payload, path, key)
 		}
 	})
 }
 
+// checkAgreesWithEncodingJSON fails unless encoding/json reads key at path
+// in payload, decoding into maps and, for a one-member path, into a struct.
+func checkAgreesWithEncodingJSON(t *testing.T, how string, payload []byte, path, key string) {
+	t.Helper()
+	if v, ok := jsonMapAt(payload, path); !ok || !sameKey(v, key) {
+		t.Fatalf("key %q, but encoding/json%s (into maps) reads %#v (found: %v) at %q in %q", key, how, v, ok, path, payload)
+	}
+	if strings.Contains(path, ".") {
+		return
+	}
+	// A struct with one field tagged path: names match ignoring case.
+	typ := reflect.StructOf([]reflect.StructField{{Name: "Key", Type: reflect.TypeFor[json.RawMessage](), Tag: reflect.StructTag(`json:"` + path + `"`)}})
+	ptr := reflect.New(typ)
+	if err := json.Unmarshal(payload, ptr.Interface()); err != nil {
+		t.Fatalf("key %q, but encoding/json%s (into a struct) fails on %q: %v", key, how, payload, err)
+	}
+	raw := ptr.Elem().Field(0).Interface().(json.RawMessage)
+	v, ok := decodeValue(raw)
+	if !ok || !sameKey(v, key) {
+		t.Fatalf("key %q, but encoding/json%s (into a struct) reads %s at %q in %q", key, how, raw, path, payload)
+	}
+}
+
+// decodeValue decodes one JSON value as a handler would, numbers kept as
+// written (json.Number).
+func decodeValue(b []byte) (any, bool) {
+	if !json.Valid(b) {
+		return nil, false
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, false
+	}
+	return v, true
+}
+
+// jsonMapAt walks a dotted path of member names and array indices through
+// the maps and slices encoding/json decodes payload into.
+func jsonMapAt(payload []byte, path string) (any, bool) {
+	v, ok := decodeValue(payload)
+	if !ok {
+		return nil, false
+	}
+	for _, seg := range strings.Split(path, ".") {
+		switch x := v.(type) {
+		case map[string]any:
+			if v, ok = x[seg]; !ok {
+				return nil, false
+			}
+		case []any:
+			i, err := strconv.Atoi(seg)
+			if err != nil || i < 0 || i >= len(x) {
+				return nil, false
+			}
+			v = x[i]
+		default:
+			return nil, false
+		}
+	}
+	return v, true
+}
+
+func sameKey(v any, key string) bool {
+	switch x := v.(type) {
+	case string:
+		return x == key
+	case json.Number:
+		return string(x) == key
+	}
+	return false
+}
+
+// FuzzSNSEnvelope: besides checkKey, a key is what a handler using
+// encoding/json reads: it unwraps the envelope when Type is "Notification"
+// and TopicArn is present (into maps, and into a struct whose names match
+// ignoring case), then reads order_id from Message; otherwise it reads
+// order_id from the payload itself.
 func FuzzSNSEnvelope(f *testing.F) {
 	for _, s := range []string{
 		snsEnvelope(`{"order_id":"ORDER-003"}`), snsEnvelope(`not json`), snsEnvelope(``),
 		`{"Type":"Notification","TopicArn":"a","Message":7}`, `{"Type":"Notification"}`, `{"order_id":"raw"}`, `"x"`,
+		snsEnvelope(`{"order_id":"ORDER-B","order_id":"ORDER-A"}`),
+		`{"Type":"Notification","TopicArn":"a","Message":"{\"order_id\":\"B\"}","Message":"{\"order_id\":\"A\"}"}`,
+		`{"Type":"Notification","TopicArn":"a","Message":"{\"order_id\":\"B\"}","Type":"x","order_id":"A"}`,
+		`{"type":"Notification","TopicArn":"a","Message":"{\"order_id\":\"B\"}","order_id":"A"}`,
+		`{"Type":"Notification","TopicArn":null,"Message":"{\"order_id\":\"B\"}","order_id":"A"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -78,6 +178,39 @@ func FuzzSNSEnvelope(f *testing.F) {
 		m := message.NewMessage("uuid-1", payload)
 		key, err := kf(m)
 		checkKey(t, kf, m, key, err)
+		if err != nil {
+			return
+		}
+		// Into maps: names exact, the last repeated member wins.
+		inner := payload
+		if v, ok := decodeValue(payload); ok {
+			if env, ok := v.(map[string]any); ok {
+				_, hasArn := env["TopicArn"]
+				if env["Type"] == "Notification" && hasArn {
+					s, ok := env["Message"].(string)
+					if !ok {
+						t.Fatalf("key %q from an envelope whose Message encoding/json does not read as a string", key)
+					}
+					inner = []byte(s)
+				}
+			}
+		}
+		checkAgreesWithEncodingJSON(t, ", unwrapping into maps,", inner, "order_id", key)
+		// Into a struct: names match ignoring case.
+		var env struct {
+			Type, TopicArn, Message json.RawMessage
+		}
+		inner = payload
+		if json.Unmarshal(payload, &env) == nil {
+			var typ, message string
+			if json.Unmarshal(env.Type, &typ) == nil && typ == "Notification" && len(env.TopicArn) > 0 {
+				if err := json.Unmarshal(env.Message, &message); err != nil {
+					t.Fatalf("key %q from an envelope whose Message encoding/json (into a struct) does not read as a string: %v", key, err)
+				}
+				inner = []byte(message)
+			}
+		}
+		checkAgreesWithEncodingJSON(t, ", unwrapping into a struct,", inner, "order_id", key)
 	})
 }
 

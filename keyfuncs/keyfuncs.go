@@ -13,6 +13,7 @@ package keyfuncs
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -29,9 +30,12 @@ func noKey(msg *message.Message, field, reason string) error {
 
 func blank(s string) bool { return strings.TrimFunc(s, unicode.IsSpace) == "" }
 
-// JSON returns the value at path in the JSON payload, using gjson path
-// syntax ("order_id", "order.id", "items.0.sku"). The payload is validated
-// and the path is read without unmarshalling the whole document.
+// JSON returns the value at path in the JSON payload. The path is member
+// names and array indices separated by dots ("order_id", "order.id",
+// "items.0.sku"); a backslash makes the next character literal
+// (`a\.b` names the member "a.b"). The payload is validated and only the
+// objects and arrays along the path are walked, without unmarshalling the
+// whole document.
 //
 // Values, and what becomes of them:
 //   - a string: the key, verbatim (escapes decoded); empty or blank → ErrNoKey;
@@ -40,32 +44,177 @@ func blank(s string) bool { return strings.TrimFunc(s, unicode.IsSpace) == "" }
 //   - null, a fraction or exponent number, true/false, an object or an
 //     array: ErrNoKey (wrong type);
 //   - missing path, non-JSON payload (including an empty payload): ErrNoKey.
+//
+// A member on the path that appears more than once in its object, with
+// names compared ignoring case, gives ErrNoKey (`ambiguous: member
+// "order_id" appears twice`), whatever the values: gjson reads the first
+// such member, encoding/json the last (and, into a struct, one spelled in
+// any case), so a key read from either would name one order to dedup and
+// another to a handler. Repeated members elsewhere in the document are not
+// looked at. Like every ErrNoKey, this is permanent.
+//
+// JSON panics at construction on an empty path, an empty name ("a..b"), a
+// trailing lone backslash, or gjson query syntax that does not name one
+// member: an unescaped '*', '?', '#' or '|', or a name starting with '@',
+// '!', '[' or '{' (escape the character to name such a member).
 func JSON(path string) dedup.KeyFunc {
+	steps := parsePath("JSON", path)
 	field := "json:" + path
 	return func(msg *message.Message) (string, error) {
-		if !validJSON(msg.Payload) {
-			return "", noKey(msg, field, "payload is not valid JSON")
+		v, err := lookup(msg, field, steps)
+		if err != nil {
+			return "", err
 		}
-		return jsonValue(msg, field, gjson.GetBytes(msg.Payload, path))
+		return jsonValue(msg, field, v)
 	}
 }
 
 // JSONString is JSON for ids that must be JSON strings: a number at path
 // (even an integer) is refused with ErrNoKey ("wrong type: number, a string
 // is expected"), so a producer that switched an id's type is caught instead
-// of silently sharing keys with string ids. Everything else is as for JSON.
+// of silently sharing keys with string ids. Everything else, including the
+// refusal of repeated members and the path syntax, is as for JSON.
 func JSONString(path string) dedup.KeyFunc {
+	steps := parsePath("JSONString", path)
 	field := "json:" + path
 	return func(msg *message.Message) (string, error) {
-		if !validJSON(msg.Payload) {
-			return "", noKey(msg, field, "payload is not valid JSON")
+		v, err := lookup(msg, field, steps)
+		if err != nil {
+			return "", err
 		}
-		v := gjson.GetBytes(msg.Payload, path)
 		if v.Type == gjson.Number {
 			return "", noKey(msg, field, "wrong type: number, a string is expected")
 		}
 		return jsonValue(msg, field, v)
 	}
+}
+
+// pathStep is one name of a path; index is the array index it also names
+// (its digits), or -1.
+type pathStep struct {
+	name  string
+	index int
+}
+
+// parsePath splits path into names (see JSON), panicking on a path that is
+// not a plain sequence of names.
+func parsePath(fn, path string) []pathStep {
+	bad := func(why string) {
+		panic(fmt.Sprintf("keyfuncs.%s: path %q %s", fn, path, why))
+	}
+	var steps []pathStep
+	var name strings.Builder
+	escaped, start := false, true
+	end := func() {
+		n := name.String()
+		if n == "" {
+			bad("has an empty member name")
+		}
+		index := -1
+		if strings.Trim(n, "0123456789") == "" {
+			if i, err := strconv.Atoi(n); err == nil {
+				index = i
+			}
+		}
+		steps = append(steps, pathStep{name: n, index: index})
+		name.Reset()
+		start = true
+	}
+	for i := 0; i < len(path); i++ {
+		c := path[i]
+		switch {
+		case escaped:
+			name.WriteByte(c)
+			escaped, start = false, false
+			continue
+		case c == '\\':
+			escaped = true
+			continue
+		case c == '.':
+			end()
+			continue
+		case c == '*' || c == '?' || c == '#' || c == '|':
+			bad(fmt.Sprintf("uses gjson query syntax %q (escape it with a backslash to name a member)", c))
+		case start && (c == '@' || c == '!' || c == '[' || c == '{'):
+			bad(fmt.Sprintf("has a name starting with gjson syntax %q (escape it with a backslash to name a member)", c))
+		}
+		name.WriteByte(c)
+		start = false
+	}
+	if escaped {
+		bad("ends in a lone backslash")
+	}
+	end()
+	return steps
+}
+
+// lookup validates the payload and walks steps through it. Every object on
+// the path is read to its end, so that a repeated member is found; arrays
+// are read up to the index.
+func lookup(msg *message.Message, field string, steps []pathStep) (gjson.Result, error) {
+	if !validJSON(msg.Payload) {
+		return gjson.Result{}, noKey(msg, field, "payload is not valid JSON")
+	}
+	cur := gjson.Parse(string(msg.Payload))
+	for _, st := range steps {
+		switch {
+		case cur.IsObject():
+			v, n, exact := member(cur, st.name)
+			if n > 1 {
+				return gjson.Result{}, noKey(msg, field, ambiguous(st.name, n, exact))
+			}
+			cur = v
+		case cur.IsArray() && st.index >= 0:
+			var v gjson.Result
+			i := 0
+			cur.ForEach(func(_, e gjson.Result) bool {
+				if i == st.index {
+					v = e
+					return false
+				}
+				i++
+				return true
+			})
+			cur = v
+		default:
+			return gjson.Result{}, nil // missing
+		}
+		if !cur.Exists() {
+			return cur, nil
+		}
+	}
+	return cur, nil
+}
+
+// member returns obj's member spelled name, how many members have name
+// ignoring case (encoding/json matches struct fields so), and how many of
+// those are spelled exactly name.
+func member(obj gjson.Result, name string) (v gjson.Result, n, exact int) {
+	obj.ForEach(func(k, e gjson.Result) bool {
+		if strings.EqualFold(k.Str, name) {
+			n++
+			if k.Str == name {
+				exact++
+				if exact == 1 {
+					v = e
+				}
+			}
+		}
+		return true
+	})
+	return v, n, exact
+}
+
+func ambiguous(name string, n, exact int) string {
+	times := "twice"
+	if n > 2 {
+		times = strconv.Itoa(n) + " times"
+	}
+	s := fmt.Sprintf("ambiguous: member %q appears %s", name, times)
+	if exact != n {
+		s += " (names compared ignoring case, as encoding/json matches struct fields)"
+	}
+	return s
 }
 
 func jsonValue(msg *message.Message, field string, v gjson.Result) (string, error) {
@@ -74,12 +223,12 @@ func jsonValue(msg *message.Message, field string, v gjson.Result) (string, erro
 		if blank(v.Str) {
 			return "", noKey(msg, field, "empty value")
 		}
-		return v.Str, nil
+		return strings.Clone(v.Str), nil // not a view of the payload's copy
 	case gjson.Number:
 		if !isInteger(v.Raw) {
 			return "", noKey(msg, field, "number is not an integer: "+v.Raw)
 		}
-		return v.Raw, nil
+		return strings.Clone(v.Raw), nil
 	case gjson.Null:
 		if !v.Exists() {
 			return "", noKey(msg, field, "missing")
@@ -137,16 +286,59 @@ func Metadata(name string) dedup.KeyFunc {
 // is not an envelope is passed to inner unchanged, so the same key function
 // serves subscriptions with and without raw message delivery. An envelope
 // whose Message is missing or not a string gives ErrNoKey.
+//
+// A payload is an envelope when its Type member is the string
+// "Notification" and it has a TopicArn member. When a member named Type
+// (ignoring case) is "Notification", each of Type, TopicArn and Message
+// must appear at most once and spelled exactly so, or the envelope is
+// ambiguous and gives ErrNoKey (`ambiguous: member "Message" appears
+// twice`): gjson reads the first repeated member, encoding/json the last,
+// and into a struct it also reads "message" as Message, so dedup and a
+// handler could unwrap different messages. The envelope is read in one
+// pass over its members; inner then reads the Message as it reads any
+// payload (JSON refuses repeated members on its own path).
 func SNSEnvelope(inner dedup.KeyFunc) dedup.KeyFunc {
 	return func(msg *message.Message) (string, error) {
 		if !validJSON(msg.Payload) {
 			return inner(msg)
 		}
-		env := gjson.ParseBytes(msg.Payload)
-		if !env.IsObject() || env.Get("Type").String() != "Notification" || !env.Get("TopicArn").Exists() {
+		env := gjson.Parse(string(msg.Payload))
+		if !env.IsObject() {
 			return inner(msg)
 		}
-		m := env.Get("Message")
+		names := [...]string{"Type", "TopicArn", "Message"}
+		var (
+			vals           [len(names)]gjson.Result
+			count, spelled [len(names)]int
+			notification   bool
+		)
+		env.ForEach(func(k, v gjson.Result) bool {
+			for i, name := range names {
+				if strings.EqualFold(k.Str, name) {
+					count[i]++
+					if k.Str == name {
+						spelled[i]++
+						vals[i] = v
+					}
+					if i == 0 && v.Type == gjson.String && v.Str == "Notification" {
+						notification = true
+					}
+				}
+			}
+			return true
+		})
+		if !notification || count[1] == 0 {
+			return inner(msg) // not an envelope, read whichever way
+		}
+		for i, name := range names {
+			switch {
+			case count[i] > 1:
+				return "", noKey(msg, "sns:"+name, ambiguous(name, count[i], spelled[i]))
+			case count[i] == 1 && spelled[i] == 0:
+				return "", noKey(msg, "sns:"+name, fmt.Sprintf("ambiguous: member %q is spelled in another case (encoding/json reads it into a struct field, not into a map)", name))
+			}
+		}
+		m := vals[2]
 		if m.Type != gjson.String {
 			return "", noKey(msg, "sns:Message", "envelope without a string Message")
 		}

@@ -211,3 +211,73 @@ func TestJoinMultiCharSeparatorInjective(t *testing.T) {
 		}
 	}
 }
+
+// Issue 14: gjson reads the first of two members with one name, encoding/json
+// the last (and, into a struct, matches names ignoring case). A key read
+// through a repeated member would be one order to dedup and another to the
+// handler, so it is refused as ambiguous, at every level of the path.
+func TestJSONRepeatedMember(t *testing.T) {
+	id := keyfuncs.JSON("order_id")
+	str := keyfuncs.JSONString("order_id")
+	nested := keyfuncs.JSON("order.id")
+	item := keyfuncs.JSON("items.1.sku")
+	runKeyCases(t, []keyCase{
+		{"repeated key", id, msg(`{"order_id":"ORDER-B","amount":150,"order_id":"ORDER-A"}`), "", `ambiguous: member "order_id" appears twice`},
+		{"repeated key, string", str, msg(`{"order_id":"ORDER-B","order_id":"ORDER-A"}`), "", `ambiguous: member "order_id" appears twice`},
+		{"repeated three times", id, msg(`{"order_id":"A","order_id":"B","order_id":"C"}`), "", `appears 3 times`},
+		{"repeated with the same value", id, msg(`{"order_id":"A","order_id":"A"}`), "", `ambiguous`},
+		{"repeated, second null", id, msg(`{"order_id":"A","order_id":null}`), "", `ambiguous`},
+		{"repeated in another case", id, msg(`{"order_id":"A","ORDER_ID":"B"}`), "", `ambiguous: member "order_id" appears twice`},
+		{"escaped name repeats", id, msg(`{"order_id":"A","order\u005fid":"B"}`), "", `ambiguous`},
+		{"repeated outer object", nested, msg(`{"order":{"id":"A"},"order":{"id":"B"}}`), "", `ambiguous: member "order" appears twice`},
+		{"repeated outer, one without the key", nested, msg(`{"order":{"id":"A"},"order":{"x":1}}`), "", `ambiguous: member "order"`},
+		{"repeated inner key", nested, msg(`{"order":{"id":"A","id":"B"}}`), "", `ambiguous: member "id" appears twice`},
+		{"repeated inside an array element", item, msg(`{"items":[{"sku":"X"},{"sku":"A","sku":"B"}]}`), "", `ambiguous: member "sku"`},
+		{"repeated array", item, msg(`{"items":[{},{"sku":"A"}],"items":[{},{"sku":"B"}]}`), "", `ambiguous: member "items"`},
+		{"repeats off the path are fine", id, msg(`{"amount":1,"amount":2,"order_id":"A","x":{"order_id":"B"}}`), "A", ""},
+		{"repeats in a sibling element are fine", item, msg(`{"items":[{"sku":"X","sku":"Y"},{"sku":"A"}]}`), "A", ""},
+	})
+}
+
+func TestSNSEnvelopeRepeatedMember(t *testing.T) {
+	kf := keyfuncs.SNSEnvelope(keyfuncs.JSON("order_id"))
+	twoMessages := `{"Type":"Notification","TopicArn":"arn:x","Message":` + quote(`{"order_id":"ORDER-B"}`) +
+		`,"Message":` + quote(`{"order_id":"ORDER-A"}`) + `}`
+	twoTypes := `{"Type":"Notification","TopicArn":"arn:x","Message":` + quote(`{"order_id":"ORDER-B"}`) +
+		`,"Type":"Raw","order_id":"ORDER-A"}`
+	runKeyCases(t, []keyCase{
+		{"repeated Message", kf, msg(twoMessages), "", `ambiguous: member "Message" appears twice`},
+		{"repeated Type", kf, msg(twoTypes), "", `ambiguous: member "Type" appears twice`},
+		{"Message in another case", kf, msg(`{"Type":"Notification","TopicArn":"arn:x","Message":"{}","message":"{\"order_id\":\"A\"}"}`), "", `ambiguous: member "Message"`},
+		{"repeated key inside Message", kf, msg(snsEnvelope(`{"order_id":"ORDER-B","order_id":"ORDER-A"}`)), "", `ambiguous: member "order_id" appears twice`},
+		{"repeated key, raw delivery", kf, msg(`{"order_id":"ORDER-B","order_id":"ORDER-A"}`), "", `ambiguous: member "order_id" appears twice`},
+		{"other envelope members may repeat", kf, msg(`{"Type":"Notification","TopicArn":"arn:x","Timestamp":"1","Timestamp":"2","Message":` + quote(`{"order_id":"A"}`) + `}`), "A", ""},
+	})
+}
+
+func TestJSONPathSyntax(t *testing.T) {
+	runKeyCases(t, []keyCase{
+		{"escaped dot", keyfuncs.JSON(`a\.b`), msg(`{"a.b":"X","a":{"b":"Y"}}`), "X", ""},
+		{"dot", keyfuncs.JSON(`a.b`), msg(`{"a.b":"X","a":{"b":"Y"}}`), "Y", ""},
+		{"escaped wildcard", keyfuncs.JSON(`order\*`), msg(`{"order_id":"X","order*":"Y"}`), "Y", ""},
+		{"punctuation", keyfuncs.JSON(`x-y:z/w`), msg(`{"x-y:z/w":"X"}`), "X", ""},
+		{"digits name a member", keyfuncs.JSON(`m.0`), msg(`{"m":{"0":"X"}}`), "X", ""},
+		{"digits index an array", keyfuncs.JSON(`m.1`), msg(`{"m":["X","Y"]}`), "Y", ""},
+		{"index past the end", keyfuncs.JSON(`m.2`), msg(`{"m":["X","Y"]}`), "", "missing"},
+		{"name into an array", keyfuncs.JSON(`m.x`), msg(`{"m":["X","Y"]}`), "", "missing"},
+		{"name into a string", keyfuncs.JSON(`m.x`), msg(`{"m":"X"}`), "", "missing"},
+		{"name in another case is not the member", keyfuncs.JSON(`order_id`), msg(`{"ORDER_ID":"X"}`), "", "missing"},
+	})
+	for _, path := range []string{"", ".", "a..b", "a.", `a\`, "order_*", "order_i?", "items.#", "items.#.sku", "a|b", "@this", "a.@reverse", "!true", "[a,b]", "{a}"} {
+		for name, fn := range map[string]func(string) dedup.KeyFunc{"JSON": keyfuncs.JSON, "JSONString": keyfuncs.JSONString} {
+			func() {
+				defer func() {
+					if recover() == nil {
+						t.Errorf("%s(%q) did not panic", name, path)
+					}
+				}()
+				fn(path)
+			}()
+		}
+	}
+}
