@@ -17,6 +17,7 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/tidwall/gjson"
@@ -155,7 +156,7 @@ func lookup(msg *message.Message, field string, steps []pathStep) (gjson.Result,
 	if !validJSON(msg.Payload) {
 		return gjson.Result{}, noKey(msg, field, "payload is not valid JSON")
 	}
-	cur := gjson.Parse(string(msg.Payload))
+	cur := gjson.Parse(view(msg.Payload))
 	for _, st := range steps {
 		switch {
 		case cur.IsObject():
@@ -241,6 +242,14 @@ func jsonValue(msg *message.Message, field string, v gjson.Result) (string, erro
 	}
 }
 
+// view returns b as a string without copying it, as gjson.GetBytes does
+// internally: the payload is read only during the key function's call, and
+// whatever outlives the call (the key, error reasons, the unwrapped SNS
+// Message) is copied out of it first.
+func view(b []byte) string {
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
 // validJSON reports whether b is one JSON value in UTF-8 (RFC 8259 §8.1;
 // gjson alone accepts invalid UTF-8 inside strings).
 func validJSON(b []byte) bool {
@@ -302,7 +311,7 @@ func SNSEnvelope(inner dedup.KeyFunc) dedup.KeyFunc {
 		if !validJSON(msg.Payload) {
 			return inner(msg)
 		}
-		env := gjson.Parse(string(msg.Payload))
+		env := gjson.Parse(view(msg.Payload))
 		if !env.IsObject() {
 			return inner(msg)
 		}
