@@ -40,14 +40,9 @@ type realTimer struct{ t *time.Timer }
 func (t realTimer) C() <-chan time.Time { return t.t.C }
 func (t realTimer) Stop() bool          { return t.t.Stop() }
 
-// sleep waits d on clock, or returns early with false when quit closes.
-func sleep(clock Clock, d time.Duration, quit <-chan struct{}) bool {
+// sleep waits d on clock.
+func sleep(clock Clock, d time.Duration) {
 	t := clock.NewTimer(d)
 	defer t.Stop()
-	select {
-	case <-t.C():
-		return true
-	case <-quit:
-		return false
-	}
+	<-t.C()
 }

@@ -30,6 +30,8 @@ const (
 	DefaultMaxKeyLength    = 1024
 	DefaultCompleteRetries = 3
 	DefaultCompleteBackoff = 100 * time.Millisecond
+
+	defaultMaxClaimsInFlight = 16
 )
 
 // Config configures a Deduplicator. It is passed by value; New never writes
@@ -121,6 +123,14 @@ type Config struct {
 	// operation's latency (for metrics). Defaults to nil.
 	Observer Observer
 
+	// MaxClaimsInFlight bounds the Claim requests one Deduplicator or
+	// Engine has in flight at once; more wait for a slot (within their
+	// context). Complete, Release and Extend are never bounded, so under a
+	// backlog of new messages they still reach the store's connections
+	// quickly and a finished handler's record is completed within its
+	// lease. Defaults to 16.
+	MaxClaimsInFlight int
+
 	// Clock drives leases, heartbeats and retry backoff. Defaults to the
 	// wall clock; tests pass a fakeclock.
 	Clock Clock
@@ -148,6 +158,9 @@ func (c *Config) setDefaults() {
 	if c.CompleteBackoff == 0 {
 		c.CompleteBackoff = DefaultCompleteBackoff
 	}
+	if c.MaxClaimsInFlight == 0 {
+		c.MaxClaimsInFlight = defaultMaxClaimsInFlight
+	}
 	if c.Logger == nil {
 		c.Logger = watermill.NopLogger{}
 	}
@@ -159,13 +172,16 @@ func (c *Config) setDefaults() {
 // Validate reports every problem in the configuration at once (joined with
 // errors.Join), after applying defaults to a copy. Zero values are not
 // problems: they take their defaults.
-func (c Config) Validate() error {
+func (c Config) Validate() error { return c.validate(true) }
+
+// validate is Validate; the Engine alone needs no key function.
+func (c Config) validate(needKey bool) error {
 	c.setDefaults()
 	var errs []error
 	if c.Store == nil {
 		errs = append(errs, errors.New("dedup: Config.Store is required"))
 	}
-	if c.Key == nil {
+	if needKey && c.Key == nil {
 		errs = append(errs, errors.New("dedup: Config.Key is required"))
 	}
 	for _, d := range []struct {
@@ -184,6 +200,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxKeyLength < 0 {
 		errs = append(errs, fmt.Errorf("dedup: Config.MaxKeyLength must not be negative, got %d", c.MaxKeyLength))
+	}
+	if c.MaxClaimsInFlight < 0 {
+		errs = append(errs, fmt.Errorf("dedup: Config.MaxClaimsInFlight must not be negative, got %d", c.MaxClaimsInFlight))
 	}
 	if c.CompleteRetries < 0 {
 		errs = append(errs, fmt.Errorf("dedup: Config.CompleteRetries must not be negative, got %d", c.CompleteRetries))

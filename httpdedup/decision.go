@@ -48,3 +48,28 @@ func (m *Middleware) observeOp(op string, elapsed time.Duration, err error) {
 		m.cfg.Observer.ObserveStoreOp(op, elapsed, err)
 	}
 }
+
+func engineLogger(l watermill.LoggerAdapter) watermill.LoggerAdapter {
+	switch l.(type) {
+	case watermill.NopLogger, *watermill.NopLogger:
+		return l
+	}
+	return clientProblemsAtInfo{l}
+}
+
+// clientProblemsAtInfo is the Logger of the Engine: the decisions it logs
+// as errors that are the client's doing (a key reused for another request)
+// are logged at info level, as the middleware's own are.
+type clientProblemsAtInfo struct{ watermill.LoggerAdapter }
+
+func (l clientProblemsAtInfo) Error(msg string, err error, fields watermill.LogFields) {
+	if fields["dedup_event"] == string(dedup.EventKeyReuse) {
+		l.Info(msg, fields.Add(watermill.LogFields{"err": err.Error()}))
+		return
+	}
+	l.LoggerAdapter.Error(msg, err, fields)
+}
+
+func (l clientProblemsAtInfo) With(fields watermill.LogFields) watermill.LoggerAdapter {
+	return clientProblemsAtInfo{l.LoggerAdapter.With(fields)}
+}

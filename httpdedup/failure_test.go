@@ -85,7 +85,8 @@ func TestCompleteFailureStillSendsTheResponse(t *testing.T) {
 		}
 		done <- r
 	}()
-	for _, backoff := range []time.Duration{time.Second, 2 * time.Second} {
+	for i, backoff := range []time.Duration{time.Second, 2 * time.Second} {
+		waitCompletes(t, store, int64(i+1))
 		waitTimers(t, clock, 1)
 		clock.Advance(backoff)
 	}
@@ -122,6 +123,7 @@ func TestCompleteRetrySucceeds(t *testing.T) {
 		r, _ := send(a.srv, first)
 		done <- r.status
 	}()
+	waitCompletes(t, store, 1)
 	waitTimers(t, clock, 1)
 	clock.Advance(httpdedup.DefaultCompleteBackoff)
 	if s := <-done; s != http.StatusCreated {

@@ -344,6 +344,21 @@ var epoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 func newFakeClock() *fakeclock.Clock { return fakeclock.New(epoch) }
 
+// waitCompletes waits until the store has seen n Complete calls: the
+// middleware's lease timer is pending while the handler runs, so a test
+// that waits for the Complete backoff timer first waits for the Complete
+// before it.
+func waitCompletes(t *testing.T, s *faultyStore, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for s.completes.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %d Complete call(s): %d after 20s", n, s.completes.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // waitTimers waits until n timers are pending on clock: a goroutine of the
 // middleware (heartbeat, Complete backoff) is waiting for time to pass.
 func waitTimers(t *testing.T, clock *fakeclock.Clock, n int) {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 )
@@ -15,7 +14,8 @@ import (
 // Middleware is the Idempotency-Key middleware. Create it with New and wrap
 // each route with Require or Optional. It is safe for concurrent use.
 type Middleware struct {
-	cfg Config
+	cfg    Config
+	engine *dedup.Engine
 }
 
 // New validates config, applies its defaults and returns a Middleware. A
@@ -25,7 +25,17 @@ func New(config Config) (*Middleware, error) {
 		return nil, err
 	}
 	config.setDefaults()
-	return &Middleware{cfg: config}, nil
+	engine, err := dedup.NewEngine(dedup.Config{
+		Store: config.Store, Lease: config.Lease, Retention: config.Retention,
+		Heartbeat: config.Heartbeat, DisableHeartbeat: config.DisableHeartbeat,
+		StoreTimeout: config.StoreTimeout, CompleteRetries: config.CompleteRetries,
+		CompleteBackoff: config.CompleteBackoff, MaxKeyLength: config.MaxKeyLength,
+		Logger: engineLogger(config.Logger), Observer: config.Observer, Clock: config.Clock,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Middleware{cfg: config, engine: engine}, nil
 }
 
 // Require wraps a route on which every request must carry a key: a request
@@ -155,7 +165,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			"Requests with an idempotency key must be authenticated.")
 		return
 	}
-	info.key = dedup.ScopedKey(Scope(identity, r.Method, route), key)
+	scope := Scope(identity, r.Method, route)
+	info.key = dedup.ScopedKey(scope, key)
 
 	b, err := body.get()
 	if err != nil {
@@ -176,50 +187,98 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 
-	claimCtx, cancel := context.WithTimeout(r.Context(), m.cfg.StoreTimeout)
-	start := time.Now()
-	res, err := m.cfg.Store.Claim(claimCtx, info.key, fingerprint, m.cfg.Lease)
-	elapsed := time.Since(start)
-	cancel()
-	m.observeOp("claim", elapsed, err)
-	if err == nil && (res.Outcome < dedup.Acquired || res.Outcome > dedup.Conflict) {
-		err = fmt.Errorf("unknown outcome %v", res.Outcome)
-	}
-	if err != nil {
-		err = &dedup.StoreError{Op: "claim", Key: info.key, Err: err}
-		m.decide(info, dedup.Decision{Event: dedup.EventStoreError, Op: "claim", Key: info.key, Elapsed: elapsed, Err: err})
-		m.problem(w, http.StatusServiceUnavailable, ProblemStoreUnavailable, "Idempotency store unavailable",
-			"The request was not processed; retry it with the same key.")
-		return
-	}
-
-	switch res.Outcome {
-	case dedup.Acquired:
-		m.decide(info, dedup.Decision{Event: dedup.EventClaimWon, Op: "claim", Key: info.key, Elapsed: elapsed})
-		m.run(w, r, next, res.Claim, info)
-	case dedup.Duplicate:
-		resp, err := DecodeResponse(res.Result)
+	call := dedup.Call{Scope: scope, Key: key, Fingerprint: fingerprint, Handler: info.handler, Topic: "http"}
+	var resp Response
+	res, err := m.engine.Do(r.Context(), call, func(ctx context.Context) ([]byte, error) {
+		var err error
+		resp, err = m.runHandler(r.WithContext(ctx), next)
 		if err != nil {
-			err = fmt.Errorf("replaying %q: %w", info.key, err)
-			m.decide(info, dedup.Decision{Event: dedup.EventStoreError, Op: "claim", Key: info.key, Elapsed: elapsed, Err: err})
-			m.problem(w, http.StatusInternalServerError, ProblemStoredResponse, "Stored response unreadable",
-				"The request was already processed, but its stored response cannot be decoded.")
-			return
+			return nil, err
 		}
-		m.decide(info, dedup.Decision{Event: dedup.EventSkipDuplicate, Op: "claim", Key: info.key, Elapsed: elapsed})
-		w.Header().Set(m.cfg.ReplayedHeader, "true")
+		return m.storedResponse(resp), nil
+	})
+	var notStored *notStoredError
+	switch {
+	case errors.As(err, &notStored) && notStored.sendAsIs:
 		writeResponse(w, resp)
-	case dedup.InProgress:
-		m.decide(info, dedup.Decision{Event: dedup.EventInProgress, Op: "claim", Key: info.key, Elapsed: elapsed,
-			Err: fmt.Errorf("%w: %q", dedup.ErrInProgress, info.key)})
+	case errors.As(err, &notStored):
+		m.problem(w, http.StatusInternalServerError, ProblemResponseNotStorable, "Response not storable",
+			"The response could not be stored for replay (streamed, hijacked or too large), so it was not sent; retry with the same key to run the request again.")
+	case errors.Is(err, dedup.ErrInProgress):
 		m.problem(w, http.StatusConflict, ProblemRequestInProgress, "Request in progress",
 			"A request with this idempotency key is being processed; retry later to get its response.")
-	case dedup.Conflict:
-		m.decide(info, dedup.Decision{Event: dedup.EventKeyReuse, Op: "claim", Key: info.key, Elapsed: elapsed,
-			Err: fmt.Errorf("%w: %q", dedup.ErrKeyReuse, info.key)})
+	case errors.Is(err, dedup.ErrKeyReuse):
 		m.problem(w, http.StatusUnprocessableEntity, ProblemKeyReused, "Idempotency key reused",
 			"This idempotency key was used with a different request; use a new key for a new request.")
+	case errors.Is(err, dedup.ErrNoKey):
+		m.problem(w, http.StatusBadRequest, ProblemKeyInvalid, "Idempotency key invalid",
+			"The idempotency key is malformed"+keyReason(err)+".")
+	case err != nil:
+		m.problem(w, http.StatusServiceUnavailable, ProblemStoreUnavailable, "Idempotency store unavailable",
+			"The request was not processed; retry it with the same key.")
+	case res.Outcome == dedup.Duplicate:
+		m.replay(w, info, res.Result)
+	default:
+		writeResponse(w, resp)
 	}
+}
+
+// replay sends a stored response, marked as replayed.
+func (m *Middleware) replay(w http.ResponseWriter, info requestInfo, result []byte) {
+	if len(result) == 0 {
+		// The store could not hold the response (ErrResultTooLarge): the
+		// effect is recorded, its response is not.
+		m.problem(w, http.StatusConflict, ProblemResponseNotStored, "Request already processed",
+			"A request with this idempotency key was processed, but its response was too large to store and cannot be replayed.")
+		return
+	}
+	resp, err := DecodeResponse(result)
+	if err != nil {
+		m.decide(info, dedup.Decision{Event: dedup.EventStoreError, Op: "claim", Key: info.key, Err: fmt.Errorf("replaying %q: %w", info.key, err)})
+		m.problem(w, http.StatusInternalServerError, ProblemStoredResponse, "Stored response unreadable",
+			"The request was already processed, but its stored response cannot be decoded.")
+		return
+	}
+	w.Header().Set(m.cfg.ReplayedHeader, "true")
+	writeResponse(w, resp)
+}
+
+// notStoredError is what the work returns to have its claim released: the
+// response is sent as is (a status StoreResponse refuses), or refused
+// (ErrNotStorable: the client gets 500).
+type notStoredError struct {
+	sendAsIs bool
+	err      error
+}
+
+func (e *notStoredError) Error() string { return e.err.Error() }
+func (e *notStoredError) Unwrap() error { return e.err }
+
+// runHandler runs next with a buffering ResponseWriter and returns what it
+// wrote, or a *notStoredError when that must not be stored.
+func (m *Middleware) runHandler(r *http.Request, next http.Handler) (Response, error) {
+	cw := newCaptureWriter(m.cfg.MaxResponseBytes)
+	next.ServeHTTP(cw, r)
+	resp, err := cw.response()
+	if err != nil {
+		return resp, &notStoredError{err: err}
+	}
+	if !m.cfg.StoreResponse(resp.Status) {
+		return resp, &notStoredError{sendAsIs: true, err: fmt.Errorf("status %d is not stored", resp.Status)}
+	}
+	return resp, nil
+}
+
+// storedResponse encodes what is kept of a response: status, body and the
+// StoredHeaders.
+func (m *Middleware) storedResponse(resp Response) []byte {
+	stored := Response{Status: resp.Status, Header: http.Header{}, Body: resp.Body}
+	for _, name := range m.cfg.StoredHeaders {
+		if v, ok := resp.Header[name]; ok {
+			stored.Header[name] = v
+		}
+	}
+	return EncodeResponse(stored)
 }
 
 // keyReason is ": " and the client-facing reason of a *KeyError, or ""
@@ -232,124 +291,3 @@ func keyReason(err error) string {
 	return ""
 }
 
-// cleanupContext is for Complete, Release and Extend: they run even when the
-// client went away, but never hang.
-func (m *Middleware) cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), m.cfg.StoreTimeout)
-}
-
-func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, claim dedup.Claim, info requestInfo) {
-	ctx := r.Context()
-	claimedAt := m.cfg.Clock.Now()
-	handlerCtx, cancelHandler := context.WithCancelCause(ctx)
-	defer cancelHandler(nil)
-	var hb *dedup.Heartbeat
-	if !m.cfg.DisableHeartbeat {
-		hb = dedup.StartHeartbeat(ctx, dedup.HeartbeatConfig{
-			Store: m.cfg.Store, Claim: claim, Lease: m.cfg.Lease, Interval: m.cfg.Heartbeat,
-			ClaimedAt: claimedAt, Clock: m.cfg.Clock, StoreTimeout: m.cfg.StoreTimeout,
-			Lost:      cancelHandler,
-			Decide:    func(d dedup.Decision) { m.decide(info, d) },
-			ObserveOp: m.observeOp,
-		})
-	}
-
-	cw := newCaptureWriter(m.cfg.MaxResponseBytes)
-	panicked := true
-	defer func() {
-		if panicked {
-			// The panic (or runtime.Goexit) goes on after this function
-			// returns; net/http then drops the connection. The claim is
-			// released first so that the client's retry runs again.
-			hb.Stop()
-			m.release(ctx, claim, info, claimedAt, errors.New("handler panicked"))
-		}
-	}()
-	next.ServeHTTP(cw, r.WithContext(handlerCtx))
-	panicked = false
-	hb.Stop()
-
-	resp, err := cw.response()
-	if err != nil {
-		m.release(ctx, claim, info, claimedAt, err)
-		m.problem(w, http.StatusInternalServerError, ProblemResponseNotStorable, "Response not storable",
-			"The response could not be stored for replay (streamed, hijacked or too large), so it was not sent; retry with the same key to run the request again.")
-		return
-	}
-	if !m.cfg.StoreResponse(resp.Status) {
-		m.release(ctx, claim, info, claimedAt, fmt.Errorf("status %d is not stored", resp.Status))
-		writeResponse(w, resp)
-		return
-	}
-	stored := Response{Status: resp.Status, Header: http.Header{}, Body: resp.Body}
-	for _, name := range m.cfg.StoredHeaders {
-		if v, ok := resp.Header[name]; ok {
-			stored.Header[name] = v
-		}
-	}
-	m.complete(ctx, claim, info, claimedAt, EncodeResponse(stored))
-	writeResponse(w, resp)
-}
-
-func (m *Middleware) release(ctx context.Context, claim dedup.Claim, info requestInfo, claimedAt time.Time, cause error) {
-	rctx, cancel := m.cleanupContext(ctx)
-	defer cancel()
-	start := time.Now()
-	err := m.cfg.Store.Release(rctx, claim)
-	m.observeOp("release", time.Since(start), err)
-	elapsed := m.cfg.Clock.Now().Sub(claimedAt)
-	switch {
-	case err == nil:
-		m.decide(info, dedup.Decision{Event: dedup.EventReleased, Op: "release", Key: claim.Key, Elapsed: elapsed, Err: cause})
-	case errors.Is(err, dedup.ErrClaimLost):
-		m.decide(info, dedup.Decision{Event: dedup.EventClaimLost, Op: "release", Key: claim.Key, Elapsed: elapsed,
-			Err: fmt.Errorf("releasing after %v: %w", cause, err)})
-	default:
-		// The record stays in progress until its lease ends; retries get 409
-		// until then.
-		m.decide(info, dedup.Decision{Event: dedup.EventStoreError, Op: "release", Key: claim.Key, Elapsed: elapsed,
-			Err: &dedup.StoreError{Op: "release", Key: claim.Key, Err: err}})
-	}
-}
-
-func (m *Middleware) complete(ctx context.Context, claim dedup.Claim, info requestInfo, claimedAt time.Time, result []byte) {
-	var err error
-	backoff := m.cfg.CompleteBackoff
-	for attempt := 0; ; attempt++ {
-		cctx, cancel := m.cleanupContext(ctx)
-		start := time.Now()
-		err = m.cfg.Store.Complete(cctx, claim, result, m.cfg.Retention)
-		m.observeOp("complete", time.Since(start), err)
-		cancel()
-		if err == nil || errors.Is(err, dedup.ErrClaimLost) || errors.Is(err, dedup.ErrInvalidDuration) || attempt >= m.cfg.CompleteRetries {
-			break
-		}
-		sleep(m.cfg.Clock, backoff, nil)
-		backoff *= 2
-	}
-	elapsed := m.cfg.Clock.Now().Sub(claimedAt)
-	switch {
-	case err == nil:
-		m.decide(info, dedup.Decision{Event: dedup.EventCompleted, Op: "complete", Key: claim.Key, Elapsed: elapsed})
-	case errors.Is(err, dedup.ErrClaimLost):
-		m.decide(info, dedup.Decision{Event: dedup.EventClaimLost, Op: "complete", Key: claim.Key, Elapsed: elapsed,
-			Err: fmt.Errorf("the handler ran but the record was taken over before completing: %w", err)})
-	default:
-		// The response is sent anyway: the effect happened. The record stays
-		// in progress until its lease ends.
-		m.decide(info, dedup.Decision{Event: dedup.EventStoreError, Op: "complete", Key: claim.Key, Elapsed: elapsed,
-			Err: &dedup.StoreError{Op: "complete", Key: claim.Key, Err: err}})
-	}
-}
-
-// sleep waits d on clock, or returns early with false when quit closes.
-func sleep(clock dedup.Clock, d time.Duration, quit <-chan struct{}) bool {
-	t := clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C():
-		return true
-	case <-quit:
-		return false
-	}
-}

@@ -20,7 +20,8 @@ const (
 	ProblemBodyTooLarge        = "body-too-large"        // 413
 	ProblemKeyReused           = "key-reused"            // 422
 	ProblemResponseNotStorable = "response-not-storable" // 500
-	ProblemStoredResponse      = "stored-response-corrupt"
+	ProblemStoredResponse      = "stored-response-corrupt" // 500
+	ProblemResponseNotStored   = "response-not-stored"     // 409, no Retry-After
 	ProblemStoreUnavailable    = "store-unavailable" // 503
 )
 
@@ -42,7 +43,7 @@ func (m *Middleware) problem(w http.ResponseWriter, status int, name, title, det
 	h.Set("Content-Type", ProblemContentType)
 	h.Set("Content-Length", strconv.Itoa(len(body)+1))
 	h.Set("Cache-Control", "no-store")
-	if status == http.StatusConflict || status == http.StatusServiceUnavailable {
+	if name == ProblemRequestInProgress || name == ProblemStoreUnavailable {
 		h.Set("Retry-After", strconv.FormatInt(int64((m.cfg.RetryAfter+time.Second-1)/time.Second), 10))
 	}
 	w.WriteHeader(status)

@@ -1,0 +1,181 @@
+package dedup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// leaseKeeper holds one acquired claim while its work runs and until its
+// Complete is acknowledged: it extends the lease every heartbeat interval,
+// and cancels the work's context at the lease deadline when no extension
+// has succeeded by then: at the deadline itself, not at the next tick, so
+// that the work of a consumer cut off from the store stops before another
+// consumer can take the key over.
+//
+// It is one clock timer at a time (the next extension or the deadline,
+// whichever comes first), not a goroutine: work shorter than the interval
+// costs one timer, and a goroutine exists only while an extension runs. An
+// extension's request is bounded by the deadline too, so a store that hangs
+// cannot delay the cancellation.
+type leaseKeeper struct {
+	e         *Engine
+	call      *Call
+	claim     Claim
+	lease     time.Duration
+	claimedAt time.Time
+	lost      context.CancelCauseFunc // cancels the work's context
+
+	mu         sync.Mutex
+	stopped    bool
+	finishing  bool // Complete is running: a claim_lost from Extend may be its own doing
+	timer      Timer
+	leaseEnd   time.Time      // the lease certainly holds until then
+	lastBeat   time.Time      // when the last extension was sent (or the claim)
+	extensions sync.WaitGroup // an extension in flight
+}
+
+// deadlineMargin is how long before the lease's end the work's context is
+// cancelled: a tenth of the lease, at most one second. It covers the
+// difference between this process's clock and the store's, and the time a
+// cancelled handler takes to notice.
+func deadlineMargin(lease time.Duration) time.Duration {
+	return min(lease/10, time.Second)
+}
+
+// keepLease starts keeping a claim acquired at claimedAt (read before the
+// Claim request was sent).
+func (e *Engine) keepLease(call *Call, claim Claim, lease time.Duration, claimedAt time.Time, lost context.CancelCauseFunc) *leaseKeeper {
+	k := &leaseKeeper{e: e, call: call, claim: claim, lease: lease, claimedAt: claimedAt, lost: lost,
+		leaseEnd: claimedAt.Add(lease), lastBeat: claimedAt}
+	k.mu.Lock()
+	k.arm()
+	k.mu.Unlock()
+	return k
+}
+
+// deadline is when the work's context is cancelled unless an extension
+// succeeds first. Called with k.mu held.
+func (k *leaseKeeper) deadline() time.Time { return k.leaseEnd.Add(-deadlineMargin(k.lease)) }
+
+// arm sets the timer for the next extension or the deadline, whichever is
+// first. Called with k.mu held.
+func (k *leaseKeeper) arm() {
+	at := k.deadline()
+	if !k.e.cfg.DisableHeartbeat {
+		if beat := k.lastBeat.Add(k.e.heartbeat(k.lease)); beat.Before(at) {
+			at = beat
+		}
+	}
+	k.timer = k.e.cfg.Clock.AfterFunc(at.Sub(k.e.cfg.Clock.Now()), k.fire)
+}
+
+// finish marks the start of Complete: extensions go on until stop (the
+// lease must not end while the completion waits), but an extension that
+// finds the claim gone may have been overtaken by the completion itself
+// and is not reported. Without a heartbeat nothing is left to do: the
+// keeper stops.
+func (k *leaseKeeper) finish() {
+	if k.e.cfg.DisableHeartbeat {
+		k.stop()
+		return
+	}
+	k.mu.Lock()
+	k.finishing = true
+	k.mu.Unlock()
+}
+
+// stop ends the keeper and waits until no extension is in flight. Safe to
+// call more than once.
+func (k *leaseKeeper) stop() {
+	k.mu.Lock()
+	k.stopped = true
+	k.timer.Stop()
+	k.mu.Unlock()
+	k.extensions.Wait()
+}
+
+// fire runs when the timer is due: it cancels the work at the deadline, or
+// extends the lease and arms the timer again.
+func (k *leaseKeeper) fire() {
+	k.mu.Lock()
+	if k.stopped {
+		k.mu.Unlock()
+		return
+	}
+	if !k.e.cfg.Clock.Now().Before(k.deadline()) {
+		k.mu.Unlock()
+		k.expire()
+		return
+	}
+	k.extensions.Add(1) // under the lock: stop cannot be waiting yet
+	k.mu.Unlock()
+	defer k.extensions.Done()
+
+	if !k.extend() {
+		return
+	}
+	k.mu.Lock()
+	expired := !k.stopped && !k.e.cfg.Clock.Now().Before(k.deadline())
+	if !k.stopped && !expired {
+		k.arm()
+	}
+	k.mu.Unlock()
+	if expired {
+		k.expire()
+	}
+}
+
+// expire reports the lease's end and cancels the work, unless the work is
+// over (its completion then decides).
+func (k *leaseKeeper) expire() {
+	k.mu.Lock()
+	finishing, end := k.finishing, k.leaseEnd
+	k.mu.Unlock()
+	if finishing {
+		return
+	}
+	err := fmt.Errorf("%w: the lease of %q ends at %s and no extension succeeded", ErrClaimLost, k.claim.Key, end.Format(time.RFC3339Nano))
+	k.e.decide(k.call, Decision{Event: EventClaimLost, Op: "extend", Key: k.claim.Key, Elapsed: k.e.cfg.Clock.Now().Sub(k.claimedAt), Err: err})
+	k.lost(err)
+}
+
+// extend extends the lease once, within StoreTimeout and before the
+// deadline; it reports whether the claim may still be held.
+func (k *leaseKeeper) extend() bool {
+	e, claim := k.e, k.claim
+	sent := e.cfg.Clock.Now()
+	k.mu.Lock()
+	k.lastBeat = sent
+	left := k.deadline().Sub(sent)
+	k.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), left)
+	err := e.storeOp(ctx, "extend", func(ctx context.Context) error { return e.cfg.Store.Extend(ctx, claim, k.lease) })
+	cancel()
+	k.mu.Lock()
+	finishing := k.finishing
+	if err == nil && sent.Add(k.lease).After(k.leaseEnd) {
+		k.leaseEnd = sent.Add(k.lease)
+	}
+	k.mu.Unlock()
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, ErrClaimLost):
+		if finishing {
+			return false // the completion got there first; it reports
+		}
+		err = fmt.Errorf("extending the lease of %q: %w", claim.Key, err)
+		e.decide(k.call, Decision{Event: EventClaimLost, Op: "extend", Key: claim.Key, Elapsed: sent.Sub(k.claimedAt), Err: err})
+		k.lost(err)
+		return false
+	default:
+		// The deadline cancels the work if the lease ends before an
+		// extension succeeds; until then, keep trying.
+		e.decide(k.call, Decision{Event: EventStoreError, Op: "extend", Key: claim.Key, Elapsed: sent.Sub(k.claimedAt),
+			Err: &StoreError{Op: "extend", Key: claim.Key, Err: err}})
+		return true
+	}
+}
