@@ -290,4 +290,3 @@ func keyReason(err error) string {
 	}
 	return ""
 }
-

@@ -11,18 +11,18 @@ import (
 // member of the problem+json (RFC 9457) bodies the middleware sends. The
 // README has a section for each.
 const (
-	ProblemKeyMissing          = "key-missing"           // 400
-	ProblemKeyInvalid          = "key-invalid"           // 400
-	ProblemBodyUnreadable      = "body-unreadable"       // 400
-	ProblemFingerprintFailed   = "fingerprint-failed"    // 400
-	ProblemUnidentifiedCaller  = "unidentified-caller"   // 401
-	ProblemRequestInProgress   = "request-in-progress"   // 409
-	ProblemBodyTooLarge        = "body-too-large"        // 413
-	ProblemKeyReused           = "key-reused"            // 422
-	ProblemResponseNotStorable = "response-not-storable" // 500
+	ProblemKeyMissing          = "key-missing"             // 400
+	ProblemKeyInvalid          = "key-invalid"             // 400
+	ProblemBodyUnreadable      = "body-unreadable"         // 400
+	ProblemFingerprintFailed   = "fingerprint-failed"      // 400
+	ProblemUnidentifiedCaller  = "unidentified-caller"     // 401
+	ProblemRequestInProgress   = "request-in-progress"     // 409
+	ProblemBodyTooLarge        = "body-too-large"          // 413
+	ProblemKeyReused           = "key-reused"              // 422
+	ProblemResponseNotStorable = "response-not-storable"   // 500
 	ProblemStoredResponse      = "stored-response-corrupt" // 500
 	ProblemResponseNotStored   = "response-not-stored"     // 409, no Retry-After
-	ProblemStoreUnavailable    = "store-unavailable" // 503
+	ProblemStoreUnavailable    = "store-unavailable"       // 503
 )
 
 // Problem is an RFC 9457 problem details object, as the middleware sends it
