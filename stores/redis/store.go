@@ -45,11 +45,15 @@ var _ dedup.Store = (*Store)(nil)
 // the current Sentinel master otherwise) and returns the store. A server that
 // is too old gives a *VersionError matching ErrServerTooOld; an unreachable
 // one gives the client's error: both at construction, not at the first
-// message. Cost: one round trip per master. The client is not closed by the
+// message. A Config that Validate refuses (ErrAmbiguousPrefix) is refused
+// before any round trip. Cost: one round trip per master. The client is not closed by the
 // store.
 func New(ctx context.Context, client goredis.UniversalClient, config Config) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("dedup/redis: New: client is nil")
+	}
+	if err := config.Validate(); err != nil {
+		return nil, err
 	}
 	config.setDefaults()
 	if err := checkVersions(ctx, client); err != nil {
