@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/ThreeDotsLabs/watermill"
 )
 
 // DefaultKeyPrefix is the prefix New uses when Config.KeyPrefix is empty.
@@ -34,11 +36,32 @@ type Config struct {
 	// of the key that is hashed to a slot, and a prefix with a hash tag
 	// would put every record on one node.
 	KeyPrefix string
+
+	// AllowEviction lets New accept a server whose maxmemory-policy is not
+	// noeviction. Without it New reads the policy of every server it checks
+	// (INFO memory, else CONFIG GET) and refuses any other with an
+	// *EvictionPolicyError: when memory is full, allkeys-* policies delete
+	// any key and volatile-* policies exactly the keys with a TTL, which
+	// every record has. An evicted completed record lets the next copy of
+	// its message run the effect again; an evicted in-progress record lets
+	// a copy run while its owner still does. Set it only for a database
+	// where a lost record is acceptable (or that can never fill up), and
+	// alert on Redis' evicted_keys. Defaults to false.
+	AllowEviction bool
+
+	// Logger receives New's warning when a server tells neither INFO
+	// memory's maxmemory_policy nor CONFIG GET maxmemory-policy (logged
+	// once per such server, at info level, with its addr), after which New
+	// proceeds. Defaults to watermill.NopLogger.
+	Logger watermill.LoggerAdapter
 }
 
 func (c *Config) setDefaults() {
 	if c.KeyPrefix == "" {
 		c.KeyPrefix = DefaultKeyPrefix
+	}
+	if c.Logger == nil {
+		c.Logger = watermill.NopLogger{}
 	}
 }
 
