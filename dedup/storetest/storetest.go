@@ -16,9 +16,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -160,6 +162,8 @@ func Run(t *testing.T, newStore Constructor, features Features) {
 		{"ManyDistinctKeysConcurrently", testDistinctKeys},
 		{"LongAndUnicodeKeys", testLongAndUnicodeKeys},
 		{"ScopesNeverCollide", testScopes},
+		{"AnyFingerprintBytes", testAnyFingerprintBytes},
+		{"AnyAcceptedKey", testAnyAcceptedKey},
 		{"InvalidDurationsRefused", testInvalidDurations},
 	}
 	for _, tc := range tests {
@@ -533,4 +537,142 @@ func testInvalidDurations(e *env) {
 	}
 	e.expect(key, "", dedup.InProgress) // still in progress: nothing completed forever
 	e.complete(c, nil, longLease)
+}
+
+// testAnyFingerprintBytes: a fingerprint is any string of bytes (a key
+// function may return a raw digest, string(sha256.Sum256(payload)[:]), with
+// NUL bytes and invalid UTF-8), of any length. A store must compare them as
+// byte strings: the same bytes are the same payload (Duplicate or
+// InProgress, never Conflict), and a fingerprint differing in one byte, or
+// only by an invalid byte a UTF-8 conversion would replace, is a Conflict.
+func testAnyFingerprintBytes(e *env) {
+	raw := sha256.Sum256([]byte(`{"order_id":"ORDER-1","amount":150}`))
+	ff := string(bytes.Repeat([]byte{0xff}, 32))
+	long := strings.Repeat("0123456789abcdef", 100*1024/16) // 100 KB
+	longBinary := long[:50*1024] + "\x00\xff" + long[50*1024:]
+	hexOf := func(s string) string { sum := sha256.Sum256([]byte(s)); return hex.EncodeToString(sum[:]) }
+	cases := []struct{ name, fp, other string }{
+		{"raw-digest", string(raw[:]), string(raw[:31]) + string(raw[31]^1)},
+		{"raw-digest-vs-hex", string(raw[:]), hex.EncodeToString(raw[:])},
+		{"nul-inside", "a\x00b", "a\x00c"},
+		{"nul-vs-none", "a\x00", "a"},
+		{"only-nul", "\x00", "\x00\x00"},
+		{"invalid-utf8", "\xff\xfe", "\ufffd\ufffd"}, // what a lossy UTF-8 conversion makes of it
+		{"invalid-utf8-one-byte", "\xc3", "\xc4"},
+		{"all-ff", ff, ff[:31]},
+		{"control-chars", "\x01\x02\x1b[0m", "\x01\x02\x1b[1m"},
+		{"long", long, long[:len(long)-1] + "g"},
+		{"long-binary", longBinary, longBinary[:len(longBinary)-1] + "g"},
+		{"long-vs-prefix", long, long[:64]},
+		// Encodings a store might use for fingerprints it cannot hold
+		// verbatim: the encoded form of one must not equal another
+		// fingerprint given verbatim.
+		{"vs-sha256-text", "\xff", "sha256:" + hexOf("\xff")},
+		{"vs-prefixed-sha256-text", "\x00", "\x01sha256:" + hexOf("\x00")},
+		{"vs-hex", "\xff\x00", "ff00"},
+	}
+	for _, c := range cases {
+		if c.fp == c.other {
+			e.t.Fatalf("%s: the two fingerprints are equal", c.name)
+		}
+		key := e.key(c.name)
+		claim := e.acquire(key, c.fp, longLease)
+		e.expect(key, c.fp, dedup.InProgress)
+		e.expect(key, c.other, dedup.Conflict)
+		e.complete(claim, []byte(c.name), longLease)
+		if res := e.expect(key, c.fp, dedup.Duplicate); string(res.Result) != c.name {
+			e.t.Fatalf("%s: duplicate returned %q", c.name, res.Result)
+		}
+		e.expect(key, c.other, dedup.Conflict)
+
+		// The other way round: the other fingerprint recorded first.
+		key = e.key(c.name + "-reversed")
+		claim = e.acquire(key, c.other, longLease)
+		e.expect(key, c.fp, dedup.Conflict)
+		e.complete(claim, nil, longLease)
+		e.expect(key, c.other, dedup.Duplicate)
+		e.expect(key, c.fp, dedup.Conflict)
+	}
+}
+
+// testAnyAcceptedKey: a store holds every key the middleware accepts (valid
+// UTF-8 without control characters, up to dedup.Config.MaxKeyLength, 1024
+// bytes by default, plus the scope), whatever characters it holds: the
+// separators and escape characters of the stores' own formats (':' '%'
+// '\\'), glob and LIKE wildcards ('*' '?' '[' ']' '_'), spaces, emoji,
+// right-to-left text. Claim, Complete and a duplicate Claim see one record
+// per key; a store that implements dedup.Admin returns the same key from
+// Inspect, and List with the key as prefix finds it.
+func testAnyAcceptedKey(e *env) {
+	keys := []string{
+		"a:b", "a%3Ab", "a%b", `back\slash`, `\`, `\*`,
+		"star*", "*", "quest?", "?", "[", "]", "[a-z]", "[^x]", "under_score", "_%",
+		"with space", " leading", "trailing ", "  ",
+		"🚀📦 order", "👩‍👩‍👧", "طلب-١٢٣", "הזמנה 42", "mixed עברית and English",
+		"quote\"'`", "{hash}tag", "{", "}{", "a/b/../c", "semi;colon", "#&=+",
+		"\u00a0nbsp", "zero\u200bwidth", "\ufeffbom", "\ufffd",
+		strings.Repeat("k", 1024),
+		strings.Repeat("é", 512), // 1024 bytes
+		strings.Repeat("🚀", 256), // 1024 bytes
+		strings.Repeat(":%*?[", 204) + "end",
+	}
+	claims := make([]dedup.Claim, len(keys))
+	for i, k := range keys {
+		claims[i] = e.acquire(e.key(k), "fp", longLease)
+	}
+	for i, k := range keys {
+		e.expect(e.key(k), "fp", dedup.InProgress)
+		e.complete(claims[i], []byte(fmt.Sprint(i)), longLease)
+	}
+	for i, k := range keys {
+		if res := e.expect(e.key(k), "fp", dedup.Duplicate); string(res.Result) != fmt.Sprint(i) {
+			e.t.Fatalf("key #%d %.40q has result %q: keys collided", i, k, res.Result)
+		}
+	}
+	admin, ok := e.store.(dedup.Admin)
+	if !ok {
+		return
+	}
+	for i, k := range keys {
+		key := e.key(k)
+		rec, err := admin.Inspect(e.ctx, key)
+		if err != nil {
+			e.t.Fatalf("Inspect(key #%d %.40q): %v", i, k, err)
+		}
+		if rec.Key != key || rec.State != dedup.StateCompleted || rec.ResultSize != len(fmt.Sprint(i)) {
+			e.t.Fatalf("Inspect(key #%d %.40q) = key %.60q, state %s, result %d bytes; want the same key, completed, %d bytes",
+				i, k, rec.Key, rec.State, rec.ResultSize, len(fmt.Sprint(i)))
+		}
+		if len(key) > 256 {
+			continue // DynamoDB's List shows long keys by their hashed partition key
+		}
+		if found := listAll(e, admin, key); !slices.Contains(found, key) {
+			e.t.Fatalf("List(prefix %.60q) = %.60q, want the key among them", key, found)
+		}
+	}
+}
+
+// listAll returns the keys of every record List finds under prefix.
+func listAll(e *env, admin dedup.Admin, prefix string) []string {
+	e.t.Helper()
+	var keys []string
+	cursor := ""
+	for range 10_000 {
+		records, next, err := admin.List(e.ctx, prefix, cursor, dedup.MaxListLimit)
+		if err != nil {
+			e.t.Fatalf("List(prefix %.60q): %v", prefix, err)
+		}
+		for _, r := range records {
+			if !strings.HasPrefix(r.Key, prefix) {
+				e.t.Fatalf("List(prefix %.60q) returned key %.60q outside the prefix", prefix, r.Key)
+			}
+			keys = append(keys, r.Key)
+		}
+		if next == "" {
+			return keys
+		}
+		cursor = next
+	}
+	e.t.Fatalf("List(prefix %.60q) did not end after 10000 pages", prefix)
+	return nil
 }

@@ -66,6 +66,14 @@ func StartRedis() (*Redis, error) {
 	return startRedis("redis", nil, 1)
 }
 
+// StartRedisWithArgs is StartRedis with extra redis-server arguments after
+// the defaults, kept across restarts: for example "--maxmemory-policy",
+// "allkeys-lru", or "--rename-command", "CONFIG", "" (a server without
+// CONFIG, as managed Redis services run).
+func StartRedisWithArgs(args ...string) (*Redis, error) {
+	return startRedis("redis", func(string, []int) []string { return args }, 1)
+}
+
 // startRedis starts one redis-server on nPorts free ports (the first for
 // clients, a second for the cluster bus), with extra arguments from extra.
 func startRedis(prefix string, extra func(dir string, ports []int) []string, nPorts int) (*Redis, error) {

@@ -67,3 +67,23 @@ func ExamplePartitionKey() {
 	// charge:ORDER-003
 	// 587 AAAAAAAAAAAA…#sha256:ff07d569ea661caca289d75bf171decee211c30ad363bcf37c7bac9f7eb364e1
 }
+
+// The table has no prefix: the partition key is the scoped key, or its
+// hashed form beyond MaxVerbatimKeyBytes. Two different keys never get the
+// same partition key (a hashed one is longer than any verbatim one).
+func FuzzPartitionKeyInjective(f *testing.F) {
+	long := strings.Repeat("x", dynamo.MaxVerbatimKeyBytes)
+	f.Add(long, long+"y")
+	f.Add(long+"a", long+"b")
+	f.Add("billing:charge:ORDER-1", "billing%3Acharge:ORDER-1")
+	f.Fuzz(func(t *testing.T, a, b string) {
+		pa, errA := dynamo.PartitionKey(a)
+		pb, errB := dynamo.PartitionKey(b)
+		if errA != nil || errB != nil || a == b {
+			return
+		}
+		if pa == pb {
+			t.Fatalf("keys %.80q and %.80q share the partition key %.80q", a, b, pa)
+		}
+	})
+}

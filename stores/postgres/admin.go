@@ -74,7 +74,8 @@ func recordOf(key, state, fingerprint string, size int64, created time.Time, rem
 // key's SHA-256), one round trip. A row past its lease or retention (not
 // yet deleted by DeleteExpired) counts as absent, on the server's clock.
 // Created is the created_at column: when the claim that created or took
-// over the record ran, on the server's clock.
+// over the record ran, on the server's clock. Fingerprint is the column:
+// verbatim, or "\x01sha256:<hex>" for a fingerprint text cannot hold.
 func (s *Store) Inspect(ctx context.Context, key string) (dedup.Record, error) {
 	var (
 		state, fingerprint string

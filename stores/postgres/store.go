@@ -208,11 +208,17 @@ func micros(d time.Duration) int64 {
 // while its statement ran, needs a second statement, which locks the row
 // and always answers: at most two round trips. Errors are the driver's
 // (e.g. *pgconn.PgError), wrapped.
+//
+// Any fingerprint works, raw digest bytes included: one that the text
+// column cannot hold (invalid UTF-8, a NUL byte) is stored as
+// "\x01sha256:<hex>" of its bytes, every other one verbatim, as earlier
+// versions did (see the README).
 func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.Duration) (dedup.ClaimResult, error) {
 	if err := dedup.CheckDuration("lease", lease); err != nil {
 		return dedup.ClaimResult{}, err
 	}
 	token := dedup.NewToken()
+	fingerprint = storedFingerprint(fingerprint)
 	args := []any{keyHash(key), key, token, fingerprint, micros(lease)}
 	var (
 		gotToken, state, gotFingerprint string

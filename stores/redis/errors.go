@@ -37,6 +37,12 @@ var (
 // which cannot carry their claim's token.
 var ErrUnknownFormat = errors.New("dedup/redis: unknown record format")
 
+// ErrAmbiguousPrefix: New was given a Config.KeyPrefix that does not end
+// with ":" or contains another ":". Such a prefix is a prefix of another's
+// keys ("app:" and "app:billing:", or "dedup" and "dedupx:"), so two stores
+// sharing a database could share records. See Config.KeyPrefix.
+var ErrAmbiguousPrefix = errors.New("dedup/redis: ambiguous key prefix")
+
 // ErrServerTooOld: New found a server older than Redis 7.0, which cannot
 // combine SET NX with GET (the one-round-trip claim). The error is a
 // *VersionError.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
@@ -42,17 +43,47 @@ var _ dedup.Store = (*Store)(nil)
 
 // New checks that every server the client writes to runs Redis 7.0 or newer
 // (INFO server on each Cluster master or Ring shard, on the one server or
-// the current Sentinel master otherwise) and returns the store. A server that
-// is too old gives a *VersionError matching ErrServerTooOld; an unreachable
-// one gives the client's error: both at construction, not at the first
-// message. Cost: one round trip per master. The client is not closed by the
-// store.
+// the current Sentinel master otherwise) and, unless Config.AllowEviction,
+// that its maxmemory-policy is noeviction (INFO memory, else CONFIG GET),
+// and returns the store. A server that is too old gives a *VersionError
+// matching ErrServerTooOld, an evicting one an *EvictionPolicyError matching
+// ErrEvictionPolicy, an unreachable one the client's error: all at
+// construction, not at the first message. A server that tells its policy
+// neither way is accepted with a warning through Config.Logger.
+// Cost: two round trips per server (three where INFO memory lacks the
+// policy), one with AllowEviction. A Config that Validate refuses
+// (ErrAmbiguousPrefix) is refused before any round trip. The client is not
+// closed by the store.
 func New(ctx context.Context, client goredis.UniversalClient, config Config) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("dedup/redis: New: client is nil")
 	}
+	if err := config.Validate(); err != nil {
+		return nil, err
+	}
 	config.setDefaults()
-	if err := checkVersions(ctx, client); err != nil {
+	check := func(ctx context.Context, c goredis.Cmdable, addr string) error {
+		if err := checkVersion(ctx, c, addr); err != nil {
+			return err
+		}
+		if config.AllowEviction {
+			return nil
+		}
+		policy, err := evictionPolicy(ctx, c)
+		switch {
+		case errors.Is(err, errPolicyUnreadable):
+			config.Logger.Info("dedup/redis: cannot read maxmemory-policy; make sure it is noeviction, "+
+				"or a full server deletes records and their messages run their effect again",
+				watermill.LogFields{"addr": addr, "reason": err.Error()})
+			return nil
+		case err != nil:
+			return fmt.Errorf("dedup/redis: reading the maxmemory-policy of %s: %w", addr, err)
+		case policy != noEviction:
+			return &EvictionPolicyError{Addr: addr, Policy: policy}
+		}
+		return nil
+	}
+	if err := checkServers(ctx, client, check); err != nil {
 		return nil, err
 	}
 	return &Store{client: client, prefix: config.KeyPrefix}, nil

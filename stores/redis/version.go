@@ -16,17 +16,18 @@ import (
 // first that accepts SET with both NX and GET.
 const minMajor = 7
 
-// checkVersions reads INFO server from every server the client sends keys
-// to (every master of a Cluster, every shard of a Ring, the one server or
-// the current Sentinel master otherwise) and refuses any older than 7.0.
-func checkVersions(ctx context.Context, client goredis.UniversalClient) error {
+// checkServers runs check on every server the client sends keys to (every
+// master of a Cluster, every shard of a Ring, the one server or the current
+// Sentinel master otherwise), possibly concurrently, and joins every
+// problem.
+func checkServers(ctx context.Context, client goredis.UniversalClient, check func(ctx context.Context, c goredis.Cmdable, addr string) error) error {
 	switch c := client.(type) {
 	case *goredis.ClusterClient:
-		return forEachCollect(func(fn func(context.Context, *goredis.Client) error) error {
+		return forEachCollect(check, func(fn func(context.Context, *goredis.Client) error) error {
 			return c.ForEachMaster(ctx, fn)
 		})
 	case *goredis.Ring:
-		return forEachCollect(func(fn func(context.Context, *goredis.Client) error) error {
+		return forEachCollect(check, func(fn func(context.Context, *goredis.Client) error) error {
 			return c.ForEachShard(ctx, fn)
 		})
 	case *goredis.Client:
@@ -34,21 +35,21 @@ func checkVersions(ctx context.Context, client goredis.UniversalClient) error {
 		if addr == "FailoverClient" { // what redis.NewFailoverClient puts there
 			addr = "the Sentinel master"
 		}
-		return checkVersion(ctx, c, addr)
+		return check(ctx, c, addr)
 	default:
-		return checkVersion(ctx, client, "the server")
+		return check(ctx, client, "the server")
 	}
 }
 
-// forEachCollect runs checkVersion on every node forEach visits (possibly
+// forEachCollect runs check on every node forEach visits (possibly
 // concurrently) and joins every problem.
-func forEachCollect(forEach func(fn func(context.Context, *goredis.Client) error) error) error {
+func forEachCollect(check func(ctx context.Context, c goredis.Cmdable, addr string) error, forEach func(fn func(context.Context, *goredis.Client) error) error) error {
 	var (
 		mu   sync.Mutex
 		errs []error
 	)
 	err := forEach(func(ctx context.Context, node *goredis.Client) error {
-		if err := checkVersion(ctx, node, node.Options().Addr); err != nil {
+		if err := check(ctx, node, node.Options().Addr); err != nil {
 			mu.Lock()
 			errs = append(errs, err)
 			mu.Unlock()
@@ -56,7 +57,7 @@ func forEachCollect(forEach func(fn func(context.Context, *goredis.Client) error
 		return nil
 	})
 	if err != nil {
-		errs = append(errs, fmt.Errorf("dedup/redis: listing the servers to check their version: %w", err))
+		errs = append(errs, fmt.Errorf("dedup/redis: listing the servers to check: %w", err))
 	}
 	return errors.Join(errs...)
 }
