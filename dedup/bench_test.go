@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 // BenchmarkMiddlewareOverhead measures the middleware's own cost on the
@@ -22,21 +24,21 @@ func BenchmarkMiddlewareOverhead(b *testing.B) {
 	}
 	noop := func(*message.Message) ([]*message.Message, error) { return nil, nil }
 	b.Run("store-only", func(b *testing.B) {
-		store := dedup.NewMemoryStore(nil)
+		store := memory.New(nil)
 		ctx := context.Background()
 		for i := 0; b.Loop(); i++ {
-			res, err := store.Claim(ctx, fmt.Sprint("s:", i), "", dedup.DefaultLease)
+			res, err := store.Claim(ctx, fmt.Sprint("s:", i), "", 30*time.Second)
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := store.Complete(ctx, res.Claim, nil, dedup.DefaultRetention); err != nil {
+			if err := store.Complete(ctx, res.Claim, nil, 24*time.Hour); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	for _, heartbeat := range []bool{true, false} {
 		b.Run(fmt.Sprintf("middleware/heartbeat=%v", heartbeat), func(b *testing.B) {
-			d, err := dedup.New(dedup.Config{Store: dedup.NewMemoryStore(nil), Key: key, Scope: "s", DisableHeartbeat: !heartbeat})
+			d, err := dedup.New(dedup.Config{Store: memory.New(nil), Key: key, Scope: "s", DisableHeartbeat: !heartbeat})
 			if err != nil {
 				b.Fatal(err)
 			}

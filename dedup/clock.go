@@ -23,17 +23,12 @@ type Timer interface {
 	Stop() bool
 }
 
-// RealClock is the wall clock. Its zero value is ready to use.
-type RealClock struct{}
+// realClock is the wall clock, the default of Config.Clock.
+type realClock struct{}
 
-// Now returns time.Now().
-func (RealClock) Now() time.Time { return time.Now() }
-
-// NewTimer returns a timer backed by time.NewTimer.
-func (RealClock) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
-
-// AfterFunc returns a timer backed by time.AfterFunc.
-func (RealClock) AfterFunc(d time.Duration, f func()) Timer { return realTimer{time.AfterFunc(d, f)} }
+func (realClock) Now() time.Time                            { return time.Now() }
+func (realClock) NewTimer(d time.Duration) Timer            { return realTimer{time.NewTimer(d)} }
+func (realClock) AfterFunc(d time.Duration, f func()) Timer { return realTimer{time.AfterFunc(d, f)} }
 
 type realTimer struct{ t *time.Timer }
 

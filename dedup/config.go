@@ -22,15 +22,14 @@ type KeyFunc func(msg *message.Message) (string, error)
 // or producer reusing a key for a different request.
 type FingerprintFunc func(msg *message.Message) (string, error)
 
-// Defaults applied by New to zero fields of Config.
+// Defaults applied to zero fields of Config (each field's doc says its own).
 const (
-	DefaultLease           = 30 * time.Second
-	DefaultRetention       = 24 * time.Hour
-	DefaultStoreTimeout    = 5 * time.Second
-	DefaultMaxKeyLength    = 1024
-	DefaultCompleteRetries = 3
-	DefaultCompleteBackoff = 100 * time.Millisecond
-
+	defaultLease             = 30 * time.Second
+	defaultRetention         = 24 * time.Hour
+	defaultStoreTimeout      = 5 * time.Second
+	defaultMaxKeyLength      = 1024
+	defaultCompleteRetries   = 3
+	defaultCompleteBackoff   = 100 * time.Millisecond
 	defaultMaxClaimsInFlight = 16
 )
 
@@ -40,10 +39,11 @@ const (
 type Config struct {
 	// Store keeps the records. Required. It must be shared by every process
 	// that consumes the same messages (Redis, DynamoDB, PostgreSQL); a
-	// MemoryStore only deduplicates within one process.
+	// memory.Store (stores/memory) only deduplicates within one process.
 	Store Store
 
-	// Key extracts the business key. Required. See package keyfuncs.
+	// Key extracts the business key. Required by New; NewEngine does not
+	// use it (Engine.Do takes the key). See package keyfuncs.
 	Key KeyFunc
 
 	// Scope namespaces the keys, so two handlers consuming the same event
@@ -138,25 +138,25 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.Lease == 0 {
-		c.Lease = DefaultLease
+		c.Lease = defaultLease
 	}
 	if c.Retention == 0 {
-		c.Retention = DefaultRetention
+		c.Retention = defaultRetention
 	}
 	if c.Heartbeat == 0 && c.Lease > 0 {
 		c.Heartbeat = c.Lease / 3
 	}
 	if c.MaxKeyLength == 0 {
-		c.MaxKeyLength = DefaultMaxKeyLength
+		c.MaxKeyLength = defaultMaxKeyLength
 	}
 	if c.StoreTimeout == 0 {
-		c.StoreTimeout = DefaultStoreTimeout
+		c.StoreTimeout = defaultStoreTimeout
 	}
 	if c.CompleteRetries == 0 {
-		c.CompleteRetries = DefaultCompleteRetries
+		c.CompleteRetries = defaultCompleteRetries
 	}
 	if c.CompleteBackoff == 0 {
-		c.CompleteBackoff = DefaultCompleteBackoff
+		c.CompleteBackoff = defaultCompleteBackoff
 	}
 	if c.MaxClaimsInFlight == 0 {
 		c.MaxClaimsInFlight = defaultMaxClaimsInFlight
@@ -165,7 +165,7 @@ func (c *Config) setDefaults() {
 		c.Logger = watermill.NopLogger{}
 	}
 	if c.Clock == nil {
-		c.Clock = RealClock{}
+		c.Clock = realClock{}
 	}
 }
 

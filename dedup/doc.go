@@ -8,10 +8,17 @@
 // re-published copy of the same business fact is acknowledged without running
 // the handler a second time.
 //
+// The claim lifecycle lives once, in the [Engine]: claim, a heartbeat that
+// extends the lease until Complete is acknowledged, cancellation of the
+// work's context at the lease deadline, Complete with retries or Release,
+// one [Decision] per outcome. The Deduplicator, package httpdedup and the
+// Lambda adapter are entry points on it; plain Go code calls [Engine.Do]
+// to run a function at most once per key.
+//
 // The package imports no store and no broker. Stores live in their own
-// packages (stores/redis, stores/dynamo, stores/postgres) and must pass the
-// conformance suite in dedup/storetest; [MemoryStore] is the in-process store
-// for tests and single-process use.
+// packages (stores/memory for tests and single-process use, stores/redis,
+// stores/dynamo, stores/postgres) and must pass the conformance suite in
+// dedup/storetest; package dedup/admin is the operator's view of a store.
 //
 // The contract every store implements:
 //

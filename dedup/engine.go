@@ -8,6 +8,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
 )
 
 // Engine runs the claim lifecycle that every entry point shares: the
@@ -170,11 +172,11 @@ func (e *Engine) checkKey(key, transportID string) error {
 // run does the work of an acquired claim and ends the claim exactly once.
 func (e *Engine) run(ctx context.Context, call *Call, claim Claim, lease time.Duration, claimedAt time.Time,
 	fn func(ctx context.Context) ([]byte, error)) (ClaimResult, error) {
-	hc := &HandlerClaim{Claim: claim, Retention: e.cfg.Retention}
-	workCtx, cancelWork := context.WithCancelCause(context.WithValue(ctx, handlerClaimKey{}, hc))
+	hc := &claimctx.Claim{Key: claim.Key, Token: claim.Token, Retention: e.cfg.Retention}
+	workCtx, cancelWork := context.WithCancelCause(ctx)
 	defer cancelWork(nil)
 	keeper := e.keepLease(call, claim, lease, claimedAt, cancelWork)
-	hc.stopHeartbeat = keeper.stop
+	workCtx = claimctx.With(workCtx, hc, keeper.stop)
 	acquired := ClaimResult{Outcome: Acquired, Claim: claim}
 
 	panicked := true

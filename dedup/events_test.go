@@ -16,6 +16,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
+	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 type syncBuffer struct {
@@ -41,7 +42,7 @@ func (s *syncBuffer) String() string {
 func TestLogEventsOfARunWithDuplicates(t *testing.T) {
 	var out syncBuffer
 	logger := watermill.NewStdLoggerWithOut(&out, true, false)
-	d, err := dedup.New(dedup.Config{Store: dedup.NewMemoryStore(nil), Key: keyfuncs.JSON("order_id"), Logger: logger})
+	d, err := dedup.New(dedup.Config{Store: memory.New(nil), Key: keyfuncs.JSON("order_id"), Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,12 +12,13 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
+	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 // Ten copies of ORDER-003, each with its own message id, charge once.
 func Example() {
 	d, err := dedup.New(dedup.Config{
-		Store: dedup.NewMemoryStore(nil), // a Redis, DynamoDB or PostgreSQL store in production
+		Store: memory.New(nil), // a Redis, DynamoDB or PostgreSQL store in production
 		Key:   keyfuncs.JSON("order_id"),
 	})
 	if err != nil {
@@ -52,7 +53,7 @@ func Example() {
 // Permanent errors (no key, key reuse) go to a poison queue; everything else
 // (in progress, store down, handler errors) is retried.
 func ExampleIsPermanent() {
-	d, err := dedup.New(dedup.Config{Store: dedup.NewMemoryStore(nil), Key: keyfuncs.JSON("order_id")})
+	d, err := dedup.New(dedup.Config{Store: memory.New(nil), Key: keyfuncs.JSON("order_id")})
 	if err != nil {
 		panic(err)
 	}

@@ -2,12 +2,13 @@ package dedup
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
+	"github.com/watermill-dedup/watermill-dedup/internal/replay"
 )
 
 // Deduplicator is the router middleware. Create it with New; it is safe for
@@ -77,7 +78,7 @@ func (d *Deduplicator) handle(h message.HandlerFunc, msg *message.Message) ([]*m
 
 	var out []*message.Message
 	res, err := d.engine.Do(ctx, call, func(workCtx context.Context) ([]byte, error) {
-		if hc, ok := ClaimFromContext(workCtx); ok {
+		if hc, ok := claimctx.From(workCtx); ok {
 			hc.Replay = d.cfg.Replay
 		}
 		msg.SetContext(workCtx)
@@ -87,7 +88,7 @@ func (d *Deduplicator) handle(h message.HandlerFunc, msg *message.Message) ([]*m
 		if herr != nil || !d.cfg.Replay {
 			return nil, herr
 		}
-		return EncodeMessages(out), nil
+		return replay.Encode(out), nil
 	})
 	if err != nil || res.Outcome != Duplicate {
 		return out, err
@@ -95,9 +96,9 @@ func (d *Deduplicator) handle(h message.HandlerFunc, msg *message.Message) ([]*m
 	if !d.cfg.Replay || len(res.Result) == 0 {
 		return nil, nil
 	}
-	replayed, err := DecodeMessages(res.Result)
+	replayed, err := replay.Decode(res.Result)
 	if err != nil {
-		return nil, fmt.Errorf("replaying %q: %w", ScopedKey(call.Scope, call.Key), err)
+		return nil, fmt.Errorf("%w: replaying %q: %v", ErrCorruptResult, ScopedKey(call.Scope, call.Key), err)
 	}
 	return replayed, nil
 }
@@ -118,11 +119,4 @@ func (d *Deduplicator) businessKey(msg *message.Message) (key string, err error)
 		return "", err
 	}
 	return key, nil
-}
-
-// PayloadFingerprint is a FingerprintFunc: the hex SHA-256 of the payload.
-// Metadata is not included (brokers add their own attributes to each copy).
-func PayloadFingerprint(msg *message.Message) (string, error) {
-	sum := sha256.Sum256(msg.Payload)
-	return hex.EncodeToString(sum[:]), nil
 }

@@ -15,12 +15,15 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
+	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
+	"github.com/watermill-dedup/watermill-dedup/internal/replay"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
+	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 // faultStore wraps a store and injects errors per operation. It stands in
 // for a store whose server misbehaves; the records themselves live in a real
-// MemoryStore.
+// memory.Store.
 type faultStore struct {
 	dedup.Store
 	mu    sync.Mutex
@@ -94,6 +97,8 @@ func (f *faultStore) Extend(ctx context.Context, c dedup.Claim, l time.Duration)
 
 var errNetwork = errors.New("connection refused")
 
+var epoch = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
 // hasEvent reports whether logs hold the event at the level.
 func hasEvent(logs *watermill.CaptureLoggerAdapter, level watermill.LogLevel, e dedup.Event) bool {
 	for _, m := range logs.Captured()[level] {
@@ -128,7 +133,7 @@ func TestNewValidatesEverything(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "Store is required") || !strings.Contains(err.Error(), "Key is required") {
 		t.Fatalf("empty config: got %v, want both Store and Key reported", err)
 	}
-	base := dedup.Config{Store: dedup.NewMemoryStore(nil), Key: keyfuncs.JSON("id")}
+	base := dedup.Config{Store: memory.New(nil), Key: keyfuncs.JSON("id")}
 	for name, mutate := range map[string]func(*dedup.Config){
 		"negative lease":         func(c *dedup.Config) { c.Lease = -time.Second },
 		"negative retention":     func(c *dedup.Config) { c.Retention = -1 },
@@ -158,7 +163,7 @@ func TestNewValidatesEverything(t *testing.T) {
 }
 
 func TestDuplicateIsAckedWithoutHandler(t *testing.T) {
-	store := dedup.NewMemoryStore(nil)
+	store := memory.New(nil)
 	d := newDedup(t, dedup.Config{Store: store})
 	var calls atomic.Int32
 	h := d.Middleware(func(*message.Message) ([]*message.Message, error) { calls.Add(1); return nil, nil })
@@ -173,7 +178,7 @@ func TestDuplicateIsAckedWithoutHandler(t *testing.T) {
 }
 
 func TestKeyProblemsAreTypedAndTouchNothing(t *testing.T) {
-	store := dedup.NewMemoryStore(nil)
+	store := memory.New(nil)
 	called := false
 	handler := func(*message.Message) ([]*message.Message, error) { called = true; return nil, nil }
 	uuidMsg := message.NewMessage("7c1d9e4a-uuid", nil)
@@ -218,7 +223,7 @@ func TestKeyProblemsAreTypedAndTouchNothing(t *testing.T) {
 }
 
 func TestHandlerErrorReleasesAndRetrySucceeds(t *testing.T) {
-	store := dedup.NewMemoryStore(nil)
+	store := memory.New(nil)
 	d := newDedup(t, dedup.Config{Store: store})
 	fail := errors.New("payment gateway timeout")
 	var calls atomic.Int32
@@ -250,7 +255,7 @@ func TestHandlerErrorReleasesAndRetrySucceeds(t *testing.T) {
 }
 
 func TestPanicReleasesAndPanicContinues(t *testing.T) {
-	store := dedup.NewMemoryStore(nil)
+	store := memory.New(nil)
 	d := newDedup(t, dedup.Config{Store: store})
 	h := d.Middleware(func(*message.Message) ([]*message.Message, error) { panic("nil pointer in charge()") })
 	got := func() (p any) {
@@ -271,7 +276,7 @@ func TestPanicReleasesAndPanicContinues(t *testing.T) {
 }
 
 func TestInProgressCopyIsNackedThenSkipped(t *testing.T) {
-	store := dedup.NewMemoryStore(nil)
+	store := memory.New(nil)
 	d := newDedup(t, dedup.Config{Store: store})
 	entered, release := make(chan struct{}), make(chan struct{})
 	var calls atomic.Int32
@@ -302,8 +307,8 @@ func TestInProgressCopyIsNackedThenSkipped(t *testing.T) {
 }
 
 func TestConflictIsKeyReuse(t *testing.T) {
-	store := dedup.NewMemoryStore(nil)
-	d := newDedup(t, dedup.Config{Store: store, Fingerprint: dedup.PayloadFingerprint})
+	store := memory.New(nil)
+	d := newDedup(t, dedup.Config{Store: store, Fingerprint: keyfuncs.PayloadFingerprint})
 	h := d.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })
 	if _, err := h(order("ORDER-1")); err != nil {
 		t.Fatal(err)
@@ -318,7 +323,7 @@ func TestConflictIsKeyReuse(t *testing.T) {
 }
 
 func TestReplayReturnsStoredOutput(t *testing.T) {
-	store := dedup.NewMemoryStore(nil)
+	store := memory.New(nil)
 	d := newDedup(t, dedup.Config{Store: store, Replay: true})
 	var calls atomic.Int32
 	h := d.Middleware(func(m *message.Message) ([]*message.Message, error) {
@@ -352,7 +357,7 @@ func TestReplayReturnsStoredOutput(t *testing.T) {
 }
 
 func TestStoreErrorsFailClosed(t *testing.T) {
-	store := newFaultStore(dedup.NewMemoryStore(nil))
+	store := newFaultStore(memory.New(nil))
 	store.inject("claim", errNetwork)
 	d := newDedup(t, dedup.Config{Store: store})
 	var calls atomic.Int32
@@ -371,7 +376,7 @@ func TestStoreErrorsFailClosed(t *testing.T) {
 }
 
 func TestFailOpenRunsHandlerAndSaysSo(t *testing.T) {
-	store := newFaultStore(dedup.NewMemoryStore(nil))
+	store := newFaultStore(memory.New(nil))
 	store.inject("claim", errNetwork)
 	logs := watermill.NewCaptureLogger()
 	d := newDedup(t, dedup.Config{Store: store, FailOpen: true, Logger: logs})
@@ -386,7 +391,7 @@ func TestFailOpenRunsHandlerAndSaysSo(t *testing.T) {
 }
 
 func TestCompleteIsRetriedThenAckedAnyway(t *testing.T) {
-	store := newFaultStore(dedup.NewMemoryStore(nil))
+	store := newFaultStore(memory.New(nil))
 	logs := watermill.NewCaptureLogger()
 	d := newDedup(t, dedup.Config{Store: store, Logger: logs, CompleteRetries: 2, CompleteBackoff: time.Millisecond})
 	h := d.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })
@@ -433,7 +438,7 @@ func TestHeartbeatKeepsLongHandlersClaim(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	clock := fakeclock.New(epoch)
-	store := dedup.NewMemoryStore(clock)
+	store := memory.New(clock)
 	d := newDedup(t, dedup.Config{Store: store, Clock: clock, Lease: 30 * time.Second, Heartbeat: 10 * time.Second})
 	release := make(chan struct{})
 	var calls atomic.Int32
@@ -472,7 +477,7 @@ func TestHeartbeatKeepsLongHandlersClaim(t *testing.T) {
 
 func TestWithoutHeartbeatALongHandlerIsTakenOver(t *testing.T) {
 	clock := fakeclock.New(epoch)
-	store := dedup.NewMemoryStore(clock)
+	store := memory.New(clock)
 	logs := watermill.NewCaptureLogger()
 	d := newDedup(t, dedup.Config{Store: store, Clock: clock, Lease: 30 * time.Second, DisableHeartbeat: true, Logger: logs})
 	entered, release := make(chan struct{}, 2), make(chan struct{})
@@ -508,7 +513,7 @@ func TestLostClaimCancelsHandler(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	clock := fakeclock.New(epoch)
-	store := newFaultStore(dedup.NewMemoryStore(clock))
+	store := newFaultStore(memory.New(clock))
 	logs := watermill.NewCaptureLogger()
 	d := newDedup(t, dedup.Config{Store: store, Clock: clock, Lease: 30 * time.Second, Heartbeat: 10 * time.Second, Logger: logs})
 	var cause error
@@ -545,7 +550,7 @@ func TestHeartbeatGivesUpWhenStoreUnreachablePastLease(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	clock := fakeclock.New(epoch)
-	store := newFaultStore(dedup.NewMemoryStore(clock))
+	store := newFaultStore(memory.New(clock))
 	d := newDedup(t, dedup.Config{Store: store, Clock: clock, Lease: 30 * time.Second, Heartbeat: 10 * time.Second})
 	h := d.Middleware(func(m *message.Message) ([]*message.Message, error) {
 		<-m.Context().Done()
@@ -568,10 +573,10 @@ func TestHandlerCanStopHeartbeatAndCompleteItself(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	clock := fakeclock.New(epoch)
-	store := newFaultStore(dedup.NewMemoryStore(clock))
+	store := newFaultStore(memory.New(clock))
 	d := newDedup(t, dedup.Config{Store: store, Clock: clock, Lease: 30 * time.Second, Heartbeat: 10 * time.Second, Replay: true})
 	h := d.Middleware(func(m *message.Message) ([]*message.Message, error) {
-		hc, ok := dedup.ClaimFromContext(m.Context())
+		hc, ok := claimctx.From(m.Context())
 		if !ok {
 			return nil, errors.New("no claim in the handler's context")
 		}
@@ -584,7 +589,7 @@ func TestHandlerCanStopHeartbeatAndCompleteItself(t *testing.T) {
 			return nil, fmt.Errorf("%d timers pending after StopHeartbeat", n)
 		}
 		out := []*message.Message{message.NewMessage("out-1", []byte("receipt"))}
-		if err := store.Complete(m.Context(), hc.Claim, hc.Result(out), hc.Retention); err != nil {
+		if err := store.Complete(m.Context(), dedup.Claim{Key: hc.Key, Token: hc.Token}, replay.Encode(out), hc.Retention); err != nil {
 			return nil, err
 		}
 		hc.MarkCompleted()
@@ -606,7 +611,7 @@ func TestHandlerCanStopHeartbeatAndCompleteItself(t *testing.T) {
 }
 
 func TestResultTooLargeCompletesWithoutReplay(t *testing.T) {
-	store := newFaultStore(dedup.NewMemoryStore(nil))
+	store := newFaultStore(memory.New(nil))
 	logs := watermill.NewCaptureLogger()
 	d := newDedup(t, dedup.Config{Store: store, Replay: true, Logger: logs})
 	var calls atomic.Int32
@@ -631,7 +636,7 @@ func TestResultTooLargeCompletesWithoutReplay(t *testing.T) {
 }
 
 func TestCompleteWhoseReplyWasLostCountsAsCompleted(t *testing.T) {
-	store := newFaultStore(dedup.NewMemoryStore(nil))
+	store := newFaultStore(memory.New(nil))
 	logs := watermill.NewCaptureLogger()
 	d := newDedup(t, dedup.Config{Store: store, Logger: logs, CompleteBackoff: time.Millisecond})
 	h := d.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })
@@ -651,7 +656,7 @@ func TestCompleteWhoseReplyWasLostCountsAsCompleted(t *testing.T) {
 }
 
 func TestNoScopeOutsideARouter(t *testing.T) {
-	store := dedup.NewMemoryStore(nil)
+	store := memory.New(nil)
 	d, err := dedup.New(dedup.Config{Store: store, Key: keyfuncs.JSON("order_id")}) // no Scope, no router
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
+	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 // ledger counts effects per key and acks per message.
@@ -112,7 +113,7 @@ func TestRouterEveryEffectOnce(t *testing.T) {
 	msgs := orders(200, 5, rng)
 	led := newLedger(len(msgs))
 	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: int64(len(msgs))}, watermill.NopLogger{})
-	d := newDedup(t, dedup.Config{Store: dedup.NewMemoryStore(nil)})
+	d := newDedup(t, dedup.Config{Store: memory.New(nil)})
 	startRouter(t, pubSub, func(r *message.Router) {
 		r.AddMiddleware(led.middleware, middleware.Duplicator, d.Middleware, middleware.RandomFail(0.2))
 		r.AddConsumerHandler("charge", "orders", pubSub, func(m *message.Message) error {
@@ -152,7 +153,7 @@ func TestRouterScopesPerHandler(t *testing.T) {
 	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: int64(len(msgs))}, watermill.NopLogger{})
 	charge, email := newLedger(len(msgs)), newLedger(len(msgs))
 	// One store, one Deduplicator, no Scope: each handler's name scopes its keys.
-	d, err := dedup.New(dedup.Config{Store: dedup.NewMemoryStore(nil), Key: keyfuncs.JSON("order_id")})
+	d, err := dedup.New(dedup.Config{Store: memory.New(nil), Key: keyfuncs.JSON("order_id")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,8 +2,6 @@ package dedup
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"time"
 )
@@ -98,22 +96,4 @@ type Store interface {
 	// now+lease, only if it still carries the claim's token; otherwise
 	// ErrClaimLost.
 	Extend(ctx context.Context, claim Claim, lease time.Duration) error
-}
-
-// NewToken returns a fresh owner token: 16 bytes from crypto/rand, hex
-// encoded (32 characters). Stores use it in Claim. It panics only if the
-// operating system's random source fails, as crypto/rand itself does.
-func NewToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error; it crashes the program instead.
-	return hex.EncodeToString(b[:])
-}
-
-// CheckDuration returns an error wrapping ErrInvalidDuration when d is not
-// positive. Stores call it on every lease and retention they receive.
-func CheckDuration(name string, d time.Duration) error {
-	if d <= 0 {
-		return fmt.Errorf("%w: %s must be positive, got %v", ErrInvalidDuration, name, d)
-	}
-	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 )
 
 // IdentityFunc returns who is calling: the authenticated account, API key
@@ -311,7 +312,7 @@ func (c *Config) setDefaults() {
 		c.Logger = watermill.NopLogger{}
 	}
 	if c.Clock == nil {
-		c.Clock = dedup.RealClock{}
+		c.Clock = storekit.WallClock{}
 	}
 }
 

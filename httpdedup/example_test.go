@@ -7,14 +7,14 @@ import (
 	"net/http/httptest"
 	"strings"
 
-	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/httpdedup"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
+	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 func ExampleMiddleware_Require() {
 	idem, err := httpdedup.New(httpdedup.Config{
-		Store: dedup.NewMemoryStore(nil), // a shared store (stores/redis, ...) in production
+		Store: memory.New(nil), // a shared store (stores/redis, ...) in production
 		Identity: func(r *http.Request) (string, error) {
 			// Whatever the authentication middleware established.
 			if acct := r.Header.Get("X-Account"); acct != "" {
@@ -63,7 +63,7 @@ func ExampleBodyKey() {
 	// A webhook receiver keyed on the provider's event id, in the JSON body.
 	// One provider calls the route, so the identity is constant.
 	idem, err := httpdedup.New(httpdedup.Config{
-		Store:    dedup.NewMemoryStore(nil),
+		Store:    memory.New(nil),
 		Identity: httpdedup.StaticIdentity("provider"),
 		Key:      httpdedup.BodyKey(keyfuncs.JSON("id")),
 	})

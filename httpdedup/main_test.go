@@ -19,7 +19,9 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/httpdedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
+	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 	redisstore "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
@@ -57,7 +59,7 @@ var backends = []backend{
 		return s, client
 	}},
 	{"memory", func(_ *testing.T, clock dedup.Clock) (dedup.Store, *goredis.Client) {
-		return dedup.NewMemoryStore(clock), nil
+		return memory.New(clock), nil
 	}},
 }
 
@@ -65,7 +67,7 @@ var backends = []backend{
 // part, so that -count=N and reruns on the shared server start empty.
 func testPrefix(t *testing.T) string {
 	// One colon, at the end: the Redis store refuses nested prefixes.
-	return "httpdedup-test-" + strings.ReplaceAll(t.Name(), ":", "-") + "-" + dedup.NewToken()[:8] + ":"
+	return "httpdedup-test-" + strings.ReplaceAll(t.Name(), ":", "-") + "-" + storekit.NewToken()[:8] + ":"
 }
 
 // forEachStore runs test on a real Redis and on the memory store, in

@@ -17,6 +17,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/metrics"
+	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 // A run with known duplicates: 20 orders × 3 copies, the first delivery of
@@ -27,7 +28,7 @@ func TestMetricsCountEveryDecision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := dedup.New(dedup.Config{Store: dedup.NewMemoryStore(nil), Key: keyfuncs.JSON("order_id"), Observer: obs})
+	d, err := dedup.New(dedup.Config{Store: memory.New(nil), Key: keyfuncs.JSON("order_id"), Observer: obs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +111,7 @@ func TestInFlightGaugeWhileHandlerRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := dedup.New(dedup.Config{Store: dedup.NewMemoryStore(nil), Key: keyfuncs.JSON("id"), Scope: "s", Observer: obs, Lease: time.Minute})
+	d, err := dedup.New(dedup.Config{Store: memory.New(nil), Key: keyfuncs.JSON("id"), Scope: "s", Observer: obs, Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

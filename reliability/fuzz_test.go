@@ -10,7 +10,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
+	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 // Fuzz targets for the key functions keyfuncs/fuzz_test.go does not fuzz
@@ -146,7 +148,7 @@ func FuzzMiddlewareInput(f *testing.F) {
 	f.Add([]byte(`{}`), "ORDER-2")
 	f.Add([]byte(`{"order_id":"`+fuzzUUID+`"}`), "")
 	f.Fuzz(func(t *testing.T, payload []byte, meta string) {
-		store := dedup.NewMemoryStore(nil)
+		store := memory.New(nil)
 		calls := 0
 		d := newDedup(t, dedup.Config{
 			Store: store,
@@ -154,12 +156,12 @@ func FuzzMiddlewareInput(f *testing.F) {
 			Scope: "fuzz",
 		})
 		h := d.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-			hc, ok := dedup.ClaimFromContext(msg.Context())
+			hc, ok := claimctx.From(msg.Context())
 			if !ok {
 				t.Fatalf("handler called without a claim")
 			}
-			key := strings.TrimPrefix(hc.Claim.Key, "fuzz:")
-			if !utf8.ValidString(key) || len(key) > dedup.DefaultMaxKeyLength || key == fuzzUUID ||
+			key := strings.TrimPrefix(hc.Key, "fuzz:")
+			if !utf8.ValidString(key) || len(key) > 1024 || key == fuzzUUID ||
 				strings.TrimFunc(key, unicode.IsSpace) == "" {
 				t.Fatalf("claimed an unusable key %q", key)
 			}

@@ -18,6 +18,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
@@ -81,7 +82,7 @@ type ignoreInProgress struct{ dedup.Store }
 func (s ignoreInProgress) Claim(ctx context.Context, key, fp string, lease time.Duration) (dedup.ClaimResult, error) {
 	res, err := s.Store.Claim(ctx, key, fp, lease)
 	if err == nil && res.Outcome == dedup.InProgress {
-		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: dedup.NewToken()}}, nil
+		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: storekit.NewToken()}}, nil
 	}
 	return res, err
 }

@@ -27,7 +27,9 @@ import (
 //     refused with ErrInProgress (nacked) until A completes, then acks its
 //     copy as a duplicate. One effect.
 //   - heartbeat off: A's record expires after 1s; B takes the key over and
-//     runs the effect too. Two effects: the limit README.md documents. A's
+//     runs the effect too. The engine cancels A's context at the lease
+//     deadline, but this handler ignores it: two effects, the limit
+//     README.md documents. A's
 //     Complete then finds no record of its own (B's, or none: B has no
 //     heartbeat either, so its record expired in turn) and reports
 //     claim_lost at error level.
@@ -63,10 +65,17 @@ func runLongHandler(t *testing.T, disableHeartbeat bool) {
 			if started != nil {
 				started <- time.Now()
 			}
-			select {
-			case <-time.After(work): // the long work
-			case <-msg.Context().Done():
-				return nil, context.Cause(msg.Context())
+			if disableHeartbeat {
+				// A handler that ignores its context: the engine cancels it
+				// at the lease deadline, but only a handler that listens
+				// stops. This one shows the documented limit.
+				time.Sleep(work)
+			} else {
+				select {
+				case <-time.After(work): // the long work
+				case <-msg.Context().Done():
+					return nil, context.Cause(msg.Context())
+				}
 			}
 			effects.Add(1)
 			return nil, nil

@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
 )
@@ -94,13 +95,13 @@ func TestScopesAndTenantsNeverCollide(t *testing.T) {
 							msg.Metadata.Set(k, v)
 						}
 						out, err := d.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-							hc, ok := dedup.ClaimFromContext(msg.Context())
+							hc, ok := claimctx.From(msg.Context())
 							if !ok {
 								t.Fatalf("handler called without a claim")
 							}
-							keys[hc.Claim.Key] = true
+							keys[hc.Key] = true
 							ran = true
-							return []*message.Message{message.NewMessage(watermill.NewUUID(), []byte("receipt for "+hc.Claim.Key))}, nil
+							return []*message.Message{message.NewMessage(watermill.NewUUID(), []byte("receipt for "+hc.Key))}, nil
 						})(msg)
 						if err != nil {
 							t.Fatalf("%s %s: %v", id.scope, id.payload, err)
@@ -156,10 +157,10 @@ func TestStoredResultNeedsTheSameFingerprint(t *testing.T) {
 			}
 			original := fmt.Sprintf(`{"order_id":%q,"amount":150}`, id)
 			forged := fmt.Sprintf(`{"order_id":%q,"amount":1}`, id)
-			if _, err := deliver(dedup.PayloadFingerprint, "fp", original); err != nil {
+			if _, err := deliver(keyfuncs.PayloadFingerprint, "fp", original); err != nil {
 				t.Fatal(err)
 			}
-			out, err := deliver(dedup.PayloadFingerprint, "fp", forged)
+			out, err := deliver(keyfuncs.PayloadFingerprint, "fp", forged)
 			if !errors.Is(err, dedup.ErrKeyReuse) || len(out) != 0 {
 				t.Errorf("reused key with another payload: %d outputs, %v; want ErrKeyReuse and nothing", len(out), err)
 			}
@@ -215,7 +216,7 @@ func TestStoreHoldsOnlyWhatTheReadmeSays(t *testing.T) {
 			prefix := uniquePrefix("holds")
 			admin := newRedisClient(t, redisServer.Addr)
 			d := newDedup(t, dedup.Config{Store: newRedisStore(t, admin, prefix), Key: keyfuncs.JSON("order_id"),
-				Scope: "charge-orders", Fingerprint: dedup.PayloadFingerprint, Replay: replay, Retention: 48 * time.Hour})
+				Scope: "charge-orders", Fingerprint: keyfuncs.PayloadFingerprint, Replay: replay, Retention: 48 * time.Hour})
 			if _, err := d.Middleware(handler)(message.NewMessage(watermill.NewUUID(), payload)); err != nil {
 				t.Fatal(err)
 			}
@@ -253,7 +254,7 @@ func TestStoreHoldsOnlyWhatTheReadmeSays(t *testing.T) {
 			}
 			scope := fmt.Sprint("holds-", name, "-", time.Now().UnixNano())
 			d := newDedup(t, dedup.Config{Store: store, Key: keyfuncs.JSON("order_id"),
-				Scope: scope, Fingerprint: dedup.PayloadFingerprint, Replay: replay})
+				Scope: scope, Fingerprint: keyfuncs.PayloadFingerprint, Replay: replay})
 			if _, err := d.Middleware(handler)(message.NewMessage(watermill.NewUUID(), payload)); err != nil {
 				t.Fatal(err)
 			}
@@ -288,7 +289,7 @@ func TestStoreHoldsOnlyWhatTheReadmeSays(t *testing.T) {
 			if strings.Join(names, " ") != want {
 				t.Errorf("attributes %v, want %s", names, want)
 			}
-			fp, _ := dedup.PayloadFingerprint(message.NewMessage("x", payload))
+			fp, _ := keyfuncs.PayloadFingerprint(message.NewMessage("x", payload))
 			if s, _ := out.Item["fingerprint"].(*types.AttributeValueMemberS); s == nil || s.Value != fp {
 				t.Errorf("fingerprint attribute %v, want the payload's SHA-256 %s", out.Item["fingerprint"], fp)
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/internal/brokers"
 	"github.com/watermill-dedup/watermill-dedup/internal/lab"
+	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 	redisstore "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
@@ -120,7 +121,7 @@ func newSNSBroker(ctx context.Context, o options) (*broker, error) {
 }
 
 func newMemoryStore(context.Context, options) (*store, error) {
-	s := dedup.NewMemoryStore(nil)
+	s := memory.New(nil)
 	return &store{store: func(context.Context) (dedup.Store, error) { return s, nil }, close: func() {}}, nil
 }
 

@@ -31,7 +31,9 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/internal/brokers"
+	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 )
 
 // Exit codes.
@@ -180,7 +182,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if command == "list" {
-		if err := dedup.CheckListLimit(*limit); err != nil {
+		if err := storekit.CheckListLimit(*limit); err != nil {
 			fmt.Fprintf(stderr, "dedupctl list: -limit: %v\n", err)
 			return exitUsage
 		}
@@ -207,7 +209,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	ctx, cancel := context.WithTimeout(ctx, opts.timeout)
 	defer cancel()
-	admin, about, closeStore, err := openStore(ctx, opts)
+	store, about, closeStore, err := openStore(ctx, opts)
 	if err != nil {
 		var u *usageError
 		if errors.As(err, &u) {
@@ -222,15 +224,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	out := &printer{w: stdout, json: opts.jsonOut, retention: opts.retention, now: time.Now, about: about}
 	switch command {
 	case "inspect":
-		return inspect(ctx, admin, key, out, stderr)
+		return inspect(ctx, store, key, out, stderr)
 	case "evict":
-		return evict(ctx, admin, key, out, stderr)
+		return evict(ctx, store, key, out, stderr)
 	default:
 		p := *prefix
 		if opts.scope != "" {
-			p = dedup.ScopePrefix(opts.scope) + p
+			p = admin.ScopePrefix(opts.scope) + p
 		}
-		return list(ctx, admin, p, *cursor, *limit, *all, out, stderr)
+		return list(ctx, store, p, *cursor, *limit, *all, out, stderr)
 	}
 }
 
@@ -258,9 +260,9 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-func inspect(ctx context.Context, a dedup.Admin, key string, out *printer, stderr io.Writer) int {
+func inspect(ctx context.Context, a admin.Interface, key string, out *printer, stderr io.Writer) int {
 	rec, err := a.Inspect(ctx, key)
-	if errors.Is(err, dedup.ErrNotFound) {
+	if errors.Is(err, admin.ErrNotFound) {
 		fmt.Fprintf(stderr, "dedupctl: no record under %q\n", key)
 		return exitNotFound
 	}
@@ -272,7 +274,7 @@ func inspect(ctx context.Context, a dedup.Admin, key string, out *printer, stder
 	return exitOK
 }
 
-func evict(ctx context.Context, a dedup.Admin, key string, out *printer, stderr io.Writer) int {
+func evict(ctx context.Context, a admin.Interface, key string, out *printer, stderr io.Writer) int {
 	// What is about to be deleted, for the output; the record may change
 	// before the delete, which does not look at it.
 	before, inspectErr := a.Inspect(ctx, key)
@@ -285,7 +287,7 @@ func evict(ctx context.Context, a dedup.Admin, key string, out *printer, stderr 
 		fmt.Fprintf(stderr, "dedupctl: no record under %q\n", key)
 		return exitNotFound
 	}
-	var was *dedup.Record
+	var was *admin.Record
 	if inspectErr == nil {
 		was = &before
 	}
@@ -293,11 +295,11 @@ func evict(ctx context.Context, a dedup.Admin, key string, out *printer, stderr 
 	return exitOK
 }
 
-func list(ctx context.Context, a dedup.Admin, prefix, cursor string, limit int, all bool, out *printer, stderr io.Writer) int {
-	var records []dedup.Record
+func list(ctx context.Context, a admin.Interface, prefix, cursor string, limit int, all bool, out *printer, stderr io.Writer) int {
+	var records []admin.Record
 	for {
 		page, next, err := a.List(ctx, prefix, cursor, limit)
-		if errors.Is(err, dedup.ErrInvalidCursor) {
+		if errors.Is(err, admin.ErrInvalidCursor) {
 			fmt.Fprintf(stderr, "dedupctl: %v\n", err)
 			return exitUsage
 		}

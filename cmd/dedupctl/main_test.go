@@ -21,6 +21,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
+	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
@@ -272,7 +274,7 @@ func TestRedis(t *testing.T) {
 		}
 	}
 	rec := decodeJSON[jsonRecord](t, mustCtl(t, exitOK, append([]string{"inspect", "-scope", "charge-orders", "ORDER-101", "-json"}, flags...)...))
-	if rec.Key != "charge-orders:ORDER-101" || rec.State != dedup.StateInProgress || rec.RemainingMillis <= 0 ||
+	if rec.Key != "charge-orders:ORDER-101" || rec.State != admin.StateInProgress || rec.RemainingMillis <= 0 ||
 		rec.RemainingMillis > time.Hour.Milliseconds() || rec.Created != nil || rec.CompletedEstimate != nil {
 		t.Errorf("inspect -json in progress = %+v", rec)
 	}
@@ -331,7 +333,7 @@ func TestRedis(t *testing.T) {
 		Evicted bool        `json:"evicted"`
 		Was     *jsonRecord `json:"was"`
 	}](t, mustCtl(t, exitOK, append(flags, "-json", "evict", "charge-orders:ORDER-101")...))
-	if !ev.Evicted || ev.Was == nil || ev.Was.State != dedup.StateInProgress {
+	if !ev.Evicted || ev.Was == nil || ev.Was.State != admin.StateInProgress {
 		t.Errorf("evict -json = %+v", ev)
 	}
 	if res, err := store.Claim(ctx, "charge-orders:ORDER-100", "", time.Minute); err != nil || res.Outcome != dedup.Acquired {
@@ -383,7 +385,7 @@ func TestDynamo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	scope := "charge-" + dedup.NewToken()[:8]
+	scope := "charge-" + storekit.NewToken()[:8]
 	long := dedup.ScopedKey(scope, strings.Repeat("L", 600))
 	longPK, err := dynamo.PartitionKey(long)
 	if err != nil {
@@ -408,7 +410,7 @@ func TestDynamo(t *testing.T) {
 	// A long key is found by the key itself (hashed the store's way); the
 	// listing shows its partition key.
 	rec := decodeJSON[jsonRecord](t, mustCtl(t, exitOK, append(flags, "-json", "inspect", long)...))
-	if rec.Key != long || rec.State != dedup.StateInProgress {
+	if rec.Key != long || rec.State != admin.StateInProgress {
 		t.Errorf("inspect long key = %+v", rec)
 	}
 	for _, limit := range []int{2, 1000} {
@@ -431,7 +433,7 @@ func TestPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	schema := "dedupctl_" + dedup.NewToken()[:8]
+	schema := "dedupctl_" + storekit.NewToken()[:8]
 	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 )
 
 // printer writes results as text for people or as JSON for programs.
@@ -37,7 +37,7 @@ type jsonRecord struct {
 	Problem           string     `json:"problem,omitempty"`
 }
 
-func (p *printer) toJSON(r dedup.Record) jsonRecord {
+func (p *printer) toJSON(r admin.Record) jsonRecord {
 	j := jsonRecord{Key: r.Key, State: r.State, Fingerprint: r.Fingerprint, ResultSize: r.ResultSize,
 		RemainingMillis: r.Remaining.Milliseconds(), Problem: r.Problem}
 	if !r.Created.IsZero() {
@@ -53,8 +53,8 @@ func (p *printer) toJSON(r dedup.Record) jsonRecord {
 // completedAt estimates when a completed record was completed, from the
 // retention the user says the consumers use: the store set its expiry to
 // completion + retention.
-func (p *printer) completedAt(r dedup.Record) (time.Time, bool) {
-	if p.retention <= 0 || r.State != dedup.StateCompleted || !r.Created.IsZero() || r.Remaining > p.retention {
+func (p *printer) completedAt(r admin.Record) (time.Time, bool) {
+	if p.retention <= 0 || r.State != admin.StateCompleted || !r.Created.IsZero() || r.Remaining > p.retention {
 		return time.Time{}, false
 	}
 	return p.now().Add(r.Remaining - p.retention).UTC().Truncate(time.Millisecond), true
@@ -76,7 +76,7 @@ func human(d time.Duration) string {
 	return d.Truncate(time.Second).String()
 }
 
-func (p *printer) record(r dedup.Record) {
+func (p *printer) record(r admin.Record) {
 	if p.json {
 		p.writeJSON(p.toJSON(r))
 		return
@@ -86,9 +86,9 @@ func (p *printer) record(r dedup.Record) {
 	line("key", r.Key)
 	line("state", r.State)
 	switch r.State {
-	case dedup.StateInProgress:
+	case admin.StateInProgress:
 		line("lease left", human(r.Remaining)+" (a consumer holds the key; copies are nacked until it completes, releases or the lease ends)")
-	case dedup.StateCompleted:
+	case admin.StateCompleted:
 		line("retention left", human(r.Remaining)+" (copies are acked without running the handler until then)")
 	}
 	switch t, ok := p.completedAt(r); {
@@ -96,7 +96,7 @@ func (p *printer) record(r dedup.Record) {
 		line("created", fmt.Sprintf("%s (%s ago)", r.Created.UTC().Format(time.RFC3339Nano), human(p.now().Sub(r.Created))))
 	case ok:
 		line("completed", fmt.Sprintf("about %s (%s ago, from -retention %s)", t.Format(time.RFC3339), human(p.now().Sub(t)), p.retention))
-	case r.State == dedup.StateCompleted && p.retention > 0 && r.Remaining > p.retention:
+	case r.State == admin.StateCompleted && p.retention > 0 && r.Remaining > p.retention:
 		line("completed", fmt.Sprintf("unknown: more than -retention %s is left; the consumers' retention is longer", p.retention))
 	default:
 		line("created", "not recorded by this store (with -retention, a completed record shows when it was completed)")
@@ -113,7 +113,7 @@ func (p *printer) record(r dedup.Record) {
 	_ = tw.Flush()
 }
 
-func (p *printer) evicted(key string, was *dedup.Record) {
+func (p *printer) evicted(key string, was *admin.Record) {
 	if p.json {
 		out := struct {
 			Key     string      `json:"key"`
@@ -144,7 +144,7 @@ func shorten(s string, n int) string {
 	return string(r[:n-1]) + "…"
 }
 
-func (p *printer) page(prefix string, records []dedup.Record, next string) {
+func (p *printer) page(prefix string, records []admin.Record, next string) {
 	// Stores list in their own order (SCAN, DynamoDB's hash order); sort
 	// the page for people.
 	sort.SliceStable(records, func(i, j int) bool { return records[i].Key < records[j].Key })

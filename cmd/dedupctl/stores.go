@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/internal/brokers"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
@@ -23,7 +23,7 @@ func (e *usageError) Error() string { return e.msg }
 
 // openStore connects to the store named by opts.store and returns its Admin,
 // a description of where it is, and a function that closes the connection.
-func openStore(ctx context.Context, opts options) (dedup.Admin, string, func(), error) {
+func openStore(ctx context.Context, opts options) (admin.Interface, string, func(), error) {
 	switch opts.store {
 	case "redis":
 		return openRedis(ctx, opts)
@@ -76,7 +76,7 @@ func redisWhere(c goredis.UniversalClient) string {
 	}
 }
 
-func openRedis(ctx context.Context, opts options) (dedup.Admin, string, func(), error) {
+func openRedis(ctx context.Context, opts options) (admin.Interface, string, func(), error) {
 	client, err := redisClient(opts.redisAddr)
 	if err != nil {
 		return nil, "", nil, err
@@ -93,7 +93,7 @@ func openRedis(ctx context.Context, opts options) (dedup.Admin, string, func(), 
 	return store, fmt.Sprintf("Redis at %s, prefix %q", redisWhere(client), opts.redisPrefix), func() { _ = client.Close() }, nil
 }
 
-func openDynamo(ctx context.Context, opts options) (dedup.Admin, string, func(), error) {
+func openDynamo(ctx context.Context, opts options) (admin.Interface, string, func(), error) {
 	a, err := brokers.LoadAWS(ctx, "dynamodb")
 	if err != nil {
 		return nil, "", nil, err
@@ -105,7 +105,7 @@ func openDynamo(ctx context.Context, opts options) (dedup.Admin, string, func(),
 	return store, fmt.Sprintf("DynamoDB at %s, table %s", a.Describe("dynamodb"), opts.dynamoTable), func() {}, nil
 }
 
-func openPostgres(ctx context.Context, opts options) (dedup.Admin, string, func(), error) {
+func openPostgres(ctx context.Context, opts options) (admin.Interface, string, func(), error) {
 	cfg, err := pgx.ParseConfig(opts.pgDSN)
 	if err != nil {
 		return nil, "", nil, &usageError{fmt.Sprintf("PostgreSQL connection string: %v", err)}

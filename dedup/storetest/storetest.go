@@ -27,6 +27,8 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
+	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 )
 
 // Constructor returns the store a subtest uses, and a function that moves
@@ -298,7 +300,7 @@ func testRetentionExpiry(e *env) {
 func testStaleToken(e *env) {
 	key := e.key("k")
 	c := e.acquire(key, "", longLease)
-	stale := dedup.Claim{Key: key, Token: dedup.NewToken()}
+	stale := dedup.Claim{Key: key, Token: storekit.NewToken()}
 	err := e.store.Complete(e.ctx, stale, []byte("x"), longLease)
 	expectClaimLost(e.t, "Complete with a foreign token", err)
 	if errors.Is(err, dedup.ErrAlreadyCompleted) {
@@ -317,7 +319,7 @@ func testStaleToken(e *env) {
 		e.t.Fatalf("Complete with a foreign token of a record completed by another claim reported ErrAlreadyCompleted")
 	}
 
-	missing := dedup.Claim{Key: e.key("never-claimed"), Token: dedup.NewToken()}
+	missing := dedup.Claim{Key: e.key("never-claimed"), Token: storekit.NewToken()}
 	expectClaimLost(e.t, "Complete of a key never claimed", e.store.Complete(e.ctx, missing, nil, longLease))
 	expectClaimLost(e.t, "Release of a key never claimed", e.store.Release(e.ctx, missing))
 	expectClaimLost(e.t, "Extend of a key never claimed", e.store.Extend(e.ctx, missing, longLease))
@@ -601,7 +603,7 @@ func testAnyFingerprintBytes(e *env) {
 // separators and escape characters of the stores' own formats (':' '%'
 // '\\'), glob and LIKE wildcards ('*' '?' '[' ']' '_'), spaces, emoji,
 // right-to-left text. Claim, Complete and a duplicate Claim see one record
-// per key; a store that implements dedup.Admin returns the same key from
+// per key; a store that implements admin.Interface returns the same key from
 // Inspect, and List with the key as prefix finds it.
 func testAnyAcceptedKey(e *env) {
 	keys := []string{
@@ -629,36 +631,36 @@ func testAnyAcceptedKey(e *env) {
 			e.t.Fatalf("key #%d %.40q has result %q: keys collided", i, k, res.Result)
 		}
 	}
-	admin, ok := e.store.(dedup.Admin)
+	adm, ok := e.store.(admin.Interface)
 	if !ok {
 		return
 	}
 	for i, k := range keys {
 		key := e.key(k)
-		rec, err := admin.Inspect(e.ctx, key)
+		rec, err := adm.Inspect(e.ctx, key)
 		if err != nil {
 			e.t.Fatalf("Inspect(key #%d %.40q): %v", i, k, err)
 		}
-		if rec.Key != key || rec.State != dedup.StateCompleted || rec.ResultSize != len(fmt.Sprint(i)) {
+		if rec.Key != key || rec.State != admin.StateCompleted || rec.ResultSize != len(fmt.Sprint(i)) {
 			e.t.Fatalf("Inspect(key #%d %.40q) = key %.60q, state %s, result %d bytes; want the same key, completed, %d bytes",
 				i, k, rec.Key, rec.State, rec.ResultSize, len(fmt.Sprint(i)))
 		}
 		if len(key) > 256 {
 			continue // DynamoDB's List shows long keys by their hashed partition key
 		}
-		if found := listAll(e, admin, key); !slices.Contains(found, key) {
+		if found := listAll(e, adm, key); !slices.Contains(found, key) {
 			e.t.Fatalf("List(prefix %.60q) = %.60q, want the key among them", key, found)
 		}
 	}
 }
 
 // listAll returns the keys of every record List finds under prefix.
-func listAll(e *env, admin dedup.Admin, prefix string) []string {
+func listAll(e *env, adm admin.Interface, prefix string) []string {
 	e.t.Helper()
 	var keys []string
 	cursor := ""
 	for range 10_000 {
-		records, next, err := admin.List(e.ctx, prefix, cursor, dedup.MaxListLimit)
+		records, next, err := adm.List(e.ctx, prefix, cursor, admin.MaxListLimit)
 		if err != nil {
 			e.t.Fatalf("List(prefix %.60q): %v", prefix, err)
 		}

@@ -13,11 +13,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-
-	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
+	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 )
 
-var _ dedup.Admin = (*Store)(nil)
+var _ admin.Interface = (*Store)(nil)
 
 // ScanClient is what List needs on top of Client: the Scan call, with the
 // SDK's own signature, so *dynamodb.Client satisfies it. List finds it on
@@ -41,7 +41,7 @@ const (
 	maxScanItems = 1000
 )
 
-// Inspect implements dedup.Admin.Inspect with one strongly consistent
+// Inspect implements admin.Interface.Inspect with one strongly consistent
 // GetItem on PartitionKey(key), so long keys are found under their hashed
 // partition key. A record whose deadline has passed by the store's Clock is
 // reported as ErrNotFound, although the item may still exist (TTL deletes
@@ -50,10 +50,10 @@ const (
 // up to 64 bytes, "sha256:<hex>" beyond. An item this store did not write
 // gives an error wrapping ErrMalformedRecord. Cost: one read of the item
 // (one strongly consistent read unit per 4 KB).
-func (s *Store) Inspect(ctx context.Context, key string) (dedup.Record, error) {
+func (s *Store) Inspect(ctx context.Context, key string) (admin.Record, error) {
 	pk, err := PartitionKey(key)
 	if err != nil {
-		return dedup.Record{}, err
+		return admin.Record{}, err
 	}
 	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      aws.String(s.table),
@@ -61,39 +61,39 @@ func (s *Store) Inspect(ctx context.Context, key string) (dedup.Record, error) {
 		ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
-		return dedup.Record{}, fmt.Errorf("dynamo: inspect: GetItem: %w", err)
+		return admin.Record{}, fmt.Errorf("dynamo: inspect: GetItem: %w", err)
 	}
 	if len(out.Item) == 0 {
-		return dedup.Record{}, fmt.Errorf("%w: %.200q", dedup.ErrNotFound, key)
+		return admin.Record{}, fmt.Errorf("%w: %.200q", admin.ErrNotFound, key)
 	}
 	rec, err := s.decode(out.Item)
 	if err != nil {
-		return dedup.Record{}, fmt.Errorf("dynamo: inspect %.200q: %w", key, err)
+		return admin.Record{}, fmt.Errorf("dynamo: inspect %.200q: %w", key, err)
 	}
 	info, live := s.info(key, rec, s.clock.Now())
 	if !live {
-		return dedup.Record{}, fmt.Errorf("%w: %.200q (its item is expired)", dedup.ErrNotFound, key)
+		return admin.Record{}, fmt.Errorf("%w: %.200q (its item is expired)", admin.ErrNotFound, key)
 	}
 	return info, nil
 }
 
 // info converts a decoded item; live is false once its deadline has passed.
-func (s *Store) info(key string, rec record, now time.Time) (dedup.Record, bool) {
+func (s *Store) info(key string, rec record, now time.Time) (admin.Record, bool) {
 	remaining := time.Duration(rec.deadline-now.UnixMilli()) * time.Millisecond
-	info := dedup.Record{
+	info := admin.Record{
 		Key:         key,
-		State:       dedup.StateInProgress,
+		State:       admin.StateInProgress,
 		Fingerprint: rec.fingerprint,
 		ResultSize:  len(rec.result),
 		Remaining:   remaining,
 	}
 	if rec.state == stateCompleted {
-		info.State = dedup.StateCompleted
+		info.State = admin.StateCompleted
 	}
 	return info, remaining > 0
 }
 
-// Evict implements dedup.Admin.Evict with one unconditional DeleteItem on
+// Evict implements admin.Interface.Evict with one unconditional DeleteItem on
 // PartitionKey(key) that returns the old item: it reports true when that
 // item was a live record (or an item this store cannot read). An expired
 // item is deleted too, and reported as false. Cost: one write.
@@ -136,7 +136,7 @@ func prefixHash(prefix string) uint32 {
 	return h.Sum32()
 }
 
-// List implements dedup.Admin.List with Scan requests filtered by
+// List implements admin.Interface.List with Scan requests filtered by
 // begins_with(pk, prefix), eventually consistent. Records are in the
 // table's internal (hash) order; Key is the partition key, so a key longer
 // than MaxVerbatimKeyBytes shows as its first 512 bytes followed by
@@ -153,9 +153,9 @@ func prefixHash(prefix string) uint32 {
 // between the page size and 1000 items, so a rare prefix in a large table
 // gives short or empty pages with a cursor. Items whose deadline has
 // passed are skipped (they are read and paid for); items this store cannot
-// read are listed as dedup.StateUnreadable.
-func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]dedup.Record, string, error) {
-	if err := dedup.CheckListLimit(limit); err != nil {
+// read are listed as admin.StateUnreadable.
+func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]admin.Record, string, error) {
+	if err := storekit.CheckListLimit(limit); err != nil {
 		return nil, "", err
 	}
 	scanner, ok := s.client.(ScanClient)
@@ -175,7 +175,7 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]d
 			err = errors.New("it holds no position")
 		}
 		if err != nil {
-			return nil, "", fmt.Errorf("%w: %v", dedup.ErrInvalidCursor, err)
+			return nil, "", fmt.Errorf("%w: %v", admin.ErrInvalidCursor, err)
 		}
 	}
 	input := &dynamodb.ScanInput{TableName: aws.String(s.table)}
@@ -193,7 +193,7 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]d
 		input.ExclusiveStartKey = s.key(c.After)
 	}
 
-	records := make([]dedup.Record, 0, limit)
+	records := make([]admin.Record, 0, limit)
 	evaluate := int32(limit)
 	for calls := 0; calls < maxScanCalls; calls++ {
 		input.Limit = aws.Int32(evaluate)
@@ -209,7 +209,7 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]d
 			}
 			rec, err := s.decode(item)
 			if err != nil {
-				records = append(records, dedup.Record{Key: pkv.Value, State: dedup.StateUnreadable, Problem: err.Error()})
+				records = append(records, admin.Record{Key: pkv.Value, State: admin.StateUnreadable, Problem: err.Error()})
 			} else if info, live := s.info(pkv.Value, rec, now); live {
 				records = append(records, info)
 			}

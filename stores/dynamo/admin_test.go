@@ -14,7 +14,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
+	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
 )
 
@@ -48,20 +50,20 @@ func TestAdminInspect(t *testing.T) {
 	clock.Advance(10 * time.Second)
 
 	got, err := store.Inspect(ctx, held)
-	want := dedup.Record{Key: held, State: dedup.StateInProgress, Fingerprint: "fp-1", Remaining: 50 * time.Second}
+	want := admin.Record{Key: held, State: admin.StateInProgress, Fingerprint: "fp-1", Remaining: 50 * time.Second}
 	if err != nil || got != want {
 		t.Errorf("Inspect in progress = %+v, %v; want %+v", got, err, want)
 	}
 	got, err = store.Inspect(ctx, done)
-	if err != nil || got.State != dedup.StateCompleted || got.ResultSize != 5 || got.Remaining != time.Hour-10*time.Second ||
+	if err != nil || got.State != admin.StateCompleted || got.ResultSize != 5 || got.Remaining != time.Hour-10*time.Second ||
 		!strings.HasPrefix(got.Fingerprint, "sha256:") || !got.Created.IsZero() {
 		t.Errorf("Inspect completed = %+v, %v", got, err)
 	}
 	// A long key is found under its hashed partition key.
-	if got, err := store.Inspect(ctx, long); err != nil || got.Key != long || got.State != dedup.StateInProgress {
+	if got, err := store.Inspect(ctx, long); err != nil || got.Key != long || got.State != admin.StateInProgress {
 		t.Errorf("Inspect long key = %+v, %v", got, err)
 	}
-	if _, err := store.Inspect(ctx, testKey(t, "missing")); !errors.Is(err, dedup.ErrNotFound) {
+	if _, err := store.Inspect(ctx, testKey(t, "missing")); !errors.Is(err, admin.ErrNotFound) {
 		t.Errorf("Inspect missing: %v, want ErrNotFound", err)
 	}
 	bad := testKey(t, "malformed")
@@ -72,7 +74,7 @@ func TestAdminInspect(t *testing.T) {
 
 	// Past its lease the item is still in the table but no longer a record.
 	clock.Advance(50 * time.Second)
-	if _, err := store.Inspect(ctx, held); !errors.Is(err, dedup.ErrNotFound) {
+	if _, err := store.Inspect(ctx, held); !errors.Is(err, admin.ErrNotFound) {
 		t.Errorf("Inspect expired: %v, want ErrNotFound", err)
 	}
 	if rawItem(t, held) == nil {
@@ -127,7 +129,7 @@ func TestAdminEvict(t *testing.T) {
 
 // listAll pages through List and returns the keys (sorted) and the number
 // of pages; it checks the pages' sizes and records.
-func listAll(t *testing.T, a dedup.Admin, prefix string, limit int) ([]string, int) {
+func listAll(t *testing.T, a admin.Interface, prefix string, limit int) ([]string, int) {
 	t.Helper()
 	var keys []string
 	cursor := ""
@@ -146,7 +148,7 @@ func listAll(t *testing.T, a dedup.Admin, prefix string, limit int) ([]string, i
 			if !strings.HasPrefix(r.Key, prefix) {
 				t.Errorf("List(%q) gave %q", prefix, r.Key)
 			}
-			if r.State != dedup.StateUnreadable && (r.Remaining <= 0 || r.State != dedup.StateCompleted && r.State != dedup.StateInProgress) {
+			if r.State != admin.StateUnreadable && (r.Remaining <= 0 || r.State != admin.StateCompleted && r.State != admin.StateInProgress) {
 				t.Errorf("List record %+v", r)
 			}
 			keys = append(keys, r.Key)
@@ -189,7 +191,7 @@ func TestAdminList(t *testing.T) {
 	mustClaim(t, store, dedup.ScopedKey(scope, "short-lived"), "", time.Second, dedup.Acquired)
 	clock.Advance(2 * time.Second) // short-lived expires, the others have 58s or more left
 
-	prefix := dedup.ScopePrefix(scope)
+	prefix := admin.ScopePrefix(scope)
 	for _, limit := range []int{1, 7, 24, 1000} {
 		got, _ := listAll(t, store, prefix, limit)
 		if fmt.Sprint(got) != fmt.Sprint(want) {
@@ -211,7 +213,7 @@ func TestAdminList(t *testing.T) {
 	bad := prefix + "malformed"
 	putRaw(t, testTable, bad)
 	recs, next, err := store.List(ctx, bad, "", 10)
-	if err != nil || next != "" || len(recs) != 1 || recs[0].State != dedup.StateUnreadable || recs[0].Key != bad || recs[0].Problem == "" {
+	if err != nil || next != "" || len(recs) != 1 || recs[0].State != admin.StateUnreadable || recs[0].Key != bad || recs[0].Problem == "" {
 		t.Errorf("List malformed = %+v, %q, %v", recs, next, err)
 	}
 
@@ -219,10 +221,10 @@ func TestAdminList(t *testing.T) {
 	if err != nil || cursor == "" {
 		t.Fatalf("first page: %q, %v", cursor, err)
 	}
-	if _, _, err := store.List(ctx, "another:", cursor, 3); !errors.Is(err, dedup.ErrInvalidCursor) {
+	if _, _, err := store.List(ctx, "another:", cursor, 3); !errors.Is(err, admin.ErrInvalidCursor) {
 		t.Errorf("cursor of another prefix: %v, want ErrInvalidCursor", err)
 	}
-	if _, _, err := store.List(ctx, prefix, "garbage!", 3); !errors.Is(err, dedup.ErrInvalidCursor) {
+	if _, _, err := store.List(ctx, prefix, "garbage!", 3); !errors.Is(err, admin.ErrInvalidCursor) {
 		t.Errorf("garbage cursor: %v, want ErrInvalidCursor", err)
 	}
 	noScan := newStore(t, dynamo.Config{Client: noScanClient{client}})
@@ -235,7 +237,7 @@ func TestAdminList(t *testing.T) {
 // empty, and the listing still finds every record once.
 func TestAdminListSparse(t *testing.T) {
 	ctx := context.Background()
-	table := "admin_sparse_" + dedup.NewToken()[:8]
+	table := "admin_sparse_" + storekit.NewToken()[:8]
 	if err := dynamo.CreateTable(ctx, client, dynamo.TableConfig{Table: table, SkipTTL: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -258,14 +260,14 @@ func TestAdminListSparse(t *testing.T) {
 		mustClaim(t, store, key, "", time.Hour, dedup.Acquired)
 		want = append(want, key)
 	}
-	got, pages := listAll(t, store, dedup.ScopePrefix("rare"), 2)
+	got, pages := listAll(t, store, admin.ScopePrefix("rare"), 2)
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("List = %q, want %q", got, want)
 	}
 	t.Logf("3 records among 2000 items in %d pages", pages)
 	// The unrelated items are not records: listed as unreadable.
 	recs, _, err := store.List(ctx, "unrelated:", "", 5)
-	if err != nil || len(recs) == 0 || recs[0].State != dedup.StateUnreadable {
+	if err != nil || len(recs) == 0 || recs[0].State != admin.StateUnreadable {
 		t.Errorf("List unrelated = %+v, %v", recs, err)
 	}
 }

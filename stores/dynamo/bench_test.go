@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
 )
 
@@ -65,7 +66,7 @@ func BenchmarkThroughput(b *testing.B) {
 			for round := range throughputRounds + 1 {
 				for j := range modes {
 					m := modes[(j+round)%len(modes)] // rotate the order too
-					op := m.op(b, "bench-"+dedup.NewToken()[:12]+"-")
+					op := m.op(b, "bench-"+storekit.NewToken()[:12]+"-")
 					ops, elapsed, err := runFor(throughputSlice, c, op)
 					if err != nil {
 						b.Fatalf("%s at concurrency %d: %v", m.name, c, err)
@@ -146,7 +147,7 @@ func benchPut(b *testing.B, prefix string) func(ctx context.Context, i int64) er
 			Item: map[string]types.AttributeValue{
 				"pk":       &types.AttributeValueMemberS{Value: prefix + strconv.FormatInt(i, 10)},
 				"state":    &types.AttributeValueMemberS{Value: "in_progress"},
-				"token":    &types.AttributeValueMemberS{Value: dedup.NewToken()},
+				"token":    &types.AttributeValueMemberS{Value: storekit.NewToken()},
 				"deadline": &types.AttributeValueMemberN{Value: deadline},
 				"ttl":      &types.AttributeValueMemberN{Value: ttl},
 			},
@@ -174,7 +175,7 @@ func benchPutClaimCondition(b *testing.B, prefix string) func(ctx context.Contex
 			Item: map[string]types.AttributeValue{
 				"pk":       &types.AttributeValueMemberS{Value: prefix + strconv.FormatInt(i, 10)},
 				"state":    &types.AttributeValueMemberS{Value: "in_progress"},
-				"token":    &types.AttributeValueMemberS{Value: dedup.NewToken()},
+				"token":    &types.AttributeValueMemberS{Value: storekit.NewToken()},
 				"deadline": &types.AttributeValueMemberN{Value: deadline},
 				"ttl":      &types.AttributeValueMemberN{Value: ttl},
 			},

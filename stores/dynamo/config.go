@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 )
 
 // Defaults applied by New to zero fields of Config and AttributeNames.
@@ -118,7 +119,7 @@ func (c *Config) setDefaults() {
 		c.ClockSkewMargin = DefaultClockSkewMargin
 	}
 	if c.Clock == nil {
-		c.Clock = dedup.RealClock{}
+		c.Clock = storekit.WallClock{}
 	}
 }
 

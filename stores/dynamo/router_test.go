@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
 )
 
@@ -28,7 +29,7 @@ import (
 // released and the redelivery must run it. Effects == distinct orders.
 func TestRouterEndToEnd(t *testing.T) {
 	const distinct, copies = 20, 3
-	scope := "charge-" + dedup.NewToken()[:12]
+	scope := "charge-" + storekit.NewToken()[:12]
 	store := newStore(t, dynamo.Config{})
 	d, err := dedup.New(dedup.Config{
 		Store: store,

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 )
 
 // Record states as stored in the State attribute.
@@ -31,7 +32,7 @@ const (
 	// digits, and a sign).
 	maxNumberBytes = 21
 
-	// tokenBytes is the length of dedup.NewToken's tokens.
+	// tokenBytes is the length of storekit.NewToken's tokens.
 	tokenBytes = 32
 
 	// maxClaimAttempts bounds Claim's retries when the record vanished or
@@ -116,7 +117,7 @@ type record struct {
 // errors.As), when DynamoDB could not be asked; the claim's effect is then
 // unknown. Cost: one round trip, two on servers that ignore ALL_OLD.
 func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.Duration) (dedup.ClaimResult, error) {
-	if err := dedup.CheckDuration("lease", lease); err != nil {
+	if err := storekit.CheckDuration("lease", lease); err != nil {
 		return dedup.ClaimResult{}, err
 	}
 	pk, err := PartitionKey(key)
@@ -128,7 +129,7 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 	}
 	for attempt := 1; ; attempt++ {
 		now := s.clock.Now().UnixMilli()
-		token := dedup.NewToken()
+		token := storekit.NewToken()
 		old, err := s.put(ctx, pk, token, fingerprint, now, now+ceilMillis(lease))
 		if err != nil {
 			return dedup.ClaimResult{}, err
@@ -296,7 +297,7 @@ func (s *Store) owned(token string, now int64) expression.ConditionBuilder {
 // A result longer than MaxResultSize is refused with ErrResultTooLarge
 // before any request. Cost: one round trip.
 func (s *Store) Complete(ctx context.Context, claim dedup.Claim, result []byte, retention time.Duration) error {
-	if err := dedup.CheckDuration("retention", retention); err != nil {
+	if err := storekit.CheckDuration("retention", retention); err != nil {
 		return err
 	}
 	if len(result) > s.maxResult {
@@ -324,7 +325,7 @@ func (s *Store) Complete(ctx context.Context, claim dedup.Claim, result []byte, 
 // Complete: an expired lease cannot be revived. Failure modes as Complete.
 // Cost: one round trip.
 func (s *Store) Extend(ctx context.Context, claim dedup.Claim, lease time.Duration) error {
-	if err := dedup.CheckDuration("lease", lease); err != nil {
+	if err := storekit.CheckDuration("lease", lease); err != nil {
 		return err
 	}
 	pk, err := PartitionKey(claim.Key)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
+	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
 )
 
@@ -26,7 +27,7 @@ import (
 var testIDs sync.Map // *testing.T → string
 
 func testKey(t *testing.T, name string) string {
-	id, _ := testIDs.LoadOrStore(t, dedup.NewToken()[:8])
+	id, _ := testIDs.LoadOrStore(t, storekit.NewToken()[:8])
 	return "test-" + id.(string) + "-" + t.Name() + "-" + name
 }
 
@@ -346,7 +347,7 @@ func TestClaimLostKeepsTheCause(t *testing.T) {
 	s := newStore(t, dynamo.Config{})
 	key := testKey(t, "k")
 	mustClaim(t, s, key, "", time.Minute, dedup.Acquired)
-	stale := dedup.Claim{Key: key, Token: dedup.NewToken()}
+	stale := dedup.Claim{Key: key, Token: storekit.NewToken()}
 	for name, err := range map[string]error{
 		"Complete": s.Complete(context.Background(), stale, nil, time.Hour),
 		"Release":  s.Release(context.Background(), stale),
@@ -370,7 +371,7 @@ func TestUnreachableServerKeepsTheCause(t *testing.T) {
 	_ = l.Close() // nothing listens there now
 	s := newStore(t, dynamo.Config{Client: newClient("http://"+addr, 1)})
 	ctx := context.Background()
-	claim := dedup.Claim{Key: "k", Token: dedup.NewToken()}
+	claim := dedup.Claim{Key: "k", Token: storekit.NewToken()}
 	_, claimErr := s.Claim(ctx, "k", "", time.Minute)
 	for name, err := range map[string]error{
 		"Claim":    claimErr,
@@ -394,7 +395,7 @@ func TestCancelledContext(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Claim with a cancelled context = %v, want context.Canceled", err)
 	}
-	err = s.Complete(ctx, dedup.Claim{Key: testKey(t, "k"), Token: dedup.NewToken()}, nil, time.Hour)
+	err = s.Complete(ctx, dedup.Claim{Key: testKey(t, "k"), Token: storekit.NewToken()}, nil, time.Hour)
 	if !errors.Is(err, context.Canceled) || errors.Is(err, dedup.ErrClaimLost) {
 		t.Fatalf("Complete with a cancelled context = %v, want context.Canceled", err)
 	}

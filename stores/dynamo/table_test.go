@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 
-	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
 )
 
@@ -29,7 +29,7 @@ func (r *ttlRecorder) UpdateTimeToLive(_ context.Context, in *dynamodb.UpdateTim
 
 func TestCreateTable(t *testing.T) {
 	ctx := context.Background()
-	name := "create_" + dedup.NewToken()[:12]
+	name := "create_" + storekit.NewToken()[:12]
 	rec := &ttlRecorder{Client: client}
 	if err := dynamo.CreateTable(ctx, rec, dynamo.TableConfig{Table: name, PartitionKey: "id", TTLAttribute: "expires_at"}); err != nil {
 		t.Fatalf("CreateTable: %v", err)
@@ -71,7 +71,7 @@ func TestCreateTable(t *testing.T) {
 // table and then says that TTL is not enabled, keeping the server's error.
 func TestCreateTableReportsMissingTTL(t *testing.T) {
 	ctx := context.Background()
-	name := "nottl_" + dedup.NewToken()[:12]
+	name := "nottl_" + storekit.NewToken()[:12]
 	err := dynamo.CreateTable(ctx, client, dynamo.TableConfig{Table: name})
 	var apiErr smithy.APIError
 	if err == nil || !errors.As(err, &apiErr) || !strings.Contains(err.Error(), "SkipTTL") {

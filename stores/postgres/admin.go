@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
+	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 )
 
-var _ dedup.Admin = (*Store)(nil)
+var _ admin.Interface = (*Store)(nil)
 
 // inspectSQL reads a live record by its primary key. Remaining is computed
 // on the server's clock, in microseconds.
@@ -54,8 +54,8 @@ func (s *Store) adminSQL(q string) string { return strings.ReplaceAll(q, "{table
 // likeEscaper escapes LIKE's wildcards and its escape character.
 var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
 
-func recordOf(key, state, fingerprint string, size int64, created time.Time, remainingMicros int64) dedup.Record {
-	r := dedup.Record{
+func recordOf(key, state, fingerprint string, size int64, created time.Time, remainingMicros int64) admin.Record {
+	r := admin.Record{
 		Key:         key,
 		State:       state,
 		Fingerprint: fingerprint,
@@ -64,19 +64,19 @@ func recordOf(key, state, fingerprint string, size int64, created time.Time, rem
 		Remaining:   time.Duration(remainingMicros) * time.Microsecond,
 	}
 	if state != stateInProgress && state != stateCompleted {
-		r.State = dedup.StateUnreadable
+		r.State = admin.StateUnreadable
 		r.Problem = fmt.Sprintf("unknown state %q", state)
 	}
 	return r
 }
 
-// Inspect implements dedup.Admin.Inspect: one SELECT by primary key (the
+// Inspect implements admin.Interface.Inspect: one SELECT by primary key (the
 // key's SHA-256), one round trip. A row past its lease or retention (not
 // yet deleted by DeleteExpired) counts as absent, on the server's clock.
 // Created is the created_at column: when the claim that created or took
 // over the record ran, on the server's clock. Fingerprint is the column:
 // verbatim, or "\x01sha256:<hex>" for a fingerprint text cannot hold.
-func (s *Store) Inspect(ctx context.Context, key string) (dedup.Record, error) {
+func (s *Store) Inspect(ctx context.Context, key string) (admin.Record, error) {
 	var (
 		state, fingerprint string
 		size, remaining    int64
@@ -84,19 +84,19 @@ func (s *Store) Inspect(ctx context.Context, key string) (dedup.Record, error) {
 	)
 	err := s.db.QueryRow(ctx, s.adminSQL(inspectSQL), keyHash(key)).Scan(&state, &fingerprint, &size, &created, &remaining)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return dedup.Record{}, fmt.Errorf("%w: %.200q", dedup.ErrNotFound, key)
+		return admin.Record{}, fmt.Errorf("%w: %.200q", admin.ErrNotFound, key)
 	}
 	if err != nil {
-		return dedup.Record{}, fmt.Errorf("postgres: inspect: %w", err)
+		return admin.Record{}, fmt.Errorf("postgres: inspect: %w", err)
 	}
 	rec := recordOf(key, state, fingerprint, size, created, remaining)
-	if rec.State == dedup.StateUnreadable {
-		return dedup.Record{}, fmt.Errorf("postgres: inspect %.200q: %s", key, rec.Problem)
+	if rec.State == admin.StateUnreadable {
+		return admin.Record{}, fmt.Errorf("postgres: inspect %.200q: %s", key, rec.Problem)
 	}
 	return rec, nil
 }
 
-// Evict implements dedup.Admin.Evict: one DELETE by primary key whatever
+// Evict implements admin.Interface.Evict: one DELETE by primary key whatever
 // the token and state, one round trip. It reports whether the deleted row
 // was live; an expired row is deleted too, and reported as false.
 func (s *Store) Evict(ctx context.Context, key string) (bool, error) {
@@ -111,7 +111,7 @@ func (s *Store) Evict(ctx context.Context, key string) (bool, error) {
 	return live, nil
 }
 
-// List implements dedup.Admin.List: one SELECT per page (one round trip),
+// List implements admin.Interface.List: one SELECT per page (one round trip),
 // in byte order of the key, with keyset pagination (the cursor is the last
 // key returned, base64url-encoded), so pages are stable under concurrent
 // writes: no record is listed twice. Rows past their lease or retention
@@ -132,15 +132,15 @@ func (s *Store) Evict(ctx context.Context, key string) (bool, error) {
 // a btree entry's limit (2704 bytes, scope included) makes its claim fail
 // ("index row size exceeds btree version 4 maximum"). Migrate does not
 // create it.
-func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]dedup.Record, string, error) {
-	if err := dedup.CheckListLimit(limit); err != nil {
+func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]admin.Record, string, error) {
+	if err := storekit.CheckListLimit(limit); err != nil {
 		return nil, "", err
 	}
 	after := ""
 	if cursor != "" {
 		b, err := base64.RawURLEncoding.DecodeString(cursor)
 		if err != nil || len(b) == 0 || !strings.HasPrefix(string(b), prefix) {
-			return nil, "", fmt.Errorf("%w: %.40q", dedup.ErrInvalidCursor, cursor)
+			return nil, "", fmt.Errorf("%w: %.40q", admin.ErrInvalidCursor, cursor)
 		}
 		after = string(b)
 	}
@@ -155,7 +155,7 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]d
 		return nil, "", fmt.Errorf("postgres: list: %w", err)
 	}
 	n := min(len(keys), limit)
-	records := make([]dedup.Record, n)
+	records := make([]admin.Record, n)
 	for i := range n {
 		records[i] = recordOf(keys[i], states[i], fingerprints[i], sizes[i], created[i], remaining[i])
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
 )
 
@@ -44,7 +45,7 @@ func TestAdminInspect(t *testing.T) {
 	}
 
 	got, err := s.Inspect(ctx, held)
-	if err != nil || got.Key != held || got.State != dedup.StateInProgress || got.Fingerprint != "fp-1" || got.ResultSize != 0 || got.Problem != "" {
+	if err != nil || got.Key != held || got.State != admin.StateInProgress || got.Fingerprint != "fp-1" || got.ResultSize != 0 || got.Problem != "" {
 		t.Errorf("Inspect in progress = %+v, %v", got, err)
 	}
 	if got.Created.IsZero() || got.Created.After(serverNow) {
@@ -54,18 +55,18 @@ func TestAdminInspect(t *testing.T) {
 		t.Errorf("remaining lease %v, want in (0, 1h]", got.Remaining)
 	}
 	got, err = s.Inspect(ctx, done)
-	if err != nil || got.State != dedup.StateCompleted || got.ResultSize != 5 || got.Fingerprint != "" {
+	if err != nil || got.State != admin.StateCompleted || got.ResultSize != 5 || got.Fingerprint != "" {
 		t.Errorf("Inspect completed = %+v, %v", got, err)
 	}
 	if got.Remaining <= time.Hour || got.Remaining > 24*time.Hour {
 		t.Errorf("remaining retention %v, want in (1h, 24h]", got.Remaining)
 	}
-	if _, err := s.Inspect(ctx, "charge:ORDER-3"); !errors.Is(err, dedup.ErrNotFound) {
+	if _, err := s.Inspect(ctx, "charge:ORDER-3"); !errors.Is(err, admin.ErrNotFound) {
 		t.Errorf("Inspect missing: %v, want ErrNotFound", err)
 	}
 	// An expired row that is still in the table is no record.
 	expire(t, s, held)
-	if _, err := s.Inspect(ctx, held); !errors.Is(err, dedup.ErrNotFound) {
+	if _, err := s.Inspect(ctx, held); !errors.Is(err, admin.ErrNotFound) {
 		t.Errorf("Inspect expired: %v, want ErrNotFound", err)
 	}
 	if n := countRows(t, s.Table()); n != 2 {
@@ -104,7 +105,7 @@ func TestAdminEvict(t *testing.T) {
 	}
 }
 
-func listAll(t *testing.T, a dedup.Admin, prefix string, limit int) (keys []string, pages int) {
+func listAll(t *testing.T, a admin.Interface, prefix string, limit int) (keys []string, pages int) {
 	t.Helper()
 	cursor := ""
 	for {
@@ -121,7 +122,7 @@ func listAll(t *testing.T, a dedup.Admin, prefix string, limit int) (keys []stri
 		}
 		for _, r := range recs {
 			if !strings.HasPrefix(r.Key, prefix) || r.Remaining <= 0 || r.Created.IsZero() ||
-				r.State != dedup.StateCompleted && r.State != dedup.StateInProgress {
+				r.State != admin.StateCompleted && r.State != admin.StateInProgress {
 				t.Errorf("List record %+v", r)
 			}
 			keys = append(keys, r.Key)
@@ -152,7 +153,7 @@ func TestAdminList(t *testing.T) {
 	}
 	sort.Strings(want) // byte order, as COLLATE "C"
 
-	prefix := dedup.ScopePrefix(scope)
+	prefix := admin.ScopePrefix(scope)
 	for _, limit := range []int{1, 7, 23, 1000} {
 		got, pages := listAll(t, s, prefix, limit)
 		if fmt.Sprint(got) != fmt.Sprint(want) {
@@ -170,13 +171,13 @@ func TestAdminList(t *testing.T) {
 	if err != nil || cursor == "" {
 		t.Fatalf("first page: %q, %v", cursor, err)
 	}
-	if _, _, err := s.List(ctx, "another:", cursor, 5); !errors.Is(err, dedup.ErrInvalidCursor) {
+	if _, _, err := s.List(ctx, "another:", cursor, 5); !errors.Is(err, admin.ErrInvalidCursor) {
 		t.Errorf("cursor of another prefix: %v, want ErrInvalidCursor", err)
 	}
-	if _, _, err := s.List(ctx, prefix, "garbage!", 5); !errors.Is(err, dedup.ErrInvalidCursor) {
+	if _, _, err := s.List(ctx, prefix, "garbage!", 5); !errors.Is(err, admin.ErrInvalidCursor) {
 		t.Errorf("garbage cursor: %v, want ErrInvalidCursor", err)
 	}
-	if _, _, err := s.List(ctx, prefix, "", dedup.MaxListLimit+1); err == nil {
+	if _, _, err := s.List(ctx, prefix, "", admin.MaxListLimit+1); err == nil {
 		t.Error("limit above MaxListLimit: no error")
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
 )
 
@@ -255,7 +256,7 @@ type sqlClaimer struct {
 }
 
 func (c *sqlClaimer) claim(ctx context.Context, key, fingerprint string, lease time.Duration) (dedup.ClaimResult, error) {
-	token := dedup.NewToken()
+	token := storekit.NewToken()
 	hash := sha256Sum(key)
 	for {
 		var (

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
 )
 
@@ -20,7 +21,7 @@ func TestFingerprintRowsOfEarlierVersions(t *testing.T) {
 	s := newStore(t, postgres.Config{})
 	hexFP := func(b []byte) string { sum := sha256.Sum256(b); return hex.EncodeToString(sum[:]) }
 	verbatim := []string{
-		hexFP([]byte("payload")), // dedup.PayloadFingerprint's form
+		hexFP([]byte("payload")), // keyfuncs.PayloadFingerprint's form
 		"fp", "注文 🚀", "sha256:" + hexFP([]byte("x")), "a\tb\x1b",
 	}
 	for i, fp := range verbatim {
@@ -28,7 +29,7 @@ func TestFingerprintRowsOfEarlierVersions(t *testing.T) {
 		// The row exactly as the earlier version's claim and complete wrote it.
 		_, err := pool.Exec(ctx, `INSERT INTO `+s.Table()+` (key_hash, key, state, token, fingerprint, lease_until, expires_at, result)
 			VALUES (sha256(convert_to($1::text, 'UTF8')), $1::text, 'completed', $2::text, $3::text, NULL, clock_timestamp() + interval '1 hour', '\x6f6b'::bytea)`,
-			key, dedup.NewToken(), fp)
+			key, storekit.NewToken(), fp)
 		if err != nil {
 			t.Fatalf("insert the earlier version's row: %v", err)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 )
 
 // Store is a dedup.Store in a PostgreSQL table (see Migrate and SchemaSQL
@@ -214,10 +215,10 @@ func micros(d time.Duration) int64 {
 // "\x01sha256:<hex>" of its bytes, every other one verbatim, as earlier
 // versions did (see the README).
 func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.Duration) (dedup.ClaimResult, error) {
-	if err := dedup.CheckDuration("lease", lease); err != nil {
+	if err := storekit.CheckDuration("lease", lease); err != nil {
 		return dedup.ClaimResult{}, err
 	}
-	token := dedup.NewToken()
+	token := storekit.NewToken()
 	fingerprint = storedFingerprint(fingerprint)
 	args := []any{keyHash(key), key, token, fingerprint, micros(lease)}
 	var (
@@ -251,7 +252,7 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 // dedup.ErrClaimLost when no row matched. The result is stored byte-exact
 // in a bytea column; nil is stored as NULL.
 func (s *Store) Complete(ctx context.Context, claim dedup.Claim, result []byte, retention time.Duration) error {
-	if err := dedup.CheckDuration("retention", retention); err != nil {
+	if err := storekit.CheckDuration("retention", retention); err != nil {
 		return err
 	}
 	return s.exec(ctx, "complete", claim, s.sql.complete, keyHash(claim.Key), claim.Token, result, micros(retention))
@@ -269,7 +270,7 @@ func (s *Store) Release(ctx context.Context, claim dedup.Claim) error {
 // live lease and state in_progress (one round trip); otherwise
 // dedup.ErrClaimLost.
 func (s *Store) Extend(ctx context.Context, claim dedup.Claim, lease time.Duration) error {
-	if err := dedup.CheckDuration("lease", lease); err != nil {
+	if err := storekit.CheckDuration("lease", lease); err != nil {
 		return err
 	}
 	return s.exec(ctx, "extend", claim, s.sql.extend, keyHash(claim.Key), claim.Token, micros(lease))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/storetest"
+	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
 )
 
@@ -277,7 +278,7 @@ func TestStoreErrorsKeepTheirCause(t *testing.T) {
 	if !errors.As(err, &pgErr) || pgErr.SQLState() != "42P01" { // undefined_table
 		t.Fatalf("claim error %v does not carry the server's undefined_table error", err)
 	}
-	c := dedup.Claim{Key: "k", Token: dedup.NewToken()}
+	c := dedup.Claim{Key: "k", Token: storekit.NewToken()}
 	for op, err := range map[string]error{
 		"complete": s.Complete(ctx, c, nil, time.Minute),
 		"release":  s.Release(ctx, c),

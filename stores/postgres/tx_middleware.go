@@ -9,6 +9,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
+	"github.com/watermill-dedup/watermill-dedup/internal/replay"
+	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 )
 
 // ErrNoClaim is returned by TxMiddleware for a message that reaches it
@@ -45,7 +48,7 @@ func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 //   - handler ok: in the same transaction, the token-checked completion
 //     UPDATE (the result is the handler's output when the dedup middleware
 //     replays, as with Store.Complete), then COMMIT, then
-//     HandlerClaim.MarkCompleted so the dedup middleware does not complete
+//     marks the claim completed so the dedup middleware does not complete
 //     again. If the claim was lost meanwhile (lease ended and taken over,
 //     or released), the completion matches no row: the business writes are
 //     rolled back and the error wraps dedup.ErrClaimLost.
@@ -67,7 +70,7 @@ func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 func (s *Store) TxMiddleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		ctx := msg.Context()
-		hc, ok := dedup.ClaimFromContext(ctx)
+		hc, ok := claimctx.From(ctx)
 		if !ok {
 			return nil, ErrNoClaim
 		}
@@ -107,18 +110,22 @@ func (s *Store) TxMiddleware(h message.HandlerFunc) message.HandlerFunc {
 // checking the token and the lease on the server's clock, so a claim that
 // wants to take the record over waits for the COMMIT and then finds it
 // completed.
-func (s *Store) completeInTx(ctx context.Context, tx pgx.Tx, hc *dedup.HandlerClaim, out []*message.Message) error {
-	if err := dedup.CheckDuration("retention", hc.Retention); err != nil {
+func (s *Store) completeInTx(ctx context.Context, tx pgx.Tx, hc *claimctx.Claim, out []*message.Message) error {
+	if err := storekit.CheckDuration("retention", hc.Retention); err != nil {
 		return err
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.FinishTimeout)
 	defer cancel()
-	tag, err := tx.Exec(fctx, s.sql.complete, keyHash(hc.Claim.Key), hc.Claim.Token, hc.Result(out), micros(hc.Retention))
+	var result []byte
+	if hc.Replay {
+		result = replay.Encode(out)
+	}
+	tag, err := tx.Exec(fctx, s.sql.complete, keyHash(hc.Key), hc.Token, result, micros(hc.Retention))
 	if err != nil {
 		return fmt.Errorf("postgres: complete in transaction: %w", err)
 	}
 	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("postgres: complete in transaction %.64q: business writes rolled back: %w", hc.Claim.Key, dedup.ErrClaimLost)
+		return fmt.Errorf("postgres: complete in transaction %.64q: business writes rolled back: %w", hc.Key, dedup.ErrClaimLost)
 	}
 	if err := tx.Commit(fctx); err != nil {
 		return fmt.Errorf("postgres: commit: %w", err)

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
 )
 
@@ -476,8 +477,8 @@ func TestTxRepeatableReadAndHeartbeat(t *testing.T) {
 				if err := o.insert(msg); err != nil { // takes the snapshot
 					return nil, err
 				}
-				hc, _ := dedup.ClaimFromContext(msg.Context())
-				return nil, s.Extend(msg.Context(), hc.Claim, time.Minute) // a heartbeat
+				hc, _ := claimctx.From(msg.Context())
+				return nil, s.Extend(msg.Context(), dedup.Claim{Key: hc.Key, Token: hc.Token}, time.Minute) // a heartbeat
 			})
 			_, err := h(delivery(ctx, "ORDER-1"))
 			var pgErr interface{ SQLState() string }

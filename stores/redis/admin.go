@@ -15,11 +15,11 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
-
-	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
+	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 )
 
-var _ dedup.Admin = (*Store)(nil)
+var _ admin.Interface = (*Store)(nil)
 
 // inspectScript reads a record and its TTL atomically: KEYS[1] the Redis
 // key. It replies nil when the key is absent, else {value, PTTL}.
@@ -38,51 +38,51 @@ const (
 	maxScanCount = 1000
 )
 
-// Inspect implements dedup.Admin.Inspect: one script run (GET and PTTL,
+// Inspect implements admin.Interface.Inspect: one script run (GET and PTTL,
 // atomically; EVALSHA, plus one EVAL if the server lost its script cache).
 // Created is always zero: records do not carry their creation time (see
 // README). Fingerprint is the hex of the 16-byte digest the record keeps.
 // Remaining is the key's TTL on the server's clock. A value that is not a
 // record of this format gives an error wrapping ErrUnknownFormat; a key of
 // another type, the server's WRONGTYPE error.
-func (s *Store) Inspect(ctx context.Context, key string) (dedup.Record, error) {
+func (s *Store) Inspect(ctx context.Context, key string) (admin.Record, error) {
 	reply, err := inspectScript.Run(ctx, s.client, []string{s.prefix + key}).Slice()
 	if errors.Is(err, goredis.Nil) {
-		return dedup.Record{}, fmt.Errorf("%w: %.200q", dedup.ErrNotFound, key)
+		return admin.Record{}, fmt.Errorf("%w: %.200q", admin.ErrNotFound, key)
 	}
 	if err != nil {
-		return dedup.Record{}, fmt.Errorf("dedup/redis: inspect %.200q: %w", key, err)
+		return admin.Record{}, fmt.Errorf("dedup/redis: inspect %.200q: %w", key, err)
 	}
 	rec, err := recordInfo(key, reply)
 	if err != nil {
-		return dedup.Record{}, fmt.Errorf("dedup/redis: inspect %.200q: %w", key, err)
+		return admin.Record{}, fmt.Errorf("dedup/redis: inspect %.200q: %w", key, err)
 	}
 	return rec, nil
 }
 
 // recordInfo decodes inspectScript's {value, PTTL} reply.
-func recordInfo(key string, reply []any) (dedup.Record, error) {
+func recordInfo(key string, reply []any) (admin.Record, error) {
 	if len(reply) != 2 {
-		return dedup.Record{}, fmt.Errorf("unexpected script reply of %d elements", len(reply))
+		return admin.Record{}, fmt.Errorf("unexpected script reply of %d elements", len(reply))
 	}
 	v, ok1 := reply[0].(string)
 	pttl, ok2 := reply[1].(int64)
 	if !ok1 || !ok2 {
-		return dedup.Record{}, fmt.Errorf("unexpected script reply %T, %T", reply[0], reply[1])
+		return admin.Record{}, fmt.Errorf("unexpected script reply %T, %T", reply[0], reply[1])
 	}
 	r, err := decodeRecord([]byte(v))
 	if err != nil {
-		return dedup.Record{}, err
+		return admin.Record{}, err
 	}
-	rec := dedup.Record{
+	rec := admin.Record{
 		Key:         key,
-		State:       dedup.StateInProgress,
+		State:       admin.StateInProgress,
 		Fingerprint: hex.EncodeToString(r.fp),
 		ResultSize:  len(r.result),
 		Remaining:   time.Duration(pttl) * time.Millisecond,
 	}
 	if r.state == stateCompleted {
-		rec.State = dedup.StateCompleted
+		rec.State = admin.StateCompleted
 	}
 	if pttl < 0 { // -1: no TTL; the store never writes such a record
 		rec.Remaining = 0
@@ -91,7 +91,7 @@ func recordInfo(key string, reply []any) (dedup.Record, error) {
 	return rec, nil
 }
 
-// Evict implements dedup.Admin.Evict with one DEL of the record's key,
+// Evict implements admin.Interface.Evict with one DEL of the record's key,
 // whatever its value. Redis holds no expired records, so true means a live
 // record (or a value of another format) was deleted. One round trip.
 func (s *Store) Evict(ctx context.Context, key string) (bool, error) {
@@ -138,14 +138,14 @@ func decodeCursor(s, prefix string) (listCursor, error) {
 		err = json.Unmarshal(b, &c)
 	}
 	if err != nil {
-		return c, fmt.Errorf("%w: %v", dedup.ErrInvalidCursor, err)
+		return c, fmt.Errorf("%w: %v", admin.ErrInvalidCursor, err)
 	}
 	if c.Prefix != prefixHash(prefix) {
-		return c, fmt.Errorf("%w: it was issued for another prefix", dedup.ErrInvalidCursor)
+		return c, fmt.Errorf("%w: it was issued for another prefix", admin.ErrInvalidCursor)
 	}
 	for _, k := range c.Pending {
 		if !strings.HasPrefix(k, prefix) {
-			return c, fmt.Errorf("%w: it holds a key outside the prefix", dedup.ErrInvalidCursor)
+			return c, fmt.Errorf("%w: it holds a key outside the prefix", admin.ErrInvalidCursor)
 		}
 	}
 	return c, nil
@@ -193,7 +193,7 @@ func (s *Store) scanNodes(ctx context.Context) ([]scanNode, error) {
 // globEscaper escapes the characters SCAN MATCH treats specially.
 var globEscaper = strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`)
 
-// List implements dedup.Admin.List with SCAN MATCH <prefix>* over the
+// List implements admin.Interface.List with SCAN MATCH <prefix>* over the
 // keyspace, then reads the page's records (GET and PTTL in one script per
 // key, all pipelined: one round trip per page, per master on a Cluster).
 //
@@ -208,9 +208,9 @@ var globEscaper = strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`
 // invalid (start again). SCAN may return a key twice; keys that exist
 // throughout the listing are returned at least once. Keys left over from
 // a SCAN reply that did not fit into the page travel in the cursor. A value
-// that is not a record of this format is listed as dedup.StateUnreadable.
-func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]dedup.Record, string, error) {
-	if err := dedup.CheckListLimit(limit); err != nil {
+// that is not a record of this format is listed as admin.StateUnreadable.
+func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]admin.Record, string, error) {
+	if err := storekit.CheckListLimit(limit); err != nil {
 		return nil, "", err
 	}
 	c := listCursor{Prefix: prefixHash(prefix)}
@@ -228,7 +228,7 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]d
 	if cursor != "" && !c.End {
 		node = slices.IndexFunc(nodes, func(n scanNode) bool { return n.addr == c.Node })
 		if node < 0 {
-			return nil, "", fmt.Errorf("%w: %q is no longer a master; start the listing again", dedup.ErrInvalidCursor, c.Node)
+			return nil, "", fmt.Errorf("%w: %q is no longer a master; start the listing again", admin.ErrInvalidCursor, c.Node)
 		}
 	}
 	c.Node = nodes[node].addr
@@ -294,7 +294,7 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]d
 // readRecords reads the records of keys with one pipelined script per key
 // (one round trip; per master on a Cluster). Keys deleted since they were
 // scanned are left out.
-func (s *Store) readRecords(ctx context.Context, keys []string) ([]dedup.Record, error) {
+func (s *Store) readRecords(ctx context.Context, keys []string) ([]admin.Record, error) {
 	if len(keys) == 0 {
 		return nil, nil
 	}
@@ -304,7 +304,7 @@ func (s *Store) readRecords(ctx context.Context, keys []string) ([]dedup.Record,
 		cmds[i] = inspectScript.Eval(ctx, pipe, []string{s.prefix + k})
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command, below
-	records := make([]dedup.Record, 0, len(keys))
+	records := make([]admin.Record, 0, len(keys))
 	for i, cmd := range cmds {
 		reply, err := cmd.Slice()
 		var redisErr goredis.Error
@@ -312,14 +312,14 @@ func (s *Store) readRecords(ctx context.Context, keys []string) ([]dedup.Record,
 		case errors.Is(err, goredis.Nil):
 			continue // gone since the SCAN
 		case errors.As(err, &redisErr): // e.g. WRONGTYPE: a key of another type under the prefix
-			records = append(records, dedup.Record{Key: keys[i], State: dedup.StateUnreadable, Problem: err.Error()})
+			records = append(records, admin.Record{Key: keys[i], State: admin.StateUnreadable, Problem: err.Error()})
 			continue
 		case err != nil:
 			return nil, fmt.Errorf("dedup/redis: list: reading %.200q: %w", keys[i], err)
 		}
 		rec, err := recordInfo(keys[i], reply)
 		if err != nil {
-			rec = dedup.Record{Key: keys[i], State: dedup.StateUnreadable, Problem: err.Error()}
+			rec = admin.Record{Key: keys[i], State: admin.StateUnreadable, Problem: err.Error()}
 		}
 		records = append(records, rec)
 	}

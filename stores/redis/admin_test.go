@@ -16,6 +16,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
@@ -56,7 +57,7 @@ func TestAdminInspect(t *testing.T) {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256([]byte("payload-sha"))
-	if got.Key != held || got.State != dedup.StateInProgress || got.Fingerprint != hex.EncodeToString(sum[:16]) ||
+	if got.Key != held || got.State != admin.StateInProgress || got.Fingerprint != hex.EncodeToString(sum[:16]) ||
 		got.ResultSize != 0 || !got.Created.IsZero() || got.Problem != "" {
 		t.Errorf("Inspect in progress = %+v", got)
 	}
@@ -70,14 +71,14 @@ func TestAdminInspect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Key != done || got.State != dedup.StateCompleted || got.Fingerprint != "" || got.ResultSize != len("stored result") {
+	if got.Key != done || got.State != admin.StateCompleted || got.Fingerprint != "" || got.ResultSize != len("stored result") {
 		t.Errorf("Inspect completed = %+v", got)
 	}
 	if got.Remaining <= time.Hour || got.Remaining > 24*time.Hour {
 		t.Errorf("remaining retention %v, want in (1h, 24h]", got.Remaining)
 	}
 
-	if _, err := store.Inspect(ctx, "charge-orders:ORDER-3"); !errors.Is(err, dedup.ErrNotFound) {
+	if _, err := store.Inspect(ctx, "charge-orders:ORDER-3"); !errors.Is(err, admin.ErrNotFound) {
 		t.Errorf("Inspect of a missing key: %v, want ErrNotFound", err)
 	}
 	foreign := "charge-orders:foreign"
@@ -110,7 +111,7 @@ func TestAdminEvict(t *testing.T) {
 		if ok, err := store.Evict(ctx, key); ok || err != nil {
 			t.Fatalf("second Evict %q = %v, %v; want false", key, ok, err)
 		}
-		if _, err := store.Inspect(ctx, key); !errors.Is(err, dedup.ErrNotFound) {
+		if _, err := store.Inspect(ctx, key); !errors.Is(err, admin.ErrNotFound) {
 			t.Fatalf("Inspect after Evict %q: %v", key, err)
 		}
 	}
@@ -124,7 +125,7 @@ func TestAdminEvict(t *testing.T) {
 
 // listAll pages through List and returns the keys (each once) in order; it
 // checks every page's size and records.
-func listAll(t *testing.T, a dedup.Admin, prefix string, limit int) (keys []string, pages int) {
+func listAll(t *testing.T, a admin.Interface, prefix string, limit int) (keys []string, pages int) {
 	t.Helper()
 	seen := map[string]bool{}
 	cursor := ""
@@ -144,7 +145,7 @@ func listAll(t *testing.T, a dedup.Admin, prefix string, limit int) (keys []stri
 			if !strings.HasPrefix(r.Key, prefix) {
 				t.Errorf("List(%q) gave %q", prefix, r.Key)
 			}
-			if r.State != dedup.StateUnreadable && (r.Remaining <= 0 || r.State != dedup.StateCompleted && r.State != dedup.StateInProgress) {
+			if r.State != admin.StateUnreadable && (r.Remaining <= 0 || r.State != admin.StateCompleted && r.State != admin.StateInProgress) {
 				t.Errorf("List record %+v", r)
 			}
 			if !seen[r.Key] { // SCAN may return a key twice
@@ -185,7 +186,7 @@ func TestAdminList(t *testing.T) {
 	// The same scoped keys under another store prefix are not listed.
 	makeRecords(t, newStore(t, client, redis.Config{KeyPrefix: adminPrefix("list-other")}), "charge*[orders]?", 3)
 
-	prefix := dedup.ScopePrefix("charge*[orders]?")
+	prefix := admin.ScopePrefix("charge*[orders]?")
 	for _, limit := range []int{1, 7, 23, 1000} {
 		got, _ := listAll(t, store, prefix, limit)
 		if fmt.Sprint(got) != fmt.Sprint(want) {
@@ -212,7 +213,7 @@ func TestAdminList(t *testing.T) {
 		t.Fatalf("List foreign = %+v, %q, %v", recs, next, err)
 	}
 	for _, r := range recs {
-		if r.State != dedup.StateUnreadable || r.Problem == "" {
+		if r.State != admin.StateUnreadable || r.Problem == "" {
 			t.Errorf("foreign value listed as %+v", r)
 		}
 	}
@@ -221,10 +222,10 @@ func TestAdminList(t *testing.T) {
 	if err != nil || cursor == "" {
 		t.Fatalf("first page: %q, %v", cursor, err)
 	}
-	if _, _, err := store.List(ctx, "another:", cursor, 5); !errors.Is(err, dedup.ErrInvalidCursor) {
+	if _, _, err := store.List(ctx, "another:", cursor, 5); !errors.Is(err, admin.ErrInvalidCursor) {
 		t.Errorf("cursor of another prefix: %v, want ErrInvalidCursor", err)
 	}
-	if _, _, err := store.List(ctx, prefix, "garbage!", 5); !errors.Is(err, dedup.ErrInvalidCursor) {
+	if _, _, err := store.List(ctx, prefix, "garbage!", 5); !errors.Is(err, admin.ErrInvalidCursor) {
 		t.Errorf("garbage cursor: %v, want ErrInvalidCursor", err)
 	}
 	if _, _, err := store.List(ctx, prefix, "", 0); err == nil {
@@ -251,7 +252,7 @@ func TestAdminListSparseAndDense(t *testing.T) {
 		t.Fatal(err)
 	}
 	sparse := makeRecords(t, store, "rare", 3)
-	got, pages := listAll(t, store, dedup.ScopePrefix("rare"), 2)
+	got, pages := listAll(t, store, admin.ScopePrefix("rare"), 2)
 	if fmt.Sprint(got) != fmt.Sprint(sparse) {
 		t.Errorf("sparse: List = %v, want %v", got, sparse)
 	}
@@ -260,7 +261,7 @@ func TestAdminListSparseAndDense(t *testing.T) {
 	dense := makeRecords(t, store, "dense", 3000)
 	cursor, n, maxCursor := "", 0, 0
 	for {
-		recs, next, err := store.List(ctx, dedup.ScopePrefix("dense"), cursor, 3)
+		recs, next, err := store.List(ctx, admin.ScopePrefix("dense"), cursor, 3)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -308,20 +309,20 @@ func TestAdminCluster(t *testing.T) {
 	// Limit 1 crosses from master to master through the cursor; limit
 	// 1000 scans all three within one call.
 	for _, limit := range []int{1, 7, 1000} {
-		got, _ := listAll(t, store, dedup.ScopePrefix("charge-orders"), limit)
+		got, _ := listAll(t, store, admin.ScopePrefix("charge-orders"), limit)
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("limit %d: List = %v, want %v", limit, got, want)
 		}
 	}
 
 	rec, err := store.Inspect(ctx, want[0])
-	if err != nil || rec.State != dedup.StateCompleted {
+	if err != nil || rec.State != admin.StateCompleted {
 		t.Fatalf("Inspect = %+v, %v", rec, err)
 	}
 	if ok, err := store.Evict(ctx, want[0]); !ok || err != nil {
 		t.Fatalf("Evict = %v, %v", ok, err)
 	}
-	got, _ := listAll(t, store, dedup.ScopePrefix("charge-orders"), 25)
+	got, _ := listAll(t, store, admin.ScopePrefix("charge-orders"), 25)
 	if fmt.Sprint(got) != fmt.Sprint(want[1:]) {
 		t.Errorf("after Evict: List = %v, want %v", got, want[1:])
 	}
@@ -331,7 +332,7 @@ func TestAdminCluster(t *testing.T) {
 	if err != nil || cursor == "" {
 		t.Fatalf("List: %q, %v", cursor, err)
 	}
-	if _, _, err := store.List(ctx, "", retargetCursor(t, cursor, "127.0.0.1:1"), 1); !errors.Is(err, dedup.ErrInvalidCursor) {
+	if _, _, err := store.List(ctx, "", retargetCursor(t, cursor, "127.0.0.1:1"), 1); !errors.Is(err, admin.ErrInvalidCursor) {
 		t.Errorf("cursor of an unknown node: %v, want ErrInvalidCursor", err)
 	}
 }

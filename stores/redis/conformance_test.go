@@ -11,6 +11,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/storetest"
+	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
@@ -76,7 +77,7 @@ func TestCancelledContext(t *testing.T) {
 	if _, err := store.Claim(ctx, key, "", time.Minute); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Claim with a cancelled context: %v, want context.Canceled", err)
 	}
-	c := dedup.Claim{Key: key, Token: dedup.NewToken()}
+	c := dedup.Claim{Key: key, Token: storekit.NewToken()}
 	for name, err := range map[string]error{
 		"Complete": store.Complete(ctx, c, nil, time.Minute),
 		"Release":  store.Release(ctx, c),

@@ -10,6 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 )
 
 // claimScript is the Lua alternative to SET NX PX GET that the benchmark
@@ -28,10 +29,10 @@ type LuaClaimStore struct{ *Store }
 
 // Claim is Store.Claim with a script.
 func (s LuaClaimStore) Claim(ctx context.Context, key, fingerprint string, lease time.Duration) (dedup.ClaimResult, error) {
-	if err := dedup.CheckDuration("lease", lease); err != nil {
+	if err := storekit.CheckDuration("lease", lease); err != nil {
 		return dedup.ClaimResult{}, err
 	}
-	token := dedup.NewToken()
+	token := storekit.NewToken()
 	var raw [tokenLen]byte
 	if _, err := hex.Decode(raw[:], []byte(token)); err != nil {
 		return dedup.ClaimResult{}, err

@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
@@ -44,7 +45,7 @@ func TestMiddlewareEffectsEqualDistinctKeys(t *testing.T) {
 			return "", &dedup.KeyError{Field: "metadata:order_id", Reason: "missing"}
 		},
 		Scope:       "charge-orders",
-		Fingerprint: dedup.PayloadFingerprint,
+		Fingerprint: keyfuncs.PayloadFingerprint,
 	})
 	if err != nil {
 		t.Fatal(err)

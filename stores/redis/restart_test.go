@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
@@ -174,7 +175,7 @@ func TestRestartWhileClaiming(t *testing.T) {
 	}
 	before := failed.Load()
 	waitFor(t, "claims failing while the server is down", func() bool { return failed.Load() >= before+workers })
-	outageErrors(t, store, dedup.Claim{Key: "outage-probe", Token: dedup.NewToken()})
+	outageErrors(t, store, dedup.Claim{Key: "outage-probe", Token: storekit.NewToken()})
 
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)

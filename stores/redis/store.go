@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 )
 
 // Store is a dedup.Store on Redis 7.0 or newer: a single server, a Sentinel
@@ -113,10 +114,10 @@ func millis(d time.Duration) int64 {
 // under the key that is not a record of this format gives an error wrapping
 // ErrUnknownFormat.
 func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.Duration) (dedup.ClaimResult, error) {
-	if err := dedup.CheckDuration("lease", lease); err != nil {
+	if err := storekit.CheckDuration("lease", lease); err != nil {
 		return dedup.ClaimResult{}, err
 	}
-	token := dedup.NewToken()
+	token := storekit.NewToken()
 	var raw [tokenLen]byte
 	if _, err := hex.Decode(raw[:], []byte(token)); err != nil {
 		return dedup.ClaimResult{}, fmt.Errorf("dedup/redis: decoding a new token: %w", err)
@@ -158,7 +159,7 @@ func outcomeOf(old []byte, token [tokenLen]byte, fp []byte, key, hexToken string
 // dedup.ErrClaimLost and one of ErrExpired, ErrNotOwner, ErrAlreadyCompleted.
 // One round trip.
 func (s *Store) Complete(ctx context.Context, claim dedup.Claim, result []byte, retention time.Duration) error {
-	if err := dedup.CheckDuration("retention", retention); err != nil {
+	if err := storekit.CheckDuration("retention", retention); err != nil {
 		return err
 	}
 	return s.run(ctx, "complete", completeScript, claim, millis(retention), result)
@@ -179,7 +180,7 @@ func (s *Store) Release(ctx context.Context, claim dedup.Claim) error {
 // token. Otherwise nothing changes and the error matches dedup.ErrClaimLost
 // and one of ErrExpired, ErrNotOwner, ErrAlreadyCompleted. One round trip.
 func (s *Store) Extend(ctx context.Context, claim dedup.Claim, lease time.Duration) error {
-	if err := dedup.CheckDuration("lease", lease); err != nil {
+	if err := storekit.CheckDuration("lease", lease); err != nil {
 		return err
 	}
 	return s.run(ctx, "extend", extendScript, claim, millis(lease))

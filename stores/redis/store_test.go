@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
@@ -112,7 +113,7 @@ func TestLostClaimReasons(t *testing.T) {
 		if _, err := store.Claim(ctx, key, "", time.Hour); err != nil {
 			t.Fatal(err)
 		}
-		for op, err := range ops(dedup.Claim{Key: key, Token: dedup.NewToken()}) {
+		for op, err := range ops(dedup.Claim{Key: key, Token: storekit.NewToken()}) {
 			check(t, op, err, redis.ErrNotOwner)
 		}
 		for op, err := range ops(dedup.Claim{Key: key, Token: "not-a-token-of-this-store"}) {
@@ -160,7 +161,7 @@ func TestForeignValue(t *testing.T) {
 		if _, err := store.Claim(ctx, key, "", time.Hour); !errors.Is(err, redis.ErrUnknownFormat) || errors.Is(err, dedup.ErrClaimLost) {
 			t.Errorf("%s: Claim: %v, want ErrUnknownFormat", name, err)
 		}
-		c := dedup.Claim{Key: key, Token: dedup.NewToken()}
+		c := dedup.Claim{Key: key, Token: storekit.NewToken()}
 		for op, err := range map[string]error{
 			"Complete": store.Complete(ctx, c, nil, time.Hour),
 			"Release":  store.Release(ctx, c),

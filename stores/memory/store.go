@@ -1,13 +1,16 @@
-package dedup
+package memory
 
 import (
 	"bytes"
 	"context"
 	"sync"
 	"time"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 )
 
-// MemoryStore is a [Store] in process memory, for tests, examples and
+// Store is a [dedup.Store] in process memory, for tests, examples and
 // single-process consumers. It deduplicates only within one process and
 // forgets everything on restart: use a shared store (Redis, DynamoDB,
 // PostgreSQL) when more than one process consumes the same messages.
@@ -16,8 +19,8 @@ import (
 // ignored on access and swept, a bounded number at a time, while claiming,
 // so memory stays proportional to the live records. Every operation takes
 // one mutex; none blocks on I/O.
-type MemoryStore struct {
-	clock Clock
+type Store struct {
+	clock dedup.Clock
 
 	mu      sync.Mutex
 	records map[string]*memRecord
@@ -35,16 +38,16 @@ type memRecord struct {
 // sweepEvery is how many claims pass between two sweeps of expired records.
 const sweepEvery = 1024
 
-// NewMemoryStore returns an empty store using clock (nil means the wall
+// New returns an empty store using clock (nil means the wall
 // clock).
-func NewMemoryStore(clock Clock) *MemoryStore {
+func New(clock dedup.Clock) *Store {
 	if clock == nil {
-		clock = RealClock{}
+		clock = storekit.WallClock{}
 	}
-	return &MemoryStore{clock: clock, records: map[string]*memRecord{}}
+	return &Store{clock: clock, records: map[string]*memRecord{}}
 }
 
-func (s *MemoryStore) live(key string, now time.Time) *memRecord {
+func (s *Store) live(key string, now time.Time) *memRecord {
 	r, ok := s.records[key]
 	if !ok {
 		return nil
@@ -56,13 +59,13 @@ func (s *MemoryStore) live(key string, now time.Time) *memRecord {
 	return r
 }
 
-// Claim implements [Store.Claim].
-func (s *MemoryStore) Claim(ctx context.Context, key, fingerprint string, lease time.Duration) (ClaimResult, error) {
-	if err := CheckDuration("lease", lease); err != nil {
-		return ClaimResult{}, err
+// dedup.Claim implements [Store.Claim].
+func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.Duration) (dedup.ClaimResult, error) {
+	if err := storekit.CheckDuration("lease", lease); err != nil {
+		return dedup.ClaimResult{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return ClaimResult{}, err
+		return dedup.ClaimResult{}, err
 	}
 	now := s.clock.Now()
 	s.mu.Lock()
@@ -74,20 +77,20 @@ func (s *MemoryStore) Claim(ctx context.Context, key, fingerprint string, lease 
 	}
 	if r := s.live(key, now); r != nil {
 		if fingerprint != "" && r.fingerprint != "" && fingerprint != r.fingerprint {
-			return ClaimResult{Outcome: Conflict}, nil
+			return dedup.ClaimResult{Outcome: dedup.Conflict}, nil
 		}
 		if r.completed {
-			return ClaimResult{Outcome: Duplicate, Result: bytes.Clone(r.result)}, nil
+			return dedup.ClaimResult{Outcome: dedup.Duplicate, Result: bytes.Clone(r.result)}, nil
 		}
-		return ClaimResult{Outcome: InProgress}, nil
+		return dedup.ClaimResult{Outcome: dedup.InProgress}, nil
 	}
-	token := NewToken()
+	token := storekit.NewToken()
 	s.records[key] = &memRecord{token: token, fingerprint: fingerprint, deadline: now.Add(lease)}
-	return ClaimResult{Outcome: Acquired, Claim: Claim{Key: key, Token: token}}, nil
+	return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil
 }
 
 // owned returns the claim's live in-progress record, or nil.
-func (s *MemoryStore) owned(c Claim, now time.Time) *memRecord {
+func (s *Store) owned(c dedup.Claim, now time.Time) *memRecord {
 	r := s.live(c.Key, now)
 	if r == nil || r.completed || r.token != c.Token {
 		return nil
@@ -96,8 +99,8 @@ func (s *MemoryStore) owned(c Claim, now time.Time) *memRecord {
 }
 
 // Complete implements [Store.Complete].
-func (s *MemoryStore) Complete(ctx context.Context, c Claim, result []byte, retention time.Duration) error {
-	if err := CheckDuration("retention", retention); err != nil {
+func (s *Store) Complete(ctx context.Context, c dedup.Claim, result []byte, retention time.Duration) error {
+	if err := storekit.CheckDuration("retention", retention); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -109,9 +112,9 @@ func (s *MemoryStore) Complete(ctx context.Context, c Claim, result []byte, rete
 	r := s.owned(c, now)
 	if r == nil {
 		if r := s.live(c.Key, now); r != nil && r.completed && r.token == c.Token {
-			return ErrAlreadyCompleted
+			return dedup.ErrAlreadyCompleted
 		}
-		return ErrClaimLost
+		return dedup.ErrClaimLost
 	}
 	r.completed = true
 	r.deadline = now.Add(retention)
@@ -120,7 +123,7 @@ func (s *MemoryStore) Complete(ctx context.Context, c Claim, result []byte, rete
 }
 
 // Release implements [Store.Release].
-func (s *MemoryStore) Release(ctx context.Context, c Claim) error {
+func (s *Store) Release(ctx context.Context, c dedup.Claim) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -128,15 +131,15 @@ func (s *MemoryStore) Release(ctx context.Context, c Claim) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.owned(c, now) == nil {
-		return ErrClaimLost
+		return dedup.ErrClaimLost
 	}
 	delete(s.records, c.Key)
 	return nil
 }
 
 // Extend implements [Store.Extend].
-func (s *MemoryStore) Extend(ctx context.Context, c Claim, lease time.Duration) error {
-	if err := CheckDuration("lease", lease); err != nil {
+func (s *Store) Extend(ctx context.Context, c dedup.Claim, lease time.Duration) error {
+	if err := storekit.CheckDuration("lease", lease); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -147,14 +150,14 @@ func (s *MemoryStore) Extend(ctx context.Context, c Claim, lease time.Duration) 
 	defer s.mu.Unlock()
 	r := s.owned(c, now)
 	if r == nil {
-		return ErrClaimLost
+		return dedup.ErrClaimLost
 	}
 	r.deadline = now.Add(lease)
 	return nil
 }
 
 // Len returns the number of live records (in progress or completed).
-func (s *MemoryStore) Len() int {
+func (s *Store) Len() int {
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -169,7 +172,7 @@ func (s *MemoryStore) Len() int {
 
 // sweep deletes up to limit expired records. Go's map iteration order is
 // random, so successive sweeps visit different records.
-func (s *MemoryStore) sweep(now time.Time, limit int) {
+func (s *Store) sweep(now time.Time, limit int) {
 	for k, r := range s.records {
 		if limit == 0 {
 			return

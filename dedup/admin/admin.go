@@ -1,23 +1,26 @@
-package dedup
+// Package admin is the operator's view of a dedup store: look at one
+// record, delete one, list records by key prefix. It is optional and
+// separate from dedup.Store: the middleware never uses it. The stores of
+// this module implement Interface (the memory store too); cmd/dedupctl
+// drives it from the command line.
+package admin
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
 )
 
-// Admin is the operator's view of a store: look at one record, delete one,
-// list records by key prefix. It is optional and separate from [Store]: the
-// middleware never uses it. The stores of this module implement it
-// ([MemoryStore] too); cmd/dedupctl drives it from the command line.
+// Interface is implemented by the stores of this module.
 //
-// Keys are scoped keys as given to Store.Claim ([ScopedKey]), without any
+// Keys are scoped keys as given to Store.Claim ([dedup.ScopedKey]), without any
 // prefix a store adds of its own (the Redis store's KeyPrefix). Every method
 // sees the records a Claim would see: a record past its lease or retention
 // counts as absent, even while the store still holds it (PostgreSQL and
 // DynamoDB delete expired rows and items late).
-type Admin interface {
+type Interface interface {
 	// Inspect returns the live record under key, or an error wrapping
 	// ErrNotFound when there is none. A value the store cannot decode gives
 	// an error that says why (e.g. the Redis store's ErrUnknownFormat).
@@ -96,31 +99,22 @@ const (
 	StateUnreadable = "unreadable"
 )
 
-// MaxListLimit is the largest page Admin.List accepts.
+// MaxListLimit is the largest page Interface.List accepts.
 const MaxListLimit = 1000
 
 var (
-	// ErrNotFound: Admin.Inspect found no live record under the key.
-	ErrNotFound = errors.New("dedup: no record under the key")
+	// ErrNotFound: Interface.Inspect found no live record under the key.
+	ErrNotFound = errors.New("dedup/admin: no record under the key")
 
-	// ErrInvalidCursor: Admin.List was given a cursor it did not issue (or
+	// ErrInvalidCursor: Interface.List was given a cursor it did not issue (or
 	// one issued for another prefix or store).
-	ErrInvalidCursor = errors.New("dedup: invalid list cursor")
+	ErrInvalidCursor = errors.New("dedup/admin: invalid list cursor")
 )
-
-// CheckListLimit returns an error unless 1 <= limit <= MaxListLimit. Stores
-// call it in List.
-func CheckListLimit(limit int) error {
-	if limit < 1 || limit > MaxListLimit {
-		return fmt.Errorf("dedup: list limit must be between 1 and %d, got %d", MaxListLimit, limit)
-	}
-	return nil
-}
 
 // ScopePrefix returns the prefix shared by every scoped key of scope:
 // ScopedKey(scope, k) starts with ScopePrefix(scope) for every k, and no key
 // of another scope does (the scope is escaped, so "a" does not match the
 // keys of scope "a:b").
 func ScopePrefix(scope string) string {
-	return escapeScope(scope) + ":"
+	return dedup.ScopedKey(scope, "")
 }

@@ -1,4 +1,4 @@
-package dedup_test
+package memory_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/dedup/storetest"
+	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 var epoch = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -16,14 +17,14 @@ var epoch = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 func TestMemoryStoreConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) {
 		clock := fakeclock.New(epoch)
-		return dedup.NewMemoryStore(clock), clock.Advance
+		return memory.New(clock), clock.Advance
 	}, storetest.Features{})
 }
 
 // The suite again on the wall clock, as a shared store: the path a
 // server-side store takes.
 func TestMemoryStoreConformanceRealTime(t *testing.T) {
-	store := dedup.NewMemoryStore(nil)
+	store := memory.New(nil)
 	storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) {
 		return store, nil
 	}, storetest.Features{ShortDuration: 20 * time.Millisecond})
@@ -32,7 +33,7 @@ func TestMemoryStoreConformanceRealTime(t *testing.T) {
 func TestMemoryStoreSweepsExpiredRecords(t *testing.T) {
 	ctx := context.Background()
 	clock := fakeclock.New(epoch)
-	store := dedup.NewMemoryStore(clock)
+	store := memory.New(clock)
 	for i := range 5000 {
 		res, err := store.Claim(ctx, fmt.Sprint("old-", i), "", time.Second)
 		if err != nil || res.Outcome != dedup.Acquired {
@@ -53,7 +54,7 @@ func TestMemoryStoreSweepsExpiredRecords(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := dedup.MemoryStoreSize(store); n != 3*1024 {
+	if n := memory.Size(store); n != 3*1024 {
 		t.Fatalf("records held = %d, want only the %d live ones", n, 3*1024)
 	}
 }

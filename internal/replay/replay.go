@@ -1,4 +1,6 @@
-package dedup
+// Package replay encodes the output messages of a handler for the record
+// of its key, so that a duplicate can return them again.
+package replay
 
 import (
 	"encoding/binary"
@@ -9,15 +11,15 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
-// replayFormatV1 is the first byte of an encoded list of messages.
-const replayFormatV1 = 1
+// formatV1 is the first byte of an encoded list of messages.
+const formatV1 = 1
 
-// EncodeMessages encodes messages (UUID, metadata, payload) into a compact,
+// Encode encodes messages (UUID, metadata, payload) into a compact,
 // binary-safe, versioned form: one version byte, then for each message its
 // UUID, its metadata pairs sorted by key and its payload, each prefixed by a
 // uvarint length. It is what the middleware stores as the result when
-// Config.Replay is on. A nil or empty list encodes to a single byte.
-func EncodeMessages(msgs []*message.Message) []byte {
+// dedup.Config.Replay is on. A nil or empty list encodes to a single byte.
+func Encode(msgs []*message.Message) []byte {
 	size := 1 + binary.MaxVarintLen64
 	for _, m := range msgs {
 		size += 3*binary.MaxVarintLen64 + len(m.UUID) + len(m.Payload)
@@ -26,7 +28,7 @@ func EncodeMessages(msgs []*message.Message) []byte {
 		}
 	}
 	b := make([]byte, 0, size)
-	b = append(b, replayFormatV1)
+	b = append(b, formatV1)
 	b = binary.AppendUvarint(b, uint64(len(msgs)))
 	appendBytes := func(s []byte) { b = binary.AppendUvarint(b, uint64(len(s))); b = append(b, s...) }
 	for _, m := range msgs {
@@ -48,14 +50,14 @@ func EncodeMessages(msgs []*message.Message) []byte {
 
 var errTruncated = errors.New("truncated")
 
-// DecodeMessages decodes what EncodeMessages produced. Malformed input gives
-// an error wrapping ErrCorruptResult, never a panic.
-func DecodeMessages(b []byte) ([]*message.Message, error) {
+// Decode decodes what Encode produced. Malformed input gives an error
+// saying what is wrong, never a panic.
+func Decode(b []byte) ([]*message.Message, error) {
 	if len(b) == 0 {
-		return nil, fmt.Errorf("%w: empty", ErrCorruptResult)
+		return nil, errors.New("empty")
 	}
-	if b[0] != replayFormatV1 {
-		return nil, fmt.Errorf("%w: unknown format version %d", ErrCorruptResult, b[0])
+	if b[0] != formatV1 {
+		return nil, fmt.Errorf("unknown format version %d", b[0])
 	}
 	d := decoder{b: b[1:]}
 	n := d.uvarint()
@@ -86,7 +88,7 @@ func DecodeMessages(b []byte) ([]*message.Message, error) {
 		d.err = fmt.Errorf("%d trailing bytes", len(d.b))
 	}
 	if d.err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorruptResult, d.err)
+		return nil, d.err
 	}
 	return msgs, nil
 }

@@ -1,4 +1,4 @@
-package dedup
+package memory
 
 import (
 	"context"
@@ -7,37 +7,40 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
+	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 )
 
-var _ Admin = (*MemoryStore)(nil)
+var _ admin.Interface = (*Store)(nil)
 
-// Inspect implements [Admin.Inspect]. Created is always zero: the memory
+// Inspect implements [admin.Interface.Inspect]. Created is always zero: the memory
 // store does not keep it. Cost: one map lookup under the store's mutex.
-func (s *MemoryStore) Inspect(ctx context.Context, key string) (Record, error) {
+func (s *Store) Inspect(ctx context.Context, key string) (admin.Record, error) {
 	if err := ctx.Err(); err != nil {
-		return Record{}, err
+		return admin.Record{}, err
 	}
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.live(key, now)
 	if r == nil {
-		return Record{}, fmt.Errorf("%w: %.200q", ErrNotFound, key)
+		return admin.Record{}, fmt.Errorf("%w: %.200q", admin.ErrNotFound, key)
 	}
 	return r.info(key, r.deadline.Sub(now)), nil
 }
 
-func (r *memRecord) info(key string, remaining time.Duration) Record {
-	rec := Record{Key: key, State: StateInProgress, Fingerprint: r.fingerprint, ResultSize: len(r.result), Remaining: remaining}
+func (r *memRecord) info(key string, remaining time.Duration) admin.Record {
+	rec := admin.Record{Key: key, State: admin.StateInProgress, Fingerprint: r.fingerprint, ResultSize: len(r.result), Remaining: remaining}
 	if r.completed {
-		rec.State = StateCompleted
+		rec.State = admin.StateCompleted
 	}
 	return rec
 }
 
-// Evict implements [Admin.Evict]: it deletes the record whatever its token.
+// Evict implements [admin.Interface.Evict]: it deletes the record whatever its token.
 // Cost: one map operation under the store's mutex.
-func (s *MemoryStore) Evict(ctx context.Context, key string) (bool, error) {
+func (s *Store) Evict(ctx context.Context, key string) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
@@ -51,18 +54,18 @@ func (s *MemoryStore) Evict(ctx context.Context, key string) (bool, error) {
 	return true, nil
 }
 
-// List implements [Admin.List] in key order. The cursor is the hex of the
+// List implements [admin.Interface.List] in key order. The cursor is the hex of the
 // last key returned. Cost: every call visits and sorts every record under
 // the store's mutex, O(n log n): fine for tests and small stores.
-func (s *MemoryStore) List(ctx context.Context, prefix, cursor string, limit int) ([]Record, string, error) {
-	if err := CheckListLimit(limit); err != nil {
+func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]admin.Record, string, error) {
+	if err := storekit.CheckListLimit(limit); err != nil {
 		return nil, "", err
 	}
 	after := ""
 	if cursor != "" {
 		b, err := hex.DecodeString(cursor)
 		if err != nil || len(b) == 0 || !strings.HasPrefix(string(b), prefix) {
-			return nil, "", fmt.Errorf("%w: %.40q", ErrInvalidCursor, cursor)
+			return nil, "", fmt.Errorf("%w: %.40q", admin.ErrInvalidCursor, cursor)
 		}
 		after = string(b)
 	}
@@ -84,7 +87,7 @@ func (s *MemoryStore) List(ctx context.Context, prefix, cursor string, limit int
 		keys = keys[:limit]
 		next = hex.EncodeToString([]byte(keys[limit-1]))
 	}
-	out := make([]Record, len(keys))
+	out := make([]admin.Record, len(keys))
 	for i, k := range keys {
 		r := s.records[k]
 		out[i] = r.info(k, r.deadline.Sub(now))

@@ -1,4 +1,4 @@
-package dedup_test
+package memory_test
 
 import (
 	"context"
@@ -9,7 +9,10 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
+	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
+	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 func TestScopePrefix(t *testing.T) {
@@ -21,23 +24,23 @@ func TestScopePrefix(t *testing.T) {
 		{"50%", "x:y"},
 		{"", "k"},
 	} {
-		p := dedup.ScopePrefix(tc.scope)
+		p := admin.ScopePrefix(tc.scope)
 		if got := dedup.ScopedKey(tc.scope, tc.key); !strings.HasPrefix(got, p) {
 			t.Errorf("ScopedKey(%q, %q) = %q does not start with ScopePrefix = %q", tc.scope, tc.key, got, p)
 		}
 	}
 	// The keys of scope "a:b" do not start with the prefix of scope "a".
-	if k := dedup.ScopedKey("a:b", "c"); strings.HasPrefix(k, dedup.ScopePrefix("a")) {
-		t.Errorf("%q starts with the prefix of scope a, %q", k, dedup.ScopePrefix("a"))
+	if k := dedup.ScopedKey("a:b", "c"); strings.HasPrefix(k, admin.ScopePrefix("a")) {
+		t.Errorf("%q starts with the prefix of scope a, %q", k, admin.ScopePrefix("a"))
 	}
-	if got := dedup.ScopePrefix("charge-orders"); got != "charge-orders:" {
+	if got := admin.ScopePrefix("charge-orders"); got != "charge-orders:" {
 		t.Errorf("ScopePrefix(charge-orders) = %q", got)
 	}
 }
 
 func TestCheckListLimit(t *testing.T) {
-	for limit, ok := range map[int]bool{-1: false, 0: false, 1: true, dedup.MaxListLimit: true, dedup.MaxListLimit + 1: false} {
-		if err := dedup.CheckListLimit(limit); (err == nil) != ok {
+	for limit, ok := range map[int]bool{-1: false, 0: false, 1: true, admin.MaxListLimit: true, admin.MaxListLimit + 1: false} {
+		if err := storekit.CheckListLimit(limit); (err == nil) != ok {
 			t.Errorf("CheckListLimit(%d) = %v", limit, err)
 		}
 	}
@@ -62,27 +65,27 @@ func claim(t *testing.T, s dedup.Store, key, fp string, lease time.Duration, res
 func TestMemoryAdminInspect(t *testing.T) {
 	ctx := context.Background()
 	clock := fakeclock.New(epoch)
-	s := dedup.NewMemoryStore(clock)
+	s := memory.New(clock)
 
 	claim(t, s, "orders:1", "fp-1", time.Minute, nil, 0)
 	claim(t, s, "orders:2", "", time.Minute, []byte("12345"), time.Hour)
 	clock.Advance(10 * time.Second)
 
 	got, err := s.Inspect(ctx, "orders:1")
-	want := dedup.Record{Key: "orders:1", State: dedup.StateInProgress, Fingerprint: "fp-1", Remaining: 50 * time.Second}
+	want := admin.Record{Key: "orders:1", State: admin.StateInProgress, Fingerprint: "fp-1", Remaining: 50 * time.Second}
 	if err != nil || got != want {
 		t.Errorf("Inspect in progress = %+v, %v; want %+v", got, err, want)
 	}
 	got, err = s.Inspect(ctx, "orders:2")
-	want = dedup.Record{Key: "orders:2", State: dedup.StateCompleted, ResultSize: 5, Remaining: time.Hour - 10*time.Second}
+	want = admin.Record{Key: "orders:2", State: admin.StateCompleted, ResultSize: 5, Remaining: time.Hour - 10*time.Second}
 	if err != nil || got != want {
 		t.Errorf("Inspect completed = %+v, %v; want %+v", got, err, want)
 	}
-	if _, err := s.Inspect(ctx, "orders:3"); !errors.Is(err, dedup.ErrNotFound) {
+	if _, err := s.Inspect(ctx, "orders:3"); !errors.Is(err, admin.ErrNotFound) {
 		t.Errorf("Inspect missing: %v, want ErrNotFound", err)
 	}
 	clock.Advance(50 * time.Second) // the lease of orders:1 ends
-	if _, err := s.Inspect(ctx, "orders:1"); !errors.Is(err, dedup.ErrNotFound) {
+	if _, err := s.Inspect(ctx, "orders:1"); !errors.Is(err, admin.ErrNotFound) {
 		t.Errorf("Inspect expired: %v, want ErrNotFound", err)
 	}
 }
@@ -92,7 +95,7 @@ func TestMemoryAdminInspect(t *testing.T) {
 func TestMemoryAdminEvict(t *testing.T) {
 	ctx := context.Background()
 	clock := fakeclock.New(epoch)
-	s := dedup.NewMemoryStore(clock)
+	s := memory.New(clock)
 
 	c := claim(t, s, "k:held", "", time.Minute, nil, 0)
 	claim(t, s, "k:done", "", time.Minute, []byte("r"), time.Hour)
@@ -122,7 +125,7 @@ func TestMemoryAdminEvict(t *testing.T) {
 func TestMemoryAdminList(t *testing.T) {
 	ctx := context.Background()
 	clock := fakeclock.New(epoch)
-	s := dedup.NewMemoryStore(clock)
+	s := memory.New(clock)
 	var want []string
 	for i := range 7 {
 		key := dedup.ScopedKey("charge", fmt.Sprintf("ORDER-%02d", i))
@@ -133,14 +136,14 @@ func TestMemoryAdminList(t *testing.T) {
 	claim(t, s, dedup.ScopedKey("charge", "short-lived"), "", time.Second, nil, 0)
 	clock.Advance(time.Second) // short-lived expires
 
-	got := listAll(t, s, dedup.ScopePrefix("charge"), 3)
+	got := listAll(t, s, admin.ScopePrefix("charge"), 3)
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("List = %v, want %v", got, want)
 	}
-	if all := listAll(t, s, "", dedup.MaxListLimit); len(all) != 8 {
+	if all := listAll(t, s, "", admin.MaxListLimit); len(all) != 8 {
 		t.Errorf("List everything = %v, want 8 keys", all)
 	}
-	if _, _, err := s.List(ctx, "", "not hex", 10); !errors.Is(err, dedup.ErrInvalidCursor) {
+	if _, _, err := s.List(ctx, "", "not hex", 10); !errors.Is(err, admin.ErrInvalidCursor) {
 		t.Errorf("List with a bad cursor: %v, want ErrInvalidCursor", err)
 	}
 	if _, _, err := s.List(ctx, "", "", 0); err == nil {
@@ -149,7 +152,7 @@ func TestMemoryAdminList(t *testing.T) {
 }
 
 // listAll pages through List and checks the pages' sizes and records.
-func listAll(t *testing.T, a dedup.Admin, prefix string, limit int) []string {
+func listAll(t *testing.T, a admin.Interface, prefix string, limit int) []string {
 	t.Helper()
 	var keys []string
 	cursor := ""
@@ -165,7 +168,7 @@ func listAll(t *testing.T, a dedup.Admin, prefix string, limit int) []string {
 			t.Fatalf("List page %d has %d records, limit %d", page, len(recs), limit)
 		}
 		for _, r := range recs {
-			if !strings.HasPrefix(r.Key, prefix) || r.Remaining <= 0 || r.State != dedup.StateCompleted && r.State != dedup.StateInProgress {
+			if !strings.HasPrefix(r.Key, prefix) || r.Remaining <= 0 || r.State != admin.StateCompleted && r.State != admin.StateInProgress {
 				t.Errorf("List record %+v", r)
 			}
 			keys = append(keys, r.Key)

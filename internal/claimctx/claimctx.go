@@ -1,0 +1,61 @@
+// Package claimctx carries the claim a handler runs under in its context,
+// for stores that complete the record inside the handler's own
+// transaction (stores/postgres TxMiddleware): no window remains between the
+// effect and its record.
+package claimctx
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// Claim is the claim under which a handler runs.
+type Claim struct {
+	// Key and Token identify the ownership (dedup.Claim).
+	Key, Token string
+	// Retention is what Complete must be given.
+	Retention time.Duration
+	// Replay tells whether the handler's output messages are stored.
+	Replay bool
+
+	completed     atomic.Bool
+	stopHeartbeat func()
+}
+
+type key struct{}
+
+// With returns ctx carrying c; stopHeartbeat stops the claim's lease
+// extensions and waits until none is in flight.
+func With(ctx context.Context, c *Claim, stopHeartbeat func()) context.Context {
+	c.stopHeartbeat = stopHeartbeat
+	return context.WithValue(ctx, key{}, c)
+}
+
+// From returns the claim the current handler runs under, if the handler was
+// called by the dedup engine after winning the claim.
+func From(ctx context.Context) (*Claim, bool) {
+	c, ok := ctx.Value(key{}).(*Claim)
+	return c, ok
+}
+
+// MarkCompleted tells the engine that the record was completed (with
+// Store.Complete semantics) as part of the handler's own work, so it must
+// not call Complete again. Call it only after the completion is durable
+// (after the commit).
+func (c *Claim) MarkCompleted() { c.completed.Store(true) }
+
+// Completed reports whether MarkCompleted was called.
+func (c *Claim) Completed() bool { return c.completed.Load() }
+
+// StopHeartbeat stops the lease extensions of this claim and waits until no
+// extension is in flight. A store that completes the record inside the
+// handler calls it just before completing, so that an extension queued
+// behind the completion cannot report the claim lost afterwards. The lease
+// then runs its normal course: the completion must happen within it. Safe
+// to call more than once.
+func (c *Claim) StopHeartbeat() {
+	if c.stopHeartbeat != nil {
+		c.stopHeartbeat()
+	}
+}
