@@ -2,6 +2,7 @@ package dedup_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -93,4 +94,37 @@ func ExampleIsPermanent() {
 	fmt.Println(bad.Metadata.Get(middleware.ReasonForPoisonedKey))
 	// Output:
 	// dedup: no usable business key at json:order_id: missing (message msg-1)
+}
+
+// Plain Go, no router: run a function at most once per key. The second call
+// with the same key does not run it and gets the stored result instead.
+func ExampleEngine_Do() {
+	engine, err := dedup.NewEngine(dedup.Config{Store: memory.New(nil)})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	charge := func(ctx context.Context) ([]byte, error) {
+		fmt.Println("charging ORDER-003")
+		return []byte("receipt-7"), nil // stored with the record
+	}
+	for range 2 {
+		res, err := engine.Do(ctx, dedup.Call{Scope: "charge-orders", Key: "ORDER-003"}, charge)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("%s: %s\n", res.Outcome, res.Result)
+	}
+
+	failing := func(ctx context.Context) ([]byte, error) { return nil, errors.New("card declined") }
+	_, err = engine.Do(ctx, dedup.Call{Scope: "charge-orders", Key: "ORDER-004"}, failing)
+	fmt.Println("error:", err) // released: a retry runs it again
+	_, err = engine.Do(ctx, dedup.Call{Scope: "charge-orders", Key: "ORDER\x00-5"}, charge)
+	fmt.Println("no key:", errors.Is(err, dedup.ErrNoKey))
+	// Output:
+	// charging ORDER-003
+	// acquired: receipt-7
+	// duplicate: receipt-7
+	// error: card declined
+	// no key: true
 }

@@ -1,0 +1,124 @@
+package dynamo_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/httpdedup"
+	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
+	"github.com/watermill-dedup/watermill-dedup/metrics"
+	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
+)
+
+// Issue 13, failure 1: over HTTP on DynamoDB, a response whose stored record
+// exceeds the 400 KB item (a 256 KiB body, the default bound, plus a 160 KB
+// Link header, a default stored header) made Complete fail with
+// ErrResultTooLarge. httpdedup retried it as a store error, left the record
+// in progress, and after the lease a retry ran the handler a second time.
+// Now the engine completes the record without the response: the handler
+// runs once, and a retry learns the request was processed.
+func TestHTTPResponseTooLargeForAnItemRunsOnce(t *testing.T) {
+	store := newStore(t, dynamo.Config{})
+	m, err := httpdedup.New(httpdedup.Config{
+		Store:    store,
+		Identity: httpdedup.StaticIdentity(t.Name()),
+		// A retry after the lease would run the handler again if the
+		// record had stayed in progress.
+		Lease: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int64
+	body := bytes.Repeat([]byte("x"), httpdedup.DefaultMaxResponseBytes)
+	link := "<https://example.test/" + strings.Repeat("l", 160_000) + ">; rel=next"
+	srv := httptest.NewServer(m.Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.Header().Set("Link", link)
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write(body)
+	})))
+	t.Cleanup(srv.Close)
+	key := "too-large-" + watermill.NewUUID()
+	send := func() (int, http.Header, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/payments", strings.NewReader(`{"amount":1}`))
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, b
+	}
+	if status, _, b := send(); status != http.StatusCreated || len(b) != len(body) {
+		t.Fatalf("first request: %d with %d bytes, want 201 with the handler's %d", status, len(b), len(body))
+	}
+	time.Sleep(1500 * time.Millisecond) // past the lease, on the store's clock
+	status, header, b := send()
+	if runs.Load() != 1 {
+		t.Fatalf("the handler ran %d times, want once (a retry after the lease ran it again: %d)", runs.Load(), status)
+	}
+	if status != http.StatusConflict || !strings.Contains(string(b), httpdedup.ProblemResponseNotStored) || header.Get("Retry-After") != "" {
+		t.Fatalf("retry: %d %s (Retry-After %q), want 409 %s without Retry-After", status, b, header.Get("Retry-After"), httpdedup.ProblemResponseNotStored)
+	}
+}
+
+// Issue 13, failure 3: with Replay on and an output too large for one
+// DynamoDB item, the middleware reported two decisions with op "complete"
+// (the lost replay and the completion), and the Prometheus gauge
+// claims_in_flight ended at -1 per message. It must end at 0.
+func TestTooLargeReplayKeepsClaimsInFlightAtZero(t *testing.T) {
+	store := newStore(t, dynamo.Config{})
+	reg := prometheus.NewRegistry()
+	obs, err := metrics.New(reg, metrics.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dedup.New(dedup.Config{Store: store, Key: keyfuncs.JSON("order_id"), Scope: t.Name(), Replay: true, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := d.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		return []*message.Message{message.NewMessage(watermill.NewUUID(), bytes.Repeat([]byte("r"), 500_000))}, nil
+	})
+	for i := range 3 {
+		msg := message.NewMessage(watermill.NewUUID(), []byte(`{"order_id":"ORDER-`+watermill.NewUUID()+`"}`))
+		msg.SetContext(context.Background())
+		if _, err := h(msg); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, f := range families {
+		if !strings.HasSuffix(f.GetName(), "claims_in_flight") {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			found = true
+			if v := m.GetGauge().GetValue(); v != 0 {
+				t.Fatalf("claims_in_flight = %v after 3 messages, want 0", v)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no claims_in_flight series")
+	}
+}
