@@ -22,6 +22,11 @@ type KeyFunc func(msg *message.Message) (string, error)
 // or producer reusing a key for a different request.
 type FingerprintFunc func(msg *message.Message) (string, error)
 
+// transportIDMetadata names the metadata entries that carry transport ids
+// by default: the SQS MessageId as this module's SQS adapters and Lambda
+// adapter set it, and the names other adapters commonly use.
+var transportIDMetadata = []string{"sqs_message_id", "MessageId", "message_id", "sns_message_id"}
+
 // Defaults applied to zero fields of Config (each field's doc says its own).
 const (
 	defaultLease             = 30 * time.Second
@@ -76,6 +81,16 @@ type Config struct {
 	// lease period, but a handler that runs longer than Lease lets another
 	// consumer take the key over and run the effect a second time.
 	DisableHeartbeat bool
+
+	// TransportIDs returns the ids the transport gave this copy of the
+	// message, which differ between copies of one business fact; a key
+	// equal to any of them is refused with ErrTransportKey, and so is a key
+	// equal to the Watermill UUID, always. Defaults to the values of the
+	// metadata entries sqs_message_id, MessageId, message_id and
+	// sns_message_id (when present).
+	// For Kafka, whose partition and offset watermill-kafka puts in the
+	// context, return them formatted as "partition/offset" (see README).
+	TransportIDs func(msg *message.Message) []string
 
 	// Fingerprint, when set, is stored with the claim and compared on every
 	// later claim of the key (ErrKeyReuse on mismatch). Defaults to nil: no

@@ -118,5 +118,25 @@ func (d *Deduplicator) businessKey(msg *message.Message) (key string, err error)
 	if err != nil {
 		return "", err
 	}
-	return key, nil
+	return key, d.checkTransportIDs(msg, key)
+}
+
+// checkTransportIDs refuses a key equal to one of the transport's ids for
+// this copy of the message (the UUID is checked by the Engine).
+func (d *Deduplicator) checkTransportIDs(msg *message.Message, key string) error {
+	found := false
+	if d.cfg.TransportIDs != nil {
+		for _, id := range d.cfg.TransportIDs(msg) {
+			found = found || id == key
+		}
+	} else {
+		for _, name := range transportIDMetadata {
+			id, ok := msg.Metadata[name]
+			found = found || ok && id == key
+		}
+	}
+	if found {
+		return fmt.Errorf("%w: key %q is a transport id of this copy of the message; take the key from the business payload", ErrTransportKey, key)
+	}
+	return nil
 }

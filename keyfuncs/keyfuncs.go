@@ -294,7 +294,9 @@ func Metadata(name string) dedup.KeyFunc {
 // payload is the inner Message (metadata and UUID unchanged). A payload that
 // is not an envelope is passed to inner unchanged, so the same key function
 // serves subscriptions with and without raw message delivery. An envelope
-// whose Message is missing or not a string gives ErrNoKey.
+// whose Message is missing or not a string gives ErrNoKey; a key equal to
+// the envelope's MessageId (SNS gives every publish a new one) gives
+// dedup.ErrTransportKey.
 //
 // A payload is an envelope when its Type member is the string
 // "Notification" and it has a TopicArn member. When a member named Type
@@ -320,8 +322,12 @@ func SNSEnvelope(inner dedup.KeyFunc) dedup.KeyFunc {
 			vals           [len(names)]gjson.Result
 			count, spelled [len(names)]int
 			notification   bool
+			snsID          string // the envelope's MessageId: a transport id
 		)
 		env.ForEach(func(k, v gjson.Result) bool {
+			if k.Str == "MessageId" && v.Type == gjson.String {
+				snsID = v.Str
+			}
 			for i, name := range names {
 				if strings.EqualFold(k.Str, name) {
 					count[i]++
@@ -354,7 +360,11 @@ func SNSEnvelope(inner dedup.KeyFunc) dedup.KeyFunc {
 		unwrapped := message.NewMessage(msg.UUID, []byte(m.Str))
 		unwrapped.Metadata = msg.Metadata
 		unwrapped.SetContext(msg.Context())
-		return inner(unwrapped)
+		key, err := inner(unwrapped)
+		if err == nil && snsID != "" && key == snsID {
+			return "", fmt.Errorf("%w: key %q is the SNS notification's MessageId (new for every publish); take the key from the business payload", dedup.ErrTransportKey, key)
+		}
+		return key, err
 	}
 }
 
