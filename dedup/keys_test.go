@@ -24,7 +24,9 @@ func TestUnusableAndTransportKeysAreRefused(t *testing.T) {
 		}
 		return m
 	}
-	kafkaOffset := func(msg *message.Message) []string { return []string{msg.Metadata.Get("partition") + "/" + msg.Metadata.Get("offset")} }
+	kafkaOffset := func(msg *message.Message) []string {
+		return []string{msg.Metadata.Get("partition") + "/" + msg.Metadata.Get("offset")}
+	}
 	cases := []struct {
 		name         string
 		key          dedup.KeyFunc
