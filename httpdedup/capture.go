@@ -116,6 +116,9 @@ func (c *captureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 
 // response returns the captured response, with every header the handler
 // set, or the reason it cannot be stored.
+// wrote reports whether the handler wrote a status or a body.
+func (c *captureWriter) wrote() bool { return c.status != 0 }
+
 func (c *captureWriter) response() (Response, error) {
 	if c.refused != nil {
 		return Response{}, c.refused

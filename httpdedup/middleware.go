@@ -116,6 +116,26 @@ func (rb *requestBody) restore(r *http.Request) {
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
 }
 
+// decisionHandler is the Handler of a request's decisions, a label of
+// metrics: the method and the ServeMux pattern that matched ("POST
+// /payments/{id}"), or the method and "*" when none has matched yet (the
+// middleware wraps a whole mux). Never the raw path, so that the number of
+// series stays bounded whatever the requests; methods outside RFC 9110's
+// are "OTHER".
+func decisionHandler(r *http.Request) string {
+	method := r.Method
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+	default:
+		method = "OTHER"
+	}
+	if r.Pattern == "" {
+		return method + " *"
+	}
+	return method + " " + DefaultRoute(r)
+}
+
 // requestInfo is what every decision about one request carries.
 type requestInfo struct {
 	handler string // "METHOD route"
@@ -125,7 +145,7 @@ type requestInfo struct {
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, required bool) {
 	body := &requestBody{w: w, r: r, limit: m.cfg.MaxBodyBytes}
 	route := m.cfg.Route(r)
-	info := requestInfo{handler: r.Method + " " + route}
+	info := requestInfo{handler: decisionHandler(r)}
 
 	key, err := m.cfg.Key(r, body.get)
 	if err == nil {
@@ -262,6 +282,11 @@ func (m *Middleware) runHandler(r *http.Request, next http.Handler) (Response, e
 	resp, err := cw.response()
 	if err != nil {
 		return resp, &notStoredError{err: err}
+	}
+	if !cw.wrote() {
+		// Returned without writing (after the client hung up, say): the
+		// effect may not have happened, so nothing is stored for replay.
+		return resp, &notStoredError{sendAsIs: true, err: errors.New("the handler wrote no response")}
 	}
 	if !m.cfg.StoreResponse(resp.Status) {
 		return resp, &notStoredError{sendAsIs: true, err: fmt.Errorf("status %d is not stored", resp.Status)}
