@@ -75,8 +75,10 @@ const (
 	// DefaultMaxBodyBytes bounds the request body read for the key and the
 	// fingerprint: 1 MiB.
 	DefaultMaxBodyBytes = 1 << 20
-	// DefaultMaxResponseBytes bounds a stored response body: 256 KiB, so
-	// that a record with its headers fits the 400 KB item of DynamoDB.
+	// DefaultMaxResponseBytes bounds a stored response body: 256 KiB. With
+	// large stored headers a record can still exceed what a store holds (a
+	// DynamoDB item is 400 KB): the record is then completed without the
+	// response, and a retry gets 409 response-not-stored.
 	DefaultMaxResponseBytes = 256 << 10
 	DefaultLease            = 30 * time.Second
 	// DefaultRetention is how long a completed key is replayed: 24h, like
