@@ -2,12 +2,12 @@ package httpdedup
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net/http"
 	"sort"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/replay"
 )
 
 // responseFormatV1 is the first byte of an encoded response.
@@ -67,8 +67,6 @@ func EncodeResponse(resp Response) []byte {
 	return append(b, resp.Body...)
 }
 
-var errTruncated = errors.New("truncated")
-
 // DecodeResponse decodes what EncodeResponse produced. Malformed input
 // (empty, unknown version, truncated, status outside 200-999) gives an
 // error wrapping dedup.ErrCorruptResult, never a panic. The returned body
@@ -80,60 +78,28 @@ func DecodeResponse(b []byte) (Response, error) {
 	if b[0] != responseFormatV1 {
 		return Response{}, fmt.Errorf("%w: unknown response format version %d", dedup.ErrCorruptResult, b[0])
 	}
-	d := decoder{b: b[1:]}
-	status := d.uvarint()
-	fields := d.uvarint()
-	if d.err == nil && (status < 200 || status > 999) {
-		d.err = fmt.Errorf("status %d", status)
+	d := replay.Decoder{B: b[1:]}
+	status := d.Uvarint()
+	fields := d.Uvarint()
+	if d.Err == nil && (status < 200 || status > 999) {
+		d.Err = fmt.Errorf("status %d", status)
 	}
-	if d.err == nil && fields > uint64(len(d.b))/2 { // every field takes at least two bytes
-		d.err = errTruncated
+	if d.Err == nil && fields > uint64(len(d.B))/2 { // every field takes at least two bytes
+		d.Err = replay.ErrTruncated
 	}
-	if d.err != nil {
-		return Response{}, fmt.Errorf("%w: %v", dedup.ErrCorruptResult, d.err)
+	if d.Err != nil {
+		return Response{}, fmt.Errorf("%w: %v", dedup.ErrCorruptResult, d.Err)
 	}
 	header := make(http.Header, fields)
-	for i := uint64(0); d.err == nil && i < fields; i++ {
-		name := d.bytes()
-		value := d.bytes()
-		if d.err == nil {
+	for i := uint64(0); d.Err == nil && i < fields; i++ {
+		name := d.Bytes()
+		value := d.Bytes()
+		if d.Err == nil {
 			header[string(name)] = append(header[string(name)], string(value))
 		}
 	}
-	if d.err != nil {
-		return Response{}, fmt.Errorf("%w: %v", dedup.ErrCorruptResult, d.err)
+	if d.Err != nil {
+		return Response{}, fmt.Errorf("%w: %v", dedup.ErrCorruptResult, d.Err)
 	}
-	return Response{Status: int(status), Header: header, Body: append([]byte{}, d.b...)}, nil
-}
-
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.err = errTruncated
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) bytes() []byte {
-	n := d.uvarint()
-	if d.err != nil {
-		return nil
-	}
-	if n > uint64(len(d.b)) {
-		d.err = errTruncated
-		return nil
-	}
-	out := d.b[:n]
-	d.b = d.b[n:]
-	return out
+	return Response{Status: int(status), Header: header, Body: append([]byte{}, d.B...)}, nil
 }

@@ -3,6 +3,7 @@
 package replay
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -48,7 +49,8 @@ func Encode(msgs []*message.Message) []byte {
 	return b
 }
 
-var errTruncated = errors.New("truncated")
+// ErrTruncated: an encoding ends in the middle of a field.
+var ErrTruncated = errors.New("truncated")
 
 // Decode decodes what Encode produced. Malformed input gives an error
 // saying what is wrong, never a panic.
@@ -59,69 +61,75 @@ func Decode(b []byte) ([]*message.Message, error) {
 	if b[0] != formatV1 {
 		return nil, fmt.Errorf("unknown format version %d", b[0])
 	}
-	d := decoder{b: b[1:]}
-	n := d.uvarint()
-	if d.err == nil && n > uint64(len(d.b)) { // every message takes at least one byte
-		d.err = errTruncated
+	d := Decoder{B: b[1:]}
+	n := d.Uvarint()
+	if d.Err == nil && n > uint64(len(d.B)) { // every message takes at least one byte
+		d.Err = ErrTruncated
 	}
 	var msgs []*message.Message
-	for i := uint64(0); d.err == nil && i < n; i++ {
-		uuid := string(d.bytes())
-		pairs := d.uvarint()
-		if d.err == nil && pairs > uint64(len(d.b)) {
-			d.err = errTruncated
+	for i := uint64(0); d.Err == nil && i < n; i++ {
+		uuid := string(d.Bytes())
+		pairs := d.Uvarint()
+		if d.Err == nil && pairs > uint64(len(d.B)) {
+			d.Err = ErrTruncated
 		}
 		md := make(message.Metadata, pairs)
-		for j := uint64(0); d.err == nil && j < pairs; j++ {
-			k := string(d.bytes())
-			md[k] = string(d.bytes())
+		for j := uint64(0); d.Err == nil && j < pairs; j++ {
+			k := string(d.Bytes())
+			md[k] = string(d.Bytes())
 		}
-		payload := d.bytes()
-		if d.err != nil {
+		payload := bytes.Clone(d.Bytes())
+		if d.Err != nil {
 			break
 		}
 		m := message.NewMessage(uuid, payload)
 		m.Metadata = md
 		msgs = append(msgs, m)
 	}
-	if d.err == nil && len(d.b) != 0 {
-		d.err = fmt.Errorf("%d trailing bytes", len(d.b))
+	if d.Err == nil && len(d.B) != 0 {
+		d.Err = fmt.Errorf("%d trailing bytes", len(d.B))
 	}
-	if d.err != nil {
-		return nil, d.err
+	if d.Err != nil {
+		return nil, d.Err
 	}
 	return msgs, nil
 }
 
-type decoder struct {
-	b   []byte
-	err error
+// Decoder reads the uvarint-prefixed fields of an encoding. After the first
+// problem every read returns zero values and Err says what was wrong. The
+// HTTP response encoding (httpdedup) is read with it too.
+type Decoder struct {
+	// B is what is left to read.
+	B []byte
+	// Err is the first problem met, or nil.
+	Err error
 }
 
-func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
+// Uvarint reads one uvarint.
+func (d *Decoder) Uvarint() uint64 {
+	if d.Err != nil {
 		return 0
 	}
-	v, n := binary.Uvarint(d.b)
+	v, n := binary.Uvarint(d.B)
 	if n <= 0 {
-		d.err = errTruncated
+		d.Err = ErrTruncated
 		return 0
 	}
-	d.b = d.b[n:]
+	d.B = d.B[n:]
 	return v
 }
 
-func (d *decoder) bytes() []byte {
-	n := d.uvarint()
-	if d.err != nil {
+// Bytes reads one length-prefixed field; the result aliases the input.
+func (d *Decoder) Bytes() []byte {
+	n := d.Uvarint()
+	if d.Err != nil {
 		return nil
 	}
-	if n > uint64(len(d.b)) {
-		d.err = errTruncated
+	if n > uint64(len(d.B)) {
+		d.Err = ErrTruncated
 		return nil
 	}
-	out := make([]byte, n)
-	copy(out, d.b[:n])
-	d.b = d.b[n:]
+	out := d.B[:n:n]
+	d.B = d.B[n:]
 	return out
 }
