@@ -16,12 +16,6 @@ import (
 // ErrNoKey (see [KeyError]); package keyfuncs has ready-made ones.
 type KeyFunc func(msg *message.Message) (string, error)
 
-// FingerprintFunc returns a digest of what the message asks for (typically a
-// hash of the payload). When set, a key already recorded with a different
-// fingerprint yields ErrKeyReuse instead of Duplicate, which catches a client
-// or producer reusing a key for a different request.
-type FingerprintFunc func(msg *message.Message) (string, error)
-
 // transportIDMetadata names the metadata entries that carry transport ids
 // by default: the SQS MessageId as this module's SQS adapters and Lambda
 // adapter set it, and the names other adapters commonly use.
@@ -92,10 +86,13 @@ type Config struct {
 	// context, return them formatted as "partition/offset" (see README).
 	TransportIDs func(msg *message.Message) []string
 
-	// Fingerprint, when set, is stored with the claim and compared on every
-	// later claim of the key (ErrKeyReuse on mismatch). Defaults to nil: no
-	// check. PayloadFingerprint hashes the payload.
-	Fingerprint FingerprintFunc
+	// Fingerprint, when set, returns a digest of what the message asks for
+	// (typically a hash of the payload). It is stored with the claim and
+	// compared on every later claim of the key: a key recorded with another
+	// fingerprint gives ErrKeyReuse instead of Duplicate, which catches a
+	// producer reusing a key for a different request. Defaults to nil: no
+	// check. keyfuncs.PayloadFingerprint hashes the payload.
+	Fingerprint func(msg *message.Message) (string, error)
 
 	// Replay stores the handler's output messages with the completed record
 	// and returns them again for a duplicate, so the router re-publishes

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
+	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
 )
 
 // Engine runs the claim lifecycle that every entry point shares: the
@@ -90,7 +91,7 @@ func (e *Engine) Do(ctx context.Context, call Call, fn func(ctx context.Context)
 		e.decide(&call, Decision{Event: EventKeyMissing, Err: err})
 		return ClaimResult{}, err
 	}
-	key := ScopedKey(call.Scope, call.Key)
+	key := scopedkey.Of(call.Scope, call.Key)
 	lease := e.cfg.Lease
 	if call.Lease > 0 && call.Lease < lease {
 		lease = call.Lease

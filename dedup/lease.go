@@ -30,8 +30,8 @@ type leaseKeeper struct {
 
 	mu         sync.Mutex
 	stopped    bool
-	finishing  bool // Complete is running: a claim_lost from Extend may be its own doing
-	timer      Timer
+	finishing  bool           // Complete is running: a claim_lost from Extend may be its own doing
+	stopTimer  func() bool    // stops the pending timer
 	leaseEnd   time.Time      // the lease certainly holds until then
 	lastBeat   time.Time      // when the last extension was sent (or the claim)
 	extensions sync.WaitGroup // an extension in flight
@@ -69,7 +69,7 @@ func (k *leaseKeeper) arm() {
 			at = beat
 		}
 	}
-	k.timer = k.e.cfg.Clock.AfterFunc(at.Sub(k.e.cfg.Clock.Now()), k.fire)
+	k.stopTimer = k.e.cfg.Clock.AfterFunc(at.Sub(k.e.cfg.Clock.Now()), k.fire)
 }
 
 // finish marks the start of Complete: extensions go on until stop (the
@@ -92,7 +92,7 @@ func (k *leaseKeeper) finish() {
 func (k *leaseKeeper) stop() {
 	k.mu.Lock()
 	k.stopped = true
-	k.timer.Stop()
+	k.stopTimer()
 	k.mu.Unlock()
 	k.extensions.Wait()
 }

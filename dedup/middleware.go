@@ -9,6 +9,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
 	"github.com/watermill-dedup/watermill-dedup/internal/replay"
+	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
 )
 
 // Deduplicator is the router middleware. Create it with New; it is safe for
@@ -71,7 +72,7 @@ func (d *Deduplicator) handle(h message.HandlerFunc, msg *message.Message) ([]*m
 	if d.cfg.Fingerprint != nil {
 		if call.Fingerprint, err = d.cfg.Fingerprint(msg); err != nil {
 			err = &KeyError{Field: "fingerprint", Reason: "fingerprint failed", MessageUUID: msg.UUID, Err: err}
-			d.engine.decide(&call, Decision{Event: EventKeyMissing, Key: ScopedKey(call.Scope, call.Key), Err: err})
+			d.engine.decide(&call, Decision{Event: EventKeyMissing, Key: scopedkey.Of(call.Scope, call.Key), Err: err})
 			return nil, err
 		}
 	}
@@ -98,7 +99,7 @@ func (d *Deduplicator) handle(h message.HandlerFunc, msg *message.Message) ([]*m
 	}
 	replayed, err := replay.Decode(res.Result)
 	if err != nil {
-		return nil, fmt.Errorf("%w: replaying %q: %v", ErrCorruptResult, ScopedKey(call.Scope, call.Key), err)
+		return nil, fmt.Errorf("%w: replaying %q: %v", ErrCorruptResult, scopedkey.Of(call.Scope, call.Key), err)
 	}
 	return replayed, nil
 }

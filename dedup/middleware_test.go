@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
 	"github.com/watermill-dedup/watermill-dedup/internal/replay"
@@ -462,7 +463,7 @@ func TestHeartbeatKeepsLongHandlersClaim(t *testing.T) {
 	if err := clock.WaitForTimers(ctx, 1); err != nil { // the 9th extension is done
 		t.Fatal(err)
 	}
-	other, err := store.Claim(ctx, dedup.ScopedKey("charge", "ORDER-1"), "", time.Minute)
+	other, err := store.Claim(ctx, admin.ScopedKey("charge", "ORDER-1"), "", time.Minute)
 	if err != nil || other.Outcome != dedup.InProgress {
 		t.Fatalf("another consumer after 90s of a 30s lease: %v %v, want in progress", other.Outcome, err)
 	}

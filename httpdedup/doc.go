@@ -11,7 +11,7 @@
 //	mux.Handle("POST /payments", idem.Require(payments))
 //
 // For each request with a key, the record's key is
-// dedup.ScopedKey(Scope(identity, method, route), key), so a key shared by
+// admin.ScopedKey(Scope(identity, method, route), key), so a key shared by
 // two callers, two routes or two methods never replays the other's
 // response. The first request claims the record and runs the handler with a
 // buffering ResponseWriter; a storable response (2xx and most 4xx, see

@@ -14,6 +14,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/httpdedup"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
@@ -227,7 +228,7 @@ func TestHeartbeatExtendsTheRedisRecord(t *testing.T) {
 		serveRequest(m.Require(blocking), hbReq)
 	}()
 	<-blocking.started
-	redisKey := store.RedisKey(dedup.ScopedKey(httpdedup.Scope("acct_1", "POST", "/payments"), "k-hb"))
+	redisKey := store.RedisKey(admin.ScopedKey(httpdedup.Scope("acct_1", "POST", "/payments"), "k-hb"))
 	ctx := context.Background()
 	if err := client.PExpire(ctx, redisKey, time.Minute).Err(); err != nil {
 		t.Fatal(err)
@@ -280,7 +281,7 @@ func TestLostClaimCancelsTheHandler(t *testing.T) {
 func TestCorruptStoredResponseGets500(t *testing.T) {
 	forEachStore(t, func(t *testing.T, store dedup.Store) {
 		ctx := context.Background()
-		key := dedup.ScopedKey(httpdedup.Scope("acct_1", "POST", "/payments"), "k-corrupt")
+		key := admin.ScopedKey(httpdedup.Scope("acct_1", "POST", "/payments"), "k-corrupt")
 		res, err := store.Claim(ctx, key, "", time.Minute)
 		if err != nil || res.Outcome != dedup.Acquired {
 			t.Fatalf("claim: %v %v", res.Outcome, err)
@@ -441,7 +442,7 @@ func TestDecisionsAreObserved(t *testing.T) {
 		}
 	}
 	d := rec.all()[0]
-	wantKey := dedup.ScopedKey(httpdedup.Scope("acct_1", "POST", "/payments"), "k")
+	wantKey := admin.ScopedKey(httpdedup.Scope("acct_1", "POST", "/payments"), "k")
 	if d.Handler != "POST /payments" || d.Topic != "http" || d.Key != wantKey || d.Op != "claim" {
 		t.Fatalf("decision %+v", d)
 	}

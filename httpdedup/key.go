@@ -179,7 +179,7 @@ var scopeEscaper = strings.NewReplacer("%", "%25", " ", "%20")
 // Scope returns the scope of a record, identity + " " + method + " " +
 // route, each part with "%" and " " percent-encoded so that the parts
 // cannot run into each other. The record's key is
-// dedup.ScopedKey(Scope(...), key). Exposed for tools that inspect or evict
+// admin.ScopedKey(Scope(...), key). Exposed for tools that inspect or evict
 // records.
 func Scope(identity, method, route string) string {
 	return scopeEscaper.Replace(identity) + " " + scopeEscaper.Replace(method) + " " + scopeEscaper.Replace(route)

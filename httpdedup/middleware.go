@@ -9,6 +9,7 @@ import (
 	"net/http"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 )
 
 // Middleware is the Idempotency-Key middleware. Create it with New and wrap
@@ -186,7 +187,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	scope := Scope(identity, r.Method, route)
-	info.key = dedup.ScopedKey(scope, key)
+	info.key = admin.ScopedKey(scope, key)
 
 	b, err := body.get()
 	if err != nil {

@@ -7,7 +7,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
-// PayloadFingerprint is a dedup.FingerprintFunc: the hex SHA-256 of the
+// PayloadFingerprint is a fingerprint function for dedup.Config.Fingerprint: the hex SHA-256 of the
 // payload. Metadata is not included (brokers add their own attributes to
 // each copy). With it, a key already recorded for a different payload gives
 // dedup.ErrKeyReuse instead of a duplicate.

@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 )
 
@@ -191,7 +192,7 @@ func runConcurrency(t *testing.T, kind storeKind) {
 	})
 	watch.checkEachAckedOnce(t, uuids)
 	_, nacks := watch.counts()
-	state := recordState(dedup.ScopedKey(handlerName, key))
+	state := recordState(admin.ScopedKey(handlerName, key))
 	figures(t, "concurrency/"+kind.name,
 		"deliveries", deliveries, "routers", routers, "effects", effects.Load(),
 		"claims_won", tl.event("claim_won"), "first_attempts_refused_in_progress", firstRefused.Load(),

@@ -17,6 +17,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
@@ -119,11 +120,11 @@ func runCrashTakeover(t *testing.T, effectFirst bool, wantEffects int64) {
 	const lease = 3 * time.Second
 	ctx := context.Background()
 	prefix := uniquePrefix("crash")
-	admin := newRedisClient(t, redisServer.Addr)
+	rdb := newRedisClient(t, redisServer.Addr)
 	orderID := fmt.Sprintf("ORDER-%d", time.Now().UnixNano())
 	payload := fmt.Sprintf(`{"order_id":%q,"amount":150}`, orderID)
 	uuid := watermill.NewUUID()
-	recordKey := prefix + dedup.ScopedKey(crashScope, orderID)
+	recordKey := prefix + admin.ScopedKey(crashScope, orderID)
 	effectKey := prefix + "effects"
 
 	child := exec.Command(os.Args[0], "-test.run=^$")
@@ -171,7 +172,7 @@ func runCrashTakeover(t *testing.T, effectFirst bool, wantEffects int64) {
 		t.Fatalf("child did not reach its handler within a minute\n%s", stderr.String())
 	}
 
-	childRecord, err := admin.Get(ctx, recordKey).Bytes()
+	childRecord, err := rdb.Get(ctx, recordKey).Bytes()
 	if err != nil || len(childRecord) < 2 || childRecord[1] != 'P' {
 		t.Fatalf("record while the child's handler runs: %q, %v; want an in-progress record", childRecord, err)
 	}
@@ -193,7 +194,7 @@ func runCrashTakeover(t *testing.T, effectFirst bool, wantEffects int64) {
 		Observer: tl,
 	})
 	h := d.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-		return nil, admin.Incr(msg.Context(), effectKey).Err()
+		return nil, rdb.Incr(msg.Context(), effectKey).Err()
 	})
 	deliver := func() error {
 		_, err := h(message.NewMessage(uuid, []byte(payload)))
@@ -213,7 +214,7 @@ func runCrashTakeover(t *testing.T, effectFirst bool, wantEffects int64) {
 		refusals++
 		// The refusal was due to the dead consumer's record: it is still
 		// there, unchanged, after the attempt.
-		if v, err := admin.Get(ctx, recordKey).Bytes(); err == nil && bytes.Equal(v, childRecord) {
+		if v, err := rdb.Get(ctx, recordKey).Bytes(); err == nil && bytes.Equal(v, childRecord) {
 			refusalsWhileChildRecordLive++
 		}
 		if time.Since(killedAt) > time.Minute {
@@ -225,11 +226,11 @@ func runCrashTakeover(t *testing.T, effectFirst bool, wantEffects int64) {
 	if err := deliver(); err != nil {
 		t.Fatalf("copy after the takeover: %v, want an ack", err)
 	}
-	effects, err := admin.Get(ctx, effectKey).Int64()
+	effects, err := rdb.Get(ctx, effectKey).Int64()
 	if err != nil && !errors.Is(err, goredis.Nil) {
 		t.Fatal(err)
 	}
-	final, _ := admin.Get(ctx, recordKey).Bytes()
+	final, _ := rdb.Get(ctx, recordKey).Bytes()
 	state := "absent"
 	if len(final) > 1 {
 		state = map[byte]string{'P': "in_progress", 'C': "completed"}[final[1]]

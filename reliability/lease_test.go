@@ -13,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
@@ -170,10 +171,10 @@ func TestLostClaimIsReported(t *testing.T) {
 	)
 	ctx := context.Background()
 	prefix := uniquePrefix("lost")
-	admin := newRedisClient(t, redisServer.Addr)
+	rdb := newRedisClient(t, redisServer.Addr)
 	orderID := fmt.Sprintf("ORDER-%d", time.Now().UnixNano())
 	payload := fmt.Sprintf(`{"order_id":%q}`, orderID)
-	recordKey := prefix + dedup.ScopedKey("charge-orders", orderID)
+	recordKey := prefix + admin.ScopedKey("charge-orders", orderID)
 	uuid := watermill.NewUUID()
 
 	proxy := newFaultProxy(t, redisServer.Addr)
@@ -212,7 +213,7 @@ func TestLostClaimIsReported(t *testing.T) {
 	proxy.add(t, "pause", "latency", "upstream", map[string]any{"latency": 60_000})
 	paused := time.Now()
 	waitFor(t, time.Minute, "A's record to expire on the server", func() bool {
-		return admin.Exists(ctx, recordKey).Val() == 0
+		return rdb.Exists(ctx, recordKey).Val() == 0
 	})
 	expiredAfter := time.Since(paused)
 	if _, err := dB.Middleware(func(msg *message.Message) ([]*message.Message, error) {
@@ -221,7 +222,7 @@ func TestLostClaimIsReported(t *testing.T) {
 	})(message.NewMessage(uuid, []byte(payload))); err != nil {
 		t.Fatalf("consumer B after A's lease ended: %v, want an ack", err)
 	}
-	recordB, err := admin.Get(ctx, recordKey).Bytes()
+	recordB, err := rdb.Get(ctx, recordKey).Bytes()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +233,7 @@ func TestLostClaimIsReported(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("consumer A did not return within a minute of the link resuming")
 	}
-	after, err := admin.Get(ctx, recordKey).Bytes()
+	after, err := rdb.Get(ctx, recordKey).Bytes()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 )
@@ -37,7 +38,7 @@ import (
 func TestLostCompleteReplyIsNotClaimLost(t *testing.T) {
 	ctx := context.Background()
 	prefix := uniquePrefix("lostreply")
-	admin := newRedisClient(t, redisServer.Addr)
+	rdb := newRedisClient(t, redisServer.Addr)
 	proxy := newFaultProxy(t, redisServer.Addr)
 	// One connection, set up before the fault (a fresh connection would die
 	// on its HELLO reply, before sending the command), no go-redis retries.
@@ -89,7 +90,7 @@ func TestLostCompleteReplyIsNotClaimLost(t *testing.T) {
 		t.Fatalf("middleware: %v, want an ack", err)
 	}
 
-	v, err := admin.Get(ctx, prefix+dedup.ScopedKey("charge-orders", orderID)).Bytes()
+	v, err := rdb.Get(ctx, prefix+admin.ScopedKey("charge-orders", orderID)).Bytes()
 	if err != nil || len(v) < 2 || v[1] != 'C' {
 		t.Fatalf("record: %q %v, want completed (the first Complete ran on the server)", v, err)
 	}

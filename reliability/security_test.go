@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
@@ -44,7 +45,7 @@ func collisionPairs(run string) []collisionPair {
 	// A business key longer than DynamoDB's verbatim limit, and a crafted
 	// key equal to the partition key the store derives from it.
 	long := run + "-" + strings.Repeat("L", 600)
-	hashed, err := dynamo.PartitionKey(dedup.ScopedKey("reports", long))
+	hashed, err := dynamo.PartitionKey(admin.ScopedKey("reports", long))
 	if err != nil {
 		panic(err)
 	}
@@ -151,7 +152,7 @@ func TestStoredResultNeedsTheSameFingerprint(t *testing.T) {
 			handler := func(msg *message.Message) ([]*message.Message, error) {
 				return []*message.Message{message.NewMessage(watermill.NewUUID(), []byte("card ending 1111 charged"))}, nil
 			}
-			deliver := func(fingerprint dedup.FingerprintFunc, scope, payload string) ([]*message.Message, error) {
+			deliver := func(fingerprint func(*message.Message) (string, error), scope, payload string) ([]*message.Message, error) {
 				d := newDedup(t, dedup.Config{Store: store, Key: keyfuncs.JSON("order_id"), Scope: scope, Replay: true, Fingerprint: fingerprint})
 				return d.Middleware(handler)(message.NewMessage(watermill.NewUUID(), []byte(payload)))
 			}
@@ -184,8 +185,8 @@ func FuzzScopedKeyInjective(f *testing.F) {
 	f.Add("a%", "3A", "a", "%3A")
 	f.Add("", ":", ":", "")
 	f.Fuzz(func(t *testing.T, s1, k1, s2, k2 string) {
-		if (s1 != s2 || k1 != k2) && dedup.ScopedKey(s1, k1) == dedup.ScopedKey(s2, k2) {
-			t.Fatalf("(%q, %q) and (%q, %q) share the scoped key %q", s1, k1, s2, k2, dedup.ScopedKey(s1, k1))
+		if (s1 != s2 || k1 != k2) && admin.ScopedKey(s1, k1) == admin.ScopedKey(s2, k2) {
+			t.Fatalf("(%q, %q) and (%q, %q) share the scoped key %q", s1, k1, s2, k2, admin.ScopedKey(s1, k1))
 		}
 	})
 }

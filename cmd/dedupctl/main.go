@@ -6,7 +6,7 @@
 //	dedupctl [flags] list    [-scope S] [-prefix P] [-limit N] [-cursor C] [-all]
 //
 // KEY is a scoped key ("charge-orders:ORDER-003"), or with -scope a
-// business key whose scoped key is dedup.ScopedKey(scope, KEY). The stores
+// business key whose scoped key is admin.ScopedKey(scope, KEY). The stores
 // are reached the way the examples and the lab reach them: Redis from
 // REDIS_ADDR (or -redis-addr; comma-separated addresses mean a Cluster),
 // DynamoDB from the AWS SDK's environment (AWS_ENDPOINT_URL or
@@ -30,7 +30,6 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/internal/brokers"
 	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
@@ -199,7 +198,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if wantArgs == 1 {
 		key = positional[0]
 		if opts.scope != "" {
-			key = dedup.ScopedKey(opts.scope, key)
+			key = admin.ScopedKey(opts.scope, key)
 		}
 		if key == "" {
 			fmt.Fprintf(stderr, "dedupctl %s: empty KEY\n", command)

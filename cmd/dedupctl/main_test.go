@@ -246,7 +246,7 @@ func TestRedis(t *testing.T) {
 	}
 	var want []string
 	for i := range 9 {
-		key := dedup.ScopedKey("charge-orders", fmt.Sprintf("ORDER-%03d", i))
+		key := admin.ScopedKey("charge-orders", fmt.Sprintf("ORDER-%03d", i))
 		create(t, store, key, "", []byte{})
 		want = append(want, key)
 	}
@@ -363,7 +363,7 @@ func TestRedisCluster(t *testing.T) {
 	}
 	var want []string
 	for i := range 30 {
-		key := dedup.ScopedKey("charge-orders", fmt.Sprintf("ORDER-%03d", i))
+		key := admin.ScopedKey("charge-orders", fmt.Sprintf("ORDER-%03d", i))
 		create(t, store, key, "", []byte{})
 		want = append(want, key)
 	}
@@ -386,14 +386,14 @@ func TestDynamo(t *testing.T) {
 		t.Fatal(err)
 	}
 	scope := "charge-" + storekit.NewToken()[:8]
-	long := dedup.ScopedKey(scope, strings.Repeat("L", 600))
+	long := admin.ScopedKey(scope, strings.Repeat("L", 600))
 	longPK, err := dynamo.PartitionKey(long)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []string{longPK}
 	for i := range 6 {
-		key := dedup.ScopedKey(scope, fmt.Sprintf("ORDER-%03d", i))
+		key := admin.ScopedKey(scope, fmt.Sprintf("ORDER-%03d", i))
 		create(t, store, key, "fp", []byte("ok"))
 		want = append(want, key)
 	}
@@ -423,7 +423,7 @@ func TestDynamo(t *testing.T) {
 	if got := listKeys(t, 1000, append(flags, "-scope", scope)...); fmt.Sprint(got) != fmt.Sprint(want[1:]) { // longPK sorted first
 		t.Errorf("list after evict = %q", got)
 	}
-	mustCtl(t, exitNotFound, append(flags, "inspect", dedup.ScopedKey(scope, "nothing"))...)
+	mustCtl(t, exitNotFound, append(flags, "inspect", admin.ScopedKey(scope, "nothing"))...)
 }
 
 func TestPostgres(t *testing.T) {
@@ -447,7 +447,7 @@ func TestPostgres(t *testing.T) {
 	}
 	var want []string
 	for i := range 5 {
-		key := dedup.ScopedKey("charge-orders", fmt.Sprintf("ORDER-%03d", i))
+		key := admin.ScopedKey("charge-orders", fmt.Sprintf("ORDER-%03d", i))
 		create(t, store, key, "fp", []byte("abc"))
 		want = append(want, key)
 	}

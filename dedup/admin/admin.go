@@ -10,12 +10,12 @@ import (
 	"errors"
 	"time"
 
-	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
 )
 
 // Interface is implemented by the stores of this module.
 //
-// Keys are scoped keys as given to Store.Claim ([dedup.ScopedKey]), without any
+// Keys are scoped keys as given to Store.Claim ([ScopedKey]), without any
 // prefix a store adds of its own (the Redis store's KeyPrefix). Every method
 // sees the records a Claim would see: a record past its lease or retention
 // counts as absent, even while the store still holds it (PostgreSQL and
@@ -116,5 +116,14 @@ var (
 // of another scope does (the scope is escaped, so "a" does not match the
 // keys of scope "a:b").
 func ScopePrefix(scope string) string {
-	return dedup.ScopedKey(scope, "")
+	return scopedkey.Of(scope, "")
+}
+
+// ScopedKey returns the record key of a business key within a scope, as the
+// engine claims it: the scope, escaped ("%" → "%25", ":" → "%3A", so that
+// the first ":" always ends it), then ":" then the business key verbatim:
+// "charge-orders:ORDER-003". Stores add their own prefix on top (the Redis
+// store's KeyPrefix).
+func ScopedKey(scope, key string) string {
+	return scopedkey.Of(scope, key)
 }

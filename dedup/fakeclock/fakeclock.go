@@ -26,8 +26,7 @@ var _ dedup.Clock = (*Clock)(nil)
 type timer struct {
 	c  *Clock
 	at time.Time
-	ch chan time.Time
-	f  func() // AfterFunc timers call f in a goroutine instead of sending on ch
+	f  func() // called in its own goroutine when the timer fires
 }
 
 // New returns a clock showing start.
@@ -42,40 +41,23 @@ func (c *Clock) Now() time.Time {
 	return c.now
 }
 
-// NewTimer returns a timer that fires once Advance has moved the clock d or
-// more past the current time. d <= 0 fires immediately.
-func (c *Clock) NewTimer(d time.Duration) dedup.Timer {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &timer{c: c, at: c.now.Add(d), ch: make(chan time.Time, 1)}
-	if d <= 0 {
-		t.ch <- c.now
-		return t
-	}
-	c.timers = append(c.timers, t)
-	c.notify()
-	return t
-}
-
 // AfterFunc calls f in its own goroutine once Advance has moved the clock d
 // or more past the current time (d <= 0: at once).
-func (c *Clock) AfterFunc(d time.Duration, f func()) dedup.Timer {
+func (c *Clock) AfterFunc(d time.Duration, f func()) (stop func() bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t := &timer{c: c, at: c.now.Add(d), ch: make(chan time.Time, 1), f: f}
+	t := &timer{c: c, at: c.now.Add(d), f: f}
 	if d <= 0 {
 		go f()
-		return t
+		return t.stop
 	}
 	c.timers = append(c.timers, t)
 	c.notify()
-	return t
+	return t.stop
 }
 
-func (t *timer) C() <-chan time.Time { return t.ch }
-
-// Stop removes the timer; it reports whether the timer was still pending.
-func (t *timer) Stop() bool {
+// stop removes the timer; it reports whether the timer was still pending.
+func (t *timer) stop() bool {
 	c := t.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -99,11 +81,7 @@ func (c *Clock) Advance(d time.Duration) {
 	var kept []*timer
 	for _, t := range c.timers {
 		if !t.at.After(c.now) {
-			if t.f != nil {
-				go t.f()
-			} else {
-				t.ch <- c.now
-			}
+			go t.f()
 			continue
 		}
 		kept = append(kept, t)

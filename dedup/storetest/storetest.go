@@ -499,10 +499,10 @@ func testLongAndUnicodeKeys(e *env) {
 
 func testScopes(e *env) {
 	pairs := [][2]string{
-		{dedup.ScopedKey("a:b", "c"), dedup.ScopedKey("a", "b:c")},
-		{dedup.ScopedKey("charge", "ORDER-1"), dedup.ScopedKey("email", "ORDER-1")},
-		{dedup.ScopedKey("x%3A", "y"), dedup.ScopedKey("x:", "y")},
-		{dedup.ScopedKey("", "k"), dedup.ScopedKey("k", "")},
+		{admin.ScopedKey("a:b", "c"), admin.ScopedKey("a", "b:c")},
+		{admin.ScopedKey("charge", "ORDER-1"), admin.ScopedKey("email", "ORDER-1")},
+		{admin.ScopedKey("x%3A", "y"), admin.ScopedKey("x:", "y")},
+		{admin.ScopedKey("", "k"), admin.ScopedKey("k", "")},
 	}
 	for _, p := range pairs {
 		if p[0] == p[1] {

@@ -46,13 +46,5 @@ type WallClock struct{}
 // Now returns time.Now().
 func (WallClock) Now() time.Time { return time.Now() }
 
-// NewTimer returns a timer backed by time.NewTimer.
-func (WallClock) NewTimer(d time.Duration) dedup.Timer { return timer{time.NewTimer(d)} }
-
-// AfterFunc returns a timer backed by time.AfterFunc.
-func (WallClock) AfterFunc(d time.Duration, f func()) dedup.Timer { return timer{time.AfterFunc(d, f)} }
-
-type timer struct{ t *time.Timer }
-
-func (t timer) C() <-chan time.Time { return t.t.C }
-func (t timer) Stop() bool          { return t.t.Stop() }
+// AfterFunc is time.AfterFunc.
+func (WallClock) AfterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }

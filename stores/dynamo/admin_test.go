@@ -172,14 +172,14 @@ func TestAdminList(t *testing.T) {
 
 	var want []string
 	for i := range 23 {
-		key := dedup.ScopedKey(scope, fmt.Sprintf("ORDER-%02d", i))
+		key := admin.ScopedKey(scope, fmt.Sprintf("ORDER-%02d", i))
 		res := mustClaim(t, store, key, "", time.Minute, dedup.Acquired)
 		if i%2 == 0 {
 			mustComplete(t, store, res.Claim, []byte("r"), time.Hour)
 		}
 		want = append(want, key)
 	}
-	longKey := dedup.ScopedKey(scope, strings.Repeat("z", 600))
+	longKey := admin.ScopedKey(scope, strings.Repeat("z", 600))
 	mustClaim(t, store, longKey, "", time.Minute, dedup.Acquired)
 	longPK, err := dynamo.PartitionKey(longKey)
 	if err != nil {
@@ -187,8 +187,8 @@ func TestAdminList(t *testing.T) {
 	}
 	want = append(want, longPK) // List shows the partition key
 	sort.Strings(want)
-	mustClaim(t, store, dedup.ScopedKey(scope+":eu", "ORDER-00"), "", time.Minute, dedup.Acquired) // another scope
-	mustClaim(t, store, dedup.ScopedKey(scope, "short-lived"), "", time.Second, dedup.Acquired)
+	mustClaim(t, store, admin.ScopedKey(scope+":eu", "ORDER-00"), "", time.Minute, dedup.Acquired) // another scope
+	mustClaim(t, store, admin.ScopedKey(scope, "short-lived"), "", time.Second, dedup.Acquired)
 	clock.Advance(2 * time.Second) // short-lived expires, the others have 58s or more left
 
 	prefix := admin.ScopePrefix(scope)
@@ -256,7 +256,7 @@ func TestAdminListSparse(t *testing.T) {
 	}
 	var want []string
 	for i := range 3 {
-		key := dedup.ScopedKey("rare", fmt.Sprint(i))
+		key := admin.ScopedKey("rare", fmt.Sprint(i))
 		mustClaim(t, store, key, "", time.Hour, dedup.Acquired)
 		want = append(want, key)
 	}

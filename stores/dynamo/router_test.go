@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
 )
@@ -146,7 +147,7 @@ func TestRouterEndToEnd(t *testing.T) {
 		t.Fatalf("%d injected failures, want %d: the release path was not exercised", failures, distinct/5)
 	}
 	for i := range distinct {
-		key := dedup.ScopedKey(scope, fmt.Sprintf("ORDER-%03d", i))
+		key := admin.ScopedKey(scope, fmt.Sprintf("ORDER-%03d", i))
 		if st := rawItem(t, key)["state"].(*types.AttributeValueMemberS).Value; st != "completed" {
 			t.Fatalf("record of %s is %q, want completed", key, st)
 		}

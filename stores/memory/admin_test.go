@@ -25,12 +25,12 @@ func TestScopePrefix(t *testing.T) {
 		{"", "k"},
 	} {
 		p := admin.ScopePrefix(tc.scope)
-		if got := dedup.ScopedKey(tc.scope, tc.key); !strings.HasPrefix(got, p) {
+		if got := admin.ScopedKey(tc.scope, tc.key); !strings.HasPrefix(got, p) {
 			t.Errorf("ScopedKey(%q, %q) = %q does not start with ScopePrefix = %q", tc.scope, tc.key, got, p)
 		}
 	}
 	// The keys of scope "a:b" do not start with the prefix of scope "a".
-	if k := dedup.ScopedKey("a:b", "c"); strings.HasPrefix(k, admin.ScopePrefix("a")) {
+	if k := admin.ScopedKey("a:b", "c"); strings.HasPrefix(k, admin.ScopePrefix("a")) {
 		t.Errorf("%q starts with the prefix of scope a, %q", k, admin.ScopePrefix("a"))
 	}
 	if got := admin.ScopePrefix("charge-orders"); got != "charge-orders:" {
@@ -128,12 +128,12 @@ func TestMemoryAdminList(t *testing.T) {
 	s := memory.New(clock)
 	var want []string
 	for i := range 7 {
-		key := dedup.ScopedKey("charge", fmt.Sprintf("ORDER-%02d", i))
+		key := admin.ScopedKey("charge", fmt.Sprintf("ORDER-%02d", i))
 		claim(t, s, key, "", time.Minute, []byte{}, time.Hour)
 		want = append(want, key)
 	}
-	claim(t, s, dedup.ScopedKey("charge:eu", "ORDER-00"), "", time.Minute, nil, 0) // another scope
-	claim(t, s, dedup.ScopedKey("charge", "short-lived"), "", time.Second, nil, 0)
+	claim(t, s, admin.ScopedKey("charge:eu", "ORDER-00"), "", time.Minute, nil, 0) // another scope
+	claim(t, s, admin.ScopedKey("charge", "short-lived"), "", time.Second, nil, 0)
 	clock.Advance(time.Second) // short-lived expires
 
 	got := listAll(t, s, admin.ScopePrefix("charge"), 3)

@@ -36,7 +36,7 @@ func claimKey(t *testing.T, s dedup.Store, key, fp string, lease time.Duration, 
 func TestAdminInspect(t *testing.T) {
 	ctx := testCtx(t)
 	s := newStore(t, postgres.Config{})
-	held, done := dedup.ScopedKey("charge", "ORDER-1 🚀"), dedup.ScopedKey("charge", "ORDER-2")
+	held, done := admin.ScopedKey("charge", "ORDER-1 🚀"), admin.ScopedKey("charge", "ORDER-2")
 	claimKey(t, s, held, "fp-1", time.Hour, nil, 0)
 	claimKey(t, s, done, "", time.Hour, []byte("12345"), 24*time.Hour)
 	var serverNow time.Time
@@ -141,15 +141,15 @@ func TestAdminList(t *testing.T) {
 	scope := `charge_%\orders`
 	var want []string
 	for i := range 23 {
-		key := dedup.ScopedKey(scope, fmt.Sprintf("ORDER-%02d é", i))
+		key := admin.ScopedKey(scope, fmt.Sprintf("ORDER-%02d é", i))
 		claimKey(t, s, key, "", time.Hour, []byte{}, time.Hour)
 		want = append(want, key)
 	}
-	claimKey(t, s, dedup.ScopedKey(scope, "Z-expired"), "", time.Hour, nil, 0)
-	expire(t, s, dedup.ScopedKey(scope, "Z-expired"))
+	claimKey(t, s, admin.ScopedKey(scope, "Z-expired"), "", time.Hour, nil, 0)
+	expire(t, s, admin.ScopedKey(scope, "Z-expired"))
 	// Keys the unescaped pattern would match, and another scope.
 	for _, other := range []string{`chargeX%\orders`, `charge_%\ordersX`, `charge_ab\orders`, scope + ":eu"} {
-		claimKey(t, s, dedup.ScopedKey(other, "ORDER-00 é"), "", time.Hour, nil, 0)
+		claimKey(t, s, admin.ScopedKey(other, "ORDER-00 é"), "", time.Hour, nil, 0)
 	}
 	sort.Strings(want) // byte order, as COLLATE "C"
 

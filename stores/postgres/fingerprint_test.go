@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
 )
@@ -25,7 +26,7 @@ func TestFingerprintRowsOfEarlierVersions(t *testing.T) {
 		"fp", "注文 🚀", "sha256:" + hexFP([]byte("x")), "a\tb\x1b",
 	}
 	for i, fp := range verbatim {
-		key := dedup.ScopedKey("upgrade", hexFP([]byte{byte(i)}))
+		key := admin.ScopedKey("upgrade", hexFP([]byte{byte(i)}))
 		// The row exactly as the earlier version's claim and complete wrote it.
 		_, err := pool.Exec(ctx, `INSERT INTO `+s.Table()+` (key_hash, key, state, token, fingerprint, lease_until, expires_at, result)
 			VALUES (sha256(convert_to($1::text, 'UTF8')), $1::text, 'completed', $2::text, $3::text, NULL, clock_timestamp() + interval '1 hour', '\x6f6b'::bytea)`,
@@ -50,7 +51,7 @@ func TestFingerprintRowsOfEarlierVersions(t *testing.T) {
 		{"\xff", "\x01sha256:" + hexFP([]byte("\xff"))},
 		{"\x01verbatim-looking", "\x01sha256:" + hexFP([]byte("\x01verbatim-looking"))},
 	} {
-		key := dedup.ScopedKey("columns", hexFP([]byte(c.fp)))
+		key := admin.ScopedKey("columns", hexFP([]byte(c.fp)))
 		if res, err := s.Claim(ctx, key, c.fp, time.Minute); err != nil || res.Outcome != dedup.Acquired {
 			t.Fatalf("claim with fingerprint %q: %v %v", c.fp, res.Outcome, err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 )
 
 // TestRouterEndToEnd runs a Watermill router on GoChannel with the
@@ -96,10 +97,10 @@ func TestRouterEndToEnd(t *testing.T) {
 		if emails[id] != 1 {
 			t.Fatalf("email effects: %v, want one per order", emails)
 		}
-		if r, ok := readRecord(t, o.store, dedup.ScopedKey("email", id)); !ok || r.State != "completed" {
+		if r, ok := readRecord(t, o.store, admin.ScopedKey("email", id)); !ok || r.State != "completed" {
 			t.Fatalf("email record of %s: %+v %v", id, r, ok)
 		}
-		if r, ok := readRecord(t, o.store, dedup.ScopedKey("charge", id)); !ok || r.State != "completed" {
+		if r, ok := readRecord(t, o.store, admin.ScopedKey("charge", id)); !ok || r.State != "completed" {
 			t.Fatalf("charge record of %s: %+v %v", id, r, ok)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/dedup/storetest"
 	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
@@ -109,7 +110,7 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 func TestRecordColumns(t *testing.T) {
 	ctx := testCtx(t)
 	s := newStore(t, postgres.Config{})
-	key := dedup.ScopedKey("charge", "ORDER-003 🚀")
+	key := admin.ScopedKey("charge", "ORDER-003 🚀")
 	res, err := s.Claim(ctx, key, "fp", 10*time.Minute)
 	if err != nil || res.Outcome != dedup.Acquired {
 		t.Fatalf("claim: %v %v", res.Outcome, err)

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
 )
@@ -101,7 +102,7 @@ func delivery(ctx context.Context, orderID string) *message.Message {
 
 func (o *orders) state(t testing.TB, orderID string) string {
 	t.Helper()
-	r, ok := readRecord(t, o.store, dedup.ScopedKey(scope, orderID))
+	r, ok := readRecord(t, o.store, admin.ScopedKey(scope, orderID))
 	if !ok {
 		return "none"
 	}
@@ -233,7 +234,7 @@ func TestTxClaimLostRollsBack(t *testing.T) {
 		t.Run(fmt.Sprintf("takeover=%v", takeover), func(t *testing.T) {
 			ctx := testCtx(t)
 			o := newOrders(t)
-			key := dedup.ScopedKey(scope, "ORDER-1")
+			key := admin.ScopedKey(scope, "ORDER-1")
 			var other dedup.ClaimResult
 			h := o.chain(t, dedup.Config{}, func(msg *message.Message) ([]*message.Message, error) {
 				if err := o.insert(msg); err != nil {
@@ -430,7 +431,7 @@ func TestCrashBeforeCommit(t *testing.T) {
 	if _, err := h(delivery(ctx, "ORDER-1")); !errors.Is(err, dedup.ErrInProgress) {
 		t.Fatalf("redelivery during the crashed consumer's lease: %v, want ErrInProgress", err)
 	}
-	expire(t, o.store, dedup.ScopedKey(scope, "ORDER-1")) // the lease ends
+	expire(t, o.store, admin.ScopedKey(scope, "ORDER-1")) // the lease ends
 	for i := range 2 {
 		if _, err := h(delivery(ctx, "ORDER-1")); err != nil {
 			t.Fatalf("redelivery %d after the lease: %v", i, err)

@@ -47,8 +47,8 @@ func TestAdminInspect(t *testing.T) {
 	client := newClient(t)
 	store := newStore(t, client, redis.Config{KeyPrefix: adminPrefix("inspect")})
 
-	held := dedup.ScopedKey("charge-orders", "ORDER-1")
-	done := dedup.ScopedKey("charge-orders", "ORDER-2")
+	held := admin.ScopedKey("charge-orders", "ORDER-1")
+	done := admin.ScopedKey("charge-orders", "ORDER-2")
 	claimKey(t, store, held, "payload-sha", time.Hour, nil, 0)
 	claimKey(t, store, done, "", time.Hour, []byte("stored result"), 24*time.Hour)
 
@@ -167,7 +167,7 @@ func makeRecords(t *testing.T, s dedup.Store, scope string, n int) []string {
 	t.Helper()
 	keys := make([]string, n)
 	for i := range keys {
-		keys[i] = dedup.ScopedKey(scope, fmt.Sprintf("ORDER-%04d", i))
+		keys[i] = admin.ScopedKey(scope, fmt.Sprintf("ORDER-%04d", i))
 		claimKey(t, s, keys[i], "", time.Hour, []byte{}, time.Hour)
 	}
 	sort.Strings(keys)

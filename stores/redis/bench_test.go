@@ -19,6 +19,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
@@ -333,9 +334,9 @@ func measureMemory(b *testing.B, client *goredis.Client, store *redis.Store) str
 		}
 		return n
 	}
-	typical := dedup.ScopedKey("charge-orders", "ORDER-000123")
+	typical := admin.ScopedKey("charge-orders", "ORDER-000123")
 	plain := usage(typical, "", nil)
-	withFP := usage(dedup.ScopedKey("charge-orders", "ORDER-000124"), "a-sha256-of-the-payload", nil)
+	withFP := usage(admin.ScopedKey("charge-orders", "ORDER-000124"), "a-sha256-of-the-payload", nil)
 
 	const records = 50_000
 	if err := client.FlushDB(ctx).Err(); err != nil {
@@ -343,7 +344,7 @@ func measureMemory(b *testing.B, client *goredis.Client, store *redis.Store) str
 	}
 	before := usedMemory(b, client)
 	err := runN(32, records, func(i int64) error {
-		key := dedup.ScopedKey("charge-orders", fmt.Sprintf("ORDER-%06d", i))
+		key := admin.ScopedKey("charge-orders", fmt.Sprintf("ORDER-%06d", i))
 		res, err := store.Claim(ctx, key, "", time.Hour)
 		if err != nil {
 			return err

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
@@ -20,7 +21,7 @@ func TestNestedPrefixesNeverShareARecord(t *testing.T) {
 	client := newClient(t)
 	run := fmt.Sprint(time.Now().UnixNano())
 	outer := newStore(t, client, redis.Config{KeyPrefix: "app" + run + ":"})
-	a := dedup.ScopedKey("billing", "charge:ORDER-1")
+	a := admin.ScopedKey("billing", "charge:ORDER-1")
 	if res, err := outer.Claim(ctx, a, "", time.Minute); err != nil || res.Outcome != dedup.Acquired {
 		t.Fatalf("claim %q under %q: %v %v", a, "app:", res.Outcome, err)
 	}
@@ -32,7 +33,7 @@ func TestNestedPrefixesNeverShareARecord(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New with the nested prefix: %v, want nil or ErrAmbiguousPrefix", err)
 	}
-	b := dedup.ScopedKey("charge", "ORDER-1")
+	b := admin.ScopedKey("charge", "ORDER-1")
 	res, err := inner.Claim(ctx, b, "", time.Minute)
 	if err != nil || res.Outcome != dedup.Acquired {
 		t.Fatalf("claim of scope %q key %q under the nested prefix: %v %v, want acquired: "+
@@ -96,8 +97,8 @@ func FuzzPrefixScopeKeyInjective(f *testing.F) {
 		if p2 == "" {
 			p2 = redis.DefaultKeyPrefix
 		}
-		if p1+dedup.ScopedKey(s1, k1) == p2+dedup.ScopedKey(s2, k2) && (p1 != p2 || s1 != s2 || k1 != k2) {
-			t.Fatalf("(%q, %q, %q) and (%q, %q, %q) share the Redis key %q", p1, s1, k1, p2, s2, k2, p1+dedup.ScopedKey(s1, k1))
+		if p1+admin.ScopedKey(s1, k1) == p2+admin.ScopedKey(s2, k2) && (p1 != p2 || s1 != s2 || k1 != k2) {
+			t.Fatalf("(%q, %q, %q) and (%q, %q, %q) share the Redis key %q", p1, s1, k1, p2, s2, k2, p1+admin.ScopedKey(s1, k1))
 		}
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
@@ -27,7 +28,7 @@ func TestKeyLayoutAndTTL(t *testing.T) {
 		{"billing/dedup:", "billing/dedup:"},
 	} {
 		store := newStore(t, client, redis.Config{KeyPrefix: tc.prefix})
-		key := dedup.ScopedKey("charge-orders", uniqueKey("ORDER"))
+		key := admin.ScopedKey("charge-orders", uniqueKey("ORDER"))
 		redisKey := tc.wantPrefix + key
 		if got := store.RedisKey(key); got != redisKey {
 			t.Fatalf("RedisKey(%q) = %q, want %q", key, got, redisKey)

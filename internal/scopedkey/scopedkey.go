@@ -1,0 +1,18 @@
+// Package scopedkey names records: a scope, escaped, then ":" then the
+// business key verbatim. dedup's engine writes records under these names
+// and dedup/admin exposes them to operators.
+package scopedkey
+
+import "strings"
+
+// Of returns the record key for a business key within a scope.
+//
+// The scope is escaped ("%" → "%25", ":" → "%3A") so that the first ":" always
+// ends it: scope "a:b" with key "c" and scope "a" with key "b:c" give
+// "a%3Ab:c" and "a:b:c", never the same record. Handler names rarely contain
+// either character, so keys stay readable ("charge-orders:ORDER-003").
+func Of(scope, key string) string {
+	return escaper.Replace(scope) + ":" + key
+}
+
+var escaper = strings.NewReplacer("%", "%25", ":", "%3A")
