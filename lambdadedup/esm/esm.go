@@ -41,8 +41,12 @@ type Mapping struct {
 	Client Client
 	// QueueURL is the queue. Required.
 	QueueURL string
-	// Handler is the function, e.g. lambda.NewHandler(h.Handle). Required.
-	Handler lambda.Handler
+	// Function returns the handler of one execution environment, e.g.
+	// func() lambda.Handler { return lambda.NewHandler(h.Handle) }. It is
+	// called once per concurrent invocation (Invocations times): like
+	// Lambda, the mapping never invokes one environment twice at once
+	// (aws-lambda-go's handlers reuse their response buffer). Required.
+	Function func() lambda.Handler
 	// BatchSize is the most records one invocation gets (1..10). Defaults
 	// to 10.
 	BatchSize int32
@@ -88,8 +92,8 @@ func (s Stats) clone() Stats {
 // true. It returns the figures and, when ctx ends first, an error wrapping
 // ctx's. done must be fast; it is called with a lock held.
 func (m *Mapping) Run(ctx context.Context, done func(Stats) bool) (Stats, error) {
-	if m.Client == nil || m.QueueURL == "" || m.Handler == nil {
-		return Stats{}, errors.New("esm: Mapping.Client, QueueURL and Handler are required")
+	if m.Client == nil || m.QueueURL == "" || m.Function == nil {
+		return Stats{}, errors.New("esm: Mapping.Client, QueueURL and Function are required")
 	}
 	cfg := *m
 	if cfg.BatchSize == 0 {
@@ -137,10 +141,11 @@ func (m *Mapping) Run(ctx context.Context, done func(Stats) bool) (Stats, error)
 	var wg sync.WaitGroup
 	for range cfg.Invocations {
 		wg.Add(1)
+		fn := cfg.Function()
 		go func() {
 			defer wg.Done()
 			for runCtx.Err() == nil {
-				err := cfg.poll(runCtx, arn, func(f func(*Stats)) {
+				err := cfg.poll(runCtx, fn, arn, func(f func(*Stats)) {
 					mu.Lock()
 					defer mu.Unlock()
 					f(&stats)
@@ -169,7 +174,7 @@ func (m *Mapping) Run(ctx context.Context, done func(Stats) bool) (Stats, error)
 }
 
 // poll receives one batch, invokes the handler and deletes what succeeded.
-func (m *Mapping) poll(ctx context.Context, arn string, update func(func(*Stats))) error {
+func (m *Mapping) poll(ctx context.Context, fn lambda.Handler, arn string, update func(func(*Stats))) error {
 	out, err := m.Client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 		QueueUrl:                    aws.String(m.QueueURL),
 		MaxNumberOfMessages:         m.BatchSize,
@@ -202,7 +207,7 @@ func (m *Mapping) poll(ctx context.Context, arn string, update func(func(*Stats)
 	// request id, and it does not end when the poller is told to stop.
 	invCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.FunctionTimeout)
 	invCtx = lambdacontext.NewContext(invCtx, &lambdacontext.LambdaContext{AwsRequestID: "esm-" + ids[0], InvokedFunctionArn: "arn:aws:lambda:" + m.Region + ":000000000000:function:esm"})
-	respJSON, invokeErr := m.Handler.Invoke(invCtx, payload)
+	respJSON, invokeErr := fn.Invoke(invCtx, payload)
 	cancel()
 
 	failed := map[string]bool{}
