@@ -21,7 +21,9 @@ import (
 )
 
 // fn gives each execution environment its own lambda.Handler.
-func fn(handler any) func() lambda.Handler { return func() lambda.Handler { return lambda.NewHandler(handler) } }
+func fn(handler any) func() lambda.Handler {
+	return func() lambda.Handler { return lambda.NewHandler(handler) }
+}
 
 func deleted(n int) func(esm.Stats) bool { return func(s esm.Stats) bool { return s.Deleted >= n } }
 
