@@ -10,6 +10,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/lambdadedup"
+	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 // ORDER-003 three times in one batch (three MessageIds), and a record
@@ -17,7 +18,7 @@ import (
 func ExampleHandler_Handle() {
 	h, err := lambdadedup.New(lambdadedup.Config{
 		Scope: "charge-orders",
-		Dedup: dedup.Config{Store: dedup.NewMemoryStore(nil), Key: keyfuncs.JSON("order_id")},
+		Dedup: dedup.Config{Store: memory.New(nil), Key: keyfuncs.JSON("order_id")},
 	}, func(msg *message.Message) error {
 		fmt.Printf("charged %s\n", msg.Payload)
 		return nil

@@ -64,7 +64,7 @@ func New(config Config, handler message.NoPublishHandlerFunc) (*Handler, error) 
 	config.setDefaults()
 	ecfg := config.Dedup
 	if ecfg.Clock == nil {
-		ecfg.Clock = dedup.RealClock{}
+		ecfg.Clock = wallClock{}
 	}
 	if ecfg.Logger == nil {
 		ecfg.Logger = watermill.NopLogger{}

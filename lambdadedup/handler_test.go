@@ -19,6 +19,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/lambdadedup"
+	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 const queueARN = "arn:aws:sqs:us-east-1:000000000000:orders"
@@ -98,7 +99,7 @@ func (c *charger) total() int {
 func newHandler(t *testing.T, cfg lambdadedup.Config, h message.NoPublishHandlerFunc) *lambdadedup.Handler {
 	t.Helper()
 	if cfg.Dedup.Store == nil {
-		cfg.Dedup.Store = dedup.NewMemoryStore(cfg.Dedup.Clock)
+		cfg.Dedup.Store = memory.New(cfg.Dedup.Clock)
 	}
 	if cfg.Dedup.Key == nil {
 		cfg.Dedup.Key = keyfuncs.JSON("order_id")
@@ -123,7 +124,7 @@ func (failingStore) Claim(context.Context, string, string, time.Duration) (dedup
 }
 
 func TestNewRefusesBadConfig(t *testing.T) {
-	store := dedup.NewMemoryStore(nil)
+	store := memory.New(nil)
 	h := func(*message.Message) error { return nil }
 	for name, cfg := range map[string]lambdadedup.Config{
 		"no scope":        {Dedup: dedup.Config{Store: store, Key: keyfuncs.JSON("id")}},
@@ -180,7 +181,7 @@ func TestOutcomes(t *testing.T) {
 		}
 	})
 	t.Run("in progress fails", func(t *testing.T) {
-		store := dedup.NewMemoryStore(nil)
+		store := memory.New(nil)
 		if _, err := store.Claim(ctx, dedup.ScopedKey("charge-orders", "A"), "", time.Minute); err != nil {
 			t.Fatal(err)
 		}
@@ -222,9 +223,9 @@ func TestOutcomes(t *testing.T) {
 	}
 	t.Run("key reuse fails by default, dropped with DropPermanent", func(t *testing.T) {
 		c := newCharger()
-		store := dedup.NewMemoryStore(nil)
+		store := memory.New(nil)
 		for _, drop := range []bool{false, true} {
-			h := newHandler(t, lambdadedup.Config{DropPermanent: drop, Dedup: dedup.Config{Store: store, Fingerprint: dedup.PayloadFingerprint}}, c.handle)
+			h := newHandler(t, lambdadedup.Config{DropPermanent: drop, Dedup: dedup.Config{Store: store, Fingerprint: keyfuncs.PayloadFingerprint}}, c.handle)
 			if f := invoke(t, ctx, h, record("m1", order("A"))); len(f) != 0 {
 				t.Fatalf("failures %v", f)
 			}
@@ -337,7 +338,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // after it, though Dedup.Lease is 30s.
 func TestLeaseEndsAtDeadline(t *testing.T) {
 	clock := fakeclock.New(time.Now())
-	store := dedup.NewMemoryStore(clock)
+	store := memory.New(clock)
 	obs := &extendCounter{}
 	started, hang := make(chan struct{}), make(chan struct{})
 	defer close(hang)

@@ -86,3 +86,18 @@ func (s *deadlineStore) forget(claim dedup.Claim) {
 	delete(s.deadlines, claim.Token)
 	s.mu.Unlock()
 }
+
+// wallClock is the wall clock, when Dedup.Clock is nil: the adapter reads
+// the time left in the invocation with it.
+type wallClock struct{}
+
+func (wallClock) Now() time.Time                       { return time.Now() }
+func (wallClock) NewTimer(d time.Duration) dedup.Timer { return wallTimer{time.NewTimer(d)} }
+func (wallClock) AfterFunc(d time.Duration, f func()) dedup.Timer {
+	return wallTimer{time.AfterFunc(d, f)}
+}
+
+type wallTimer struct{ t *time.Timer }
+
+func (t wallTimer) C() <-chan time.Time { return t.t.C }
+func (t wallTimer) Stop() bool          { return t.t.Stop() }

@@ -170,13 +170,16 @@ func TestHandlerFailsOnce(t *testing.T) {
 // mapping are wall-clock times, so a fake clock alone cannot be used.
 type skewClock struct{ offset atomic.Int64 }
 
-func (c *skewClock) Now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
-func (c *skewClock) NewTimer(d time.Duration) dedup.Timer {
-	return dedup.RealClock{}.NewTimer(d)
-}
+func (c *skewClock) Now() time.Time                       { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *skewClock) NewTimer(d time.Duration) dedup.Timer { return wallTimer{time.NewTimer(d)} }
 func (c *skewClock) AfterFunc(d time.Duration, f func()) dedup.Timer {
-	return dedup.RealClock{}.AfterFunc(d, f)
+	return wallTimer{time.AfterFunc(d, f)}
 }
+
+type wallTimer struct{ t *time.Timer }
+
+func (t wallTimer) C() <-chan time.Time { return t.t.C }
+func (t wallTimer) Stop() bool          { return t.t.Stop() }
 
 type resetting struct {
 	h     lambda.Handler

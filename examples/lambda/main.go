@@ -42,6 +42,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/lambdadedup"
 	"github.com/watermill-dedup/watermill-dedup/lambdadedup/esm"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
+	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 // scope is shared with any Watermill router that charges the same orders
@@ -103,7 +104,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	case *local:
-		store = dedup.NewMemoryStore(nil) // one process: the simulated invocations share it
+		store = memory.New(nil) // one process: the simulated invocations share it
 	default:
 		fmt.Fprintln(stderr, "lambda: set DEDUP_TABLE to the DynamoDB table of the records")
 		return 2
