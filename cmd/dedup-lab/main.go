@@ -6,6 +6,12 @@
 //	go run ./cmd/dedup-lab
 //	go run ./cmd/dedup-lab -broker kafka -store redis
 //	AWS_ENDPOINT_URL=http://127.0.0.1:4566 go run ./cmd/dedup-lab -broker sns -store dynamo
+//	go run ./cmd/dedup-lab -runtime lambda
+//
+// -runtime lambda consumes the orders in AWS Lambda's shape instead of a
+// router: SQS records in batches of up to 10, -concurrency invocations at
+// once, through lambdadedup's handler (idempotency on) or a plain batch
+// handler (off), all in process (no broker: -broker must stay gochannel).
 //
 // It needs no server by default: Watermill's in-process GoChannel and the
 // in-memory store. -broker kafka starts an in-process Kafka-protocol
@@ -63,6 +69,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		redisAddr   = fs.String("redis-addr", os.Getenv(brokers.RedisAddrEnv), "Redis server, host:port or redis:// URL (default $REDIS_ADDR; empty: embedded miniredis)")
 		dynamoTable = fs.String("dynamo-table", "dedup-lab", "DynamoDB table (created if missing)")
 		verbose     = fs.Bool("v", false, "log Watermill's and the middleware's events to stderr")
+		runtimeName = fs.String("runtime", "router", "consumer runtime: router (a Watermill router on -broker) or lambda (SQS batches through lambdadedup, in process)")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: dedup-lab [flags]\n\nPublishes ORDER-003 -copies times plus -orders other orders with random duplicates,\nconsumes them with idempotency off and on, and prints the charges.\n\n")
@@ -86,6 +93,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if *copies < 1 || *orders < 0 || *maxDup < 1 || *concurrency < 1 || *loseAcks < 0 {
 		fmt.Fprintln(stderr, "dedup-lab: -copies, -max-duplicates and -concurrency must be at least 1, -orders and -lose-acks at least 0")
+		return 2
+	}
+	lambdaRuntime := *runtimeName == "lambda"
+	if !lambdaRuntime && *runtimeName != "router" {
+		fmt.Fprintf(stderr, "dedup-lab: -runtime must be router or lambda, not %q\n", *runtimeName)
+		return 2
+	}
+	if lambdaRuntime && (*brokerName != "gochannel" || *loseAcks != 0) {
+		fmt.Fprintln(stderr, "dedup-lab: -runtime lambda simulates SQS in process: it takes no -broker and no -lose-acks")
 		return 2
 	}
 	newBroker, ok := brokerNames[*brokerName]
@@ -125,8 +141,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cfg.NewTransport = broker.transport
 	cfg.NewStore = store.store
 
-	fmt.Fprintf(stdout, "dedup-lab: ORDER-003 x%d + %d other orders (1-%d copies each), broker %s, store %s, concurrency %d\n",
-		*copies, *orders, *maxDup, *brokerName, *storeName, *concurrency)
+	if lambdaRuntime {
+		fmt.Fprintf(stdout, "dedup-lab: ORDER-003 x%d + %d other orders (1-%d copies each), runtime lambda (SQS batches of up to %d, %d invocations at once), store %s\n",
+			*copies, *orders, *maxDup, lab.LambdaBatchSize, *concurrency, *storeName)
+	} else {
+		fmt.Fprintf(stdout, "dedup-lab: ORDER-003 x%d + %d other orders (1-%d copies each), broker %s, store %s, concurrency %d\n",
+			*copies, *orders, *maxDup, *brokerName, *storeName, *concurrency)
+	}
 	if broker.about != "" {
 		fmt.Fprintf(stdout, "  broker: %s\n", broker.about)
 	}
@@ -137,7 +158,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "  lost acks: the first delivery of %d messages is nacked after its charge, so the broker redelivers it\n", *loseAcks)
 	}
 	fmt.Fprintln(stdout)
-	results, err := lab.Run(ctx, cfg, off, on)
+	runLab := lab.Run
+	if lambdaRuntime {
+		runLab = lab.RunLambda
+	}
+	results, err := runLab(ctx, cfg, off, on)
 	lab.PrintTable(stdout, results)
 	if err != nil {
 		fmt.Fprintf(stderr, "dedup-lab: %v\n", err)

@@ -39,6 +39,23 @@ func TestLabCommandDefaults(t *testing.T) {
 	}
 }
 
+// -runtime lambda: ORDER-003 ten times through lambdadedup, one charge.
+func TestLabCommandLambdaRuntime(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run([]string{"-runtime", "lambda", "-orders", "0", "-concurrency", "5", "-effect-time", "1ms"}, &out, &errOut); code != 0 {
+		t.Fatalf("dedup-lab exited %d\n%s%s", code, out.String(), errOut.String())
+	}
+	for _, want := range []string{
+		"runtime lambda (SQS batches of up to 10, 5 invocations at once), store memory",
+		"idempotency off: 10 charges for 10 messages",
+		"idempotency on:  1 charges for 1 distinct orders",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
 func TestLabCommandRejectsBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-idempotency", "maybe"},
@@ -47,6 +64,9 @@ func TestLabCommandRejectsBadFlags(t *testing.T) {
 		{"-broker", "carrier-pigeon"},
 		{"-store", "floppy"},
 		{"-no-such-flag"},
+		{"-runtime", "mainframe"},
+		{"-runtime", "lambda", "-broker", "kafka"},
+		{"-runtime", "lambda", "-lose-acks", "1"},
 	} {
 		if code := run(args, io.Discard, io.Discard); code != 2 {
 			t.Errorf("dedup-lab %v exited %d, want 2", args, code)

@@ -1,0 +1,44 @@
+// Package lambdadedup deduplicates SQS consumers that run on AWS Lambda: a
+// batch handler for events.SQSEvent (an event source mapping with
+// ReportBatchItemFailures) that claims every record on its own through
+// dedup.Engine, the engine of the Watermill middleware, and reports the
+// records to retry in events.SQSEventResponse.BatchItemFailures.
+//
+// The same key functions (package keyfuncs) work on SQS records: Message
+// converts a record as watermill-aws's SQS subscriber converts a received
+// message (payload = body, metadata = message attributes, UUID = the
+// Watermill UUID attribute or the MessageId). With the same store, scope
+// and key function, a message handled here is a duplicate for a Watermill
+// router (dedup.New(...).Middleware), and the other way round: a consumer
+// moves between Lambda and a router without touching its records.
+//
+// Per record:
+//
+//	outcome                                   reported      the record
+//	key free, handler ok                      success       completed; SQS deletes it
+//	key free, handler error or panic          failure       released; back after the visibility timeout
+//	key completed (duplicate)                 success       handler not called
+//	key held by another consumer              failure       ErrInProgress: never acked
+//	no key, transport id as key, key reused   failure       to the DLQ by the redrive policy (DropPermanent: success, error log)
+//	store unreachable                         failure       fail closed (Dedup.FailOpen: handler runs unclaimed)
+//	less than DeadlineMargin left             failure       not claimed, not started
+//	FIFO: after a failure in its group        failure       not started (the group's order holds)
+//
+// Each claim's lease ends at the invocation's deadline at the latest
+// (heartbeats included), so a timed-out invocation leaves no record in
+// progress longer than it could have run. What a claim cannot promise is
+// the same as in the router: a crash after the effect and before Complete
+// runs the effect again on redelivery.
+//
+// Usage:
+//
+//	h, err := lambdadedup.New(lambdadedup.Config{
+//		Scope: "charge-orders", // the router's handler name, to share records
+//		Dedup: dedup.Config{Store: store, Key: keyfuncs.JSON("order_id")},
+//	}, chargeOrder) // func(msg *message.Message) error
+//	if err != nil { ... }
+//	lambda.Start(h.Handle)
+//
+// Package esm runs such a handler on an SQS queue (an emulator) without
+// deploying it.
+package lambdadedup

@@ -1,0 +1,38 @@
+package lambdadedup_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
+	"github.com/watermill-dedup/watermill-dedup/lambdadedup"
+	"github.com/watermill-dedup/watermill-dedup/stores/memory"
+)
+
+// ORDER-003 three times in one batch (three MessageIds), and a record
+// without an order id: one charge, and only the bad record to retry.
+func ExampleHandler_Handle() {
+	h, err := lambdadedup.New(lambdadedup.Config{
+		Scope: "charge-orders",
+		Dedup: dedup.Config{Store: memory.New(nil), Key: keyfuncs.JSON("order_id")},
+	}, func(msg *message.Message) error {
+		fmt.Printf("charged %s\n", msg.Payload)
+		return nil
+	})
+	if err != nil {
+		panic(err)
+	}
+	body := `{"order_id":"ORDER-003","amount":150}`
+	resp, _ := h.Handle(context.Background(), events.SQSEvent{Records: []events.SQSMessage{
+		{MessageId: "m1", Body: body}, {MessageId: "m2", Body: body}, {MessageId: "m3", Body: body},
+		{MessageId: "m4", Body: `{"amount":1}`},
+	}})
+	fmt.Println("batch item failures:", resp.BatchItemFailures)
+	// Output:
+	// charged {"order_id":"ORDER-003","amount":150}
+	// batch item failures: [{m4}]
+}
