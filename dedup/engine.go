@@ -52,9 +52,13 @@ type Call struct {
 	// every later claim of the key (ErrKeyReuse on mismatch).
 	Fingerprint string
 	// Lease, when positive and shorter than Config.Lease, is this call's
-	// lease (and its heartbeat a third of it): for work that cannot outlive
-	// a deadline, such as a Lambda invocation.
+	// lease (and its heartbeat a third of it).
 	Lease time.Duration
+	// Deadline, when set, is when the work certainly ends (a Lambda
+	// invocation's deadline): no lease of the call, the claim's or an
+	// extension's, reaches past it, so the record of work that was cut off
+	// there is free again as soon as it can be.
+	Deadline time.Time
 	// Handler, Topic and MessageUUID are copied into every Decision of the
 	// call, for logs and metrics. Optional.
 	Handler, Topic, MessageUUID string
@@ -95,6 +99,12 @@ func (e *Engine) Do(ctx context.Context, call Call, fn func(ctx context.Context)
 	lease := e.cfg.Lease
 	if call.Lease > 0 && call.Lease < lease {
 		lease = call.Lease
+	}
+	if left := call.Deadline.Sub(e.cfg.Clock.Now()); !call.Deadline.IsZero() && left < lease {
+		if left <= 0 {
+			return ClaimResult{}, fmt.Errorf("dedup: the call's deadline has passed: %w", context.DeadlineExceeded)
+		}
+		lease = left
 	}
 
 	// The lease certainly runs until claimedAt+lease: the clock is read

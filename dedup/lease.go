@@ -151,13 +151,20 @@ func (k *leaseKeeper) extend() bool {
 	k.lastBeat = sent
 	left := k.deadline().Sub(sent)
 	k.mu.Unlock()
+	lease := k.lease
+	if d := k.call.Deadline; !d.IsZero() && d.Sub(sent) < lease {
+		// The lease must not reach past the call's deadline.
+		if lease = d.Sub(sent); lease <= 0 {
+			return true // nothing to extend; the deadline timer decides
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), left)
-	err := e.storeOp(ctx, "extend", func(ctx context.Context) error { return e.cfg.Store.Extend(ctx, claim, k.lease) })
+	err := e.storeOp(ctx, "extend", func(ctx context.Context) error { return e.cfg.Store.Extend(ctx, claim, lease) })
 	cancel()
 	k.mu.Lock()
 	finishing := k.finishing
-	if err == nil && sent.Add(k.lease).After(k.leaseEnd) {
-		k.leaseEnd = sent.Add(k.lease)
+	if err == nil && sent.Add(lease).After(k.leaseEnd) {
+		k.leaseEnd = sent.Add(lease)
 	}
 	k.mu.Unlock()
 	switch {

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 )
 
 // Events of the adapter itself, logged and passed to Dedup.Observer like
@@ -63,13 +64,9 @@ func New(config Config, handler message.NoPublishHandlerFunc) (*Handler, error) 
 	}
 	config.setDefaults()
 	ecfg := config.Dedup
-	if ecfg.Clock == nil {
-		ecfg.Clock = wallClock{}
-	}
 	if ecfg.Logger == nil {
 		ecfg.Logger = watermill.NopLogger{}
 	}
-	ecfg.Store = &deadlineStore{Store: ecfg.Store, clock: ecfg.Clock, deadlines: map[string]time.Time{}}
 	engine, err := dedup.NewEngine(ecfg)
 	if err != nil {
 		return nil, err
@@ -182,14 +179,13 @@ func (h *Handler) record(ctx context.Context, rec *events.SQSMessage) (ok bool) 
 		return false
 	}
 	if deadline, has := ctx.Deadline(); has {
-		left := deadline.Sub(h.cfg.Dedup.Clock.Now())
+		left := deadline.Sub(h.now())
 		if left < h.cfg.DeadlineMargin {
 			h.decide(rec, dedup.Decision{Event: EventDeadline,
 				Err: fmt.Errorf("lambdadedup: %v left in the invocation, less than DeadlineMargin %v", left, h.cfg.DeadlineMargin)})
 			return false
 		}
-		call.Lease = left
-		ctx = withDeadline(ctx, deadline)
+		call.Deadline = deadline
 	}
 	recCtx := context.WithValue(ctx, recordKey{}, rec)
 	msg := Message(*rec)
@@ -200,7 +196,7 @@ func (h *Handler) record(ctx context.Context, rec *events.SQSMessage) (ok bool) 
 			// The engine released the claim before the panic reached here.
 			// Only this record fails: a panicking invocation would fail the
 			// whole batch and move its other records towards the DLQ too.
-			h.decide(rec, dedup.Decision{Event: EventHandlerPanic, Key: dedup.ScopedKey(call.Scope, call.Key),
+			h.decide(rec, dedup.Decision{Event: EventHandlerPanic, Key: admin.ScopedKey(call.Scope, call.Key),
 				Err: fmt.Errorf("lambdadedup: handler panicked: %v\n%s", p, debug.Stack())})
 			ok = false
 		}
@@ -300,4 +296,12 @@ func functionName(scope string) string {
 // queueName is the queue's name, the last part of its ARN.
 func queueName(arn string) string {
 	return arn[strings.LastIndexByte(arn, ':')+1:]
+}
+
+// now reads the clock of the engine (the wall clock when none is set).
+func (h *Handler) now() time.Time {
+	if h.cfg.Dedup.Clock == nil {
+		return time.Now()
+	}
+	return h.cfg.Dedup.Clock.Now()
 }

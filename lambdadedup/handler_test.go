@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/lambdadedup"
@@ -182,7 +183,7 @@ func TestOutcomes(t *testing.T) {
 	})
 	t.Run("in progress fails", func(t *testing.T) {
 		store := memory.New(nil)
-		if _, err := store.Claim(ctx, dedup.ScopedKey("charge-orders", "A"), "", time.Minute); err != nil {
+		if _, err := store.Claim(ctx, admin.ScopedKey("charge-orders", "A"), "", time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		c := newCharger()

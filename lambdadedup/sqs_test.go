@@ -170,16 +170,10 @@ func TestHandlerFailsOnce(t *testing.T) {
 // mapping are wall-clock times, so a fake clock alone cannot be used.
 type skewClock struct{ offset atomic.Int64 }
 
-func (c *skewClock) Now() time.Time                       { return time.Now().Add(time.Duration(c.offset.Load())) }
-func (c *skewClock) NewTimer(d time.Duration) dedup.Timer { return wallTimer{time.NewTimer(d)} }
-func (c *skewClock) AfterFunc(d time.Duration, f func()) dedup.Timer {
-	return wallTimer{time.AfterFunc(d, f)}
+func (c *skewClock) Now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *skewClock) AfterFunc(d time.Duration, f func()) func() bool {
+	return time.AfterFunc(d, f).Stop
 }
-
-type wallTimer struct{ t *time.Timer }
-
-func (t wallTimer) C() <-chan time.Time { return t.t.C }
-func (t wallTimer) Stop() bool          { return t.t.Stop() }
 
 type resetting struct {
 	h     lambda.Handler
