@@ -10,20 +10,26 @@
  *   spin -a [-DNAME ...] claim.pml && gcc -O2 -DSAFETY -o pan pan.c && ./pan -N at_most_once
  *
  * Variants (spin -DNAME):
- *   NO_HEARTBEAT            no Extend while the handler runs: a slow handler overruns its lease
+ *   NO_HEARTBEAT            no Extend (Config.DisableHeartbeat): the deadline still cancels the
+ *                           handler, but nothing holds the lease while Complete is retried
  *   PAUSES                  whole-process pauses: no timer is urgent, so the heartbeat and
  *                           Complete/Release may come after the lease has ended
  *   TXN_COMPLETE            the effect and Complete commit in one transaction (PostgreSQL store),
  *                           so no crash can fall between them
  *   MUTANT_RELEASE_NO_TOKEN Release deletes the record without comparing the token
  *   MUTANT_ACK_INPROGRESS   an InProgress copy is acked instead of nacked
+ *   MUTANT_LATE_CANCEL      the code before the lease engine (9525892): no deadline timer; the
+ *                           lease's end is only checked when a failed Extend returns
+ *   MUTANT_HB_STOPS_AT_COMPLETE  the code before the lease engine: the heartbeat stops when the
+ *                           handler returns, before Complete is acknowledged
  *   REACH_TAKEOVER          sanity: assert that no Claim ever takes over an expired lease
  *   REACH_LONG_HANDLER      sanity: assert that no handler outlives one lease
  *   REACH_FOREIGN_REFUSED   sanity: assert that no Complete/Release/Extend ever meets a
  *                           record owned by another claim
  *   NOLTL                   leave out the ltl blocks (for the REACH_ runs)
  * Bounds (spin -DNAME=value): NCONS (2..3), NMSG (1..2), LEASE, HB (heartbeat
- * interval, must be < LEASE), MAXCRASH, MAXFAIL.
+ * interval), MARGIN (the deadline is MARGIN ticks before the lease's end),
+ * MAXCRASH, MAXFAIL, MAXNET.
  */
 
 #ifndef NCONS
@@ -33,7 +39,10 @@
 #define NMSG 2          /* broker messages with the same business key */
 #endif
 #ifndef LEASE
-#define LEASE 2         /* lease, in clock ticks */
+#define LEASE 3         /* lease, in clock ticks */
+#endif
+#ifndef MARGIN
+#define MARGIN 1        /* the handler is cancelled MARGIN ticks before the lease ends (min(Lease/10, 1s)) */
 #endif
 #ifndef HB
 #define HB 1            /* heartbeat interval, in clock ticks (Config: Heartbeat < Lease) */
@@ -43,6 +52,10 @@
 #endif
 #ifndef MAXFAIL
 #define MAXFAIL 1       /* handler errors (transient failures), in the whole run */
+#endif
+#ifndef MAXNET
+#define MAXNET 1        /* store requests lost on the network (an Extend that hangs until its
+                           context ends, a Complete that fails and is retried), in the whole run */
 #endif
 
 #define NTOK (NCONS + 1) /* token values 1..NTOK; 0 = no token */
@@ -79,13 +92,18 @@ byte msg[NCONS];        /* message in hand */
 byte tok[NCONS];        /* token of the consumer's current claim, 0 = none */
 bool hb[NCONS];         /* heartbeat running */
 byte hbt[NCONS];        /* ticks until the next heartbeat */
-bool cancel[NCONS];     /* handler context cancelled (an Extend found the claim lost) */
+bool cancel[NCONS];     /* handler context cancelled (claim lost, or the deadline passed) */
+byte lt[NCONS];         /* ticks left of the lease as the consumer knows it (from before its
+                           last successful Claim/Extend was sent); the deadline is lt <= MARGIN */
+bool hung[NCONS];       /* an Extend is in flight and will fail (its request was lost) */
+bool retry[NCONS];      /* a Complete attempt failed: the next one comes after a backoff */
 
 /* ---- ghost state: observation only, never read by the protocol ---- */
 byte effects;           /* how many times the handler's effect ran */
 byte torn;              /* crashes between an effect and its Complete */
 byte crashes;
 byte fails;
+byte nets;
 bool mine[NCONS];       /* spec of ownership: the record was created by i's current claim */
 bool foreign;           /* some Complete/Release/Extend changed a record it did not own */
 #ifdef REACH_LONG_HANDLER
@@ -95,11 +113,13 @@ byte span[NCONS];       /* ticks the current handler has been running */
 #if NCONS == 2
 #define HELD(t)   (tok[0] == t || tok[1] == t)
 #define URGENT    (UR(0) || UR(1))
+#define HUNG_ANY  (hung[0] || hung[1])
 #define HB_ANY    (hb[0] || hb[1])
 #define FORALL(M) M(0); M(1)
 #elif NCONS == 3
 #define HELD(t)   (tok[0] == t || tok[1] == t || tok[2] == t)
 #define URGENT    (UR(0) || UR(1) || UR(2))
+#define HUNG_ANY  (hung[0] || hung[1] || hung[2])
 #define HB_ANY    (hb[0] || hb[1] || hb[2])
 #define FORALL(M) M(0); M(1); M(2)
 #else
@@ -114,18 +134,30 @@ byte span[NCONS];       /* ticks the current handler has been running */
 #error NMSG must be 1 or 2
 #endif
 
-/* A timer that is due blocks the clock: a running heartbeat whose interval
- * has elapsed, and a handler that has returned (Complete/Release is one
- * round trip, much shorter than the lease). With PAUSES nothing is urgent:
- * a paused process lets any amount of time pass. */
+/* The lease keeper (dedup/lease.go) is one timer: the next extension or
+ * the deadline, whichever comes first; at the deadline (lt <= MARGIN) it
+ * extends no more, and cancels the handler unless Complete is under way. */
+#define BEAT_OK(i)     (hb[i] && !hung[i] && lt[i] > MARGIN)
+#ifdef MUTANT_LATE_CANCEL
+#define DL_DUE(i)      false    /* no deadline timer */
+#else
+#define DL_DUE(i)      (ph[i] == RUN && tok[i] != 0 && lt[i] <= MARGIN && !cancel[i])
+#endif
+
+/* A timer that is due blocks the clock: a heartbeat whose interval has
+ * elapsed, the deadline, and a handler that has returned (the first
+ * Complete/Release attempt is one round trip, much shorter than the lease;
+ * a retry after a store error waits for its backoff, which may be long).
+ * An Extend that hangs returns whenever: it is not urgent. With PAUSES
+ * nothing is urgent: a paused process lets any amount of time pass. */
 #ifdef PAUSES
 #define TICK_OK        true
-#define HB_DUE(i)      hb[i]    /* the heartbeat comes at any time, early or (too) late */
+#define HB_DUE(i)      BEAT_OK(i)   /* the heartbeat comes at any time, early or (too) late */
 #define HB_ARM(i)      skip
 #else
-#define UR(i)          ((hb[i] && hbt[i] == 0) || ph[i] == FIN)
+#define UR(i)          ((BEAT_OK(i) && hbt[i] == 0) || DL_DUE(i) || (ph[i] == FIN && !retry[i]))
 #define TICK_OK        (!URGENT)
-#define HB_DUE(i)      (hb[i] && hbt[i] == 0)
+#define HB_DUE(i)      (BEAT_OK(i) && hbt[i] == 0)
 #define HB_ARM(i)      hbt[i] = HB
 #endif
 
@@ -133,7 +165,8 @@ byte span[NCONS];       /* ticks the current handler has been running */
 #define OWNED(i) (rstate == INPROG && rlease > 0 && rtok == tok[i])
 
 #define CLEARMINE(j) mine[j] = 0
-#define DEC(j)  if :: hb[j] && hbt[j] > 0 -> hbt[j]-- :: else -> skip fi
+#define DEC(j)  if :: hb[j] && hbt[j] > 0 -> hbt[j]-- :: else -> skip fi; \
+	if :: lt[j] > 0 -> lt[j]-- :: else -> skip fi
 #ifdef REACH_LONG_HANDLER
 #define SPAN(j) if :: ph[j] == RUN && span[j] <= LEASE -> span[j]++ :: else -> skip fi
 #endif
@@ -172,7 +205,7 @@ inline claim(i) {
 		:: else -> break
 		od;
 		rstate = INPROG; rtok = t; rlease = LEASE;
-		tok[i] = t; t = 0;
+		tok[i] = t; t = 0; lt[i] = LEASE;
 		FORALL(CLEARMINE); mine[i] = 1;
 		ph[i] = RUN;
 #ifndef NO_HEARTBEAT
@@ -210,11 +243,29 @@ inline release(i) {
 #endif
 }
 
-/* Extend(claim, lease): only if the token matches */
+/* Extend(claim, lease): only if the token matches. A claim_lost while
+ * Complete is under way (ph == FIN) is not reported: Complete decides. */
 inline extend(i) {
 	if
-	:: OWNED(i) -> WRITE_BY(i); rlease = LEASE; HB_ARM(i)
-	:: else -> REFUSED(i); cancel[i] = 1; hb[i] = 0; hbt[i] = 0   /* claim lost: cancel the handler */
+	:: OWNED(i) -> WRITE_BY(i); rlease = LEASE; lt[i] = LEASE; HB_ARM(i)
+	:: else -> REFUSED(i); hb[i] = 0; hbt[i] = 0;
+		if :: ph[i] == RUN -> cancel[i] = 1 :: else -> skip fi   /* claim lost: cancel the handler */
+	fi
+}
+
+/* a hung Extend fails when its context ends (at the deadline at the
+ * latest): the keeper arms its next timer; past the deadline it stops */
+inline extend_failed(i) {
+	hung[i] = 0;
+	if
+	:: lt[i] > MARGIN -> hbt[i] = 0     /* the next extension is due at once */
+	:: else ->
+#ifdef MUTANT_LATE_CANCEL
+		/* 9525892: the lease's end was checked here, and only here */
+		if :: lt[i] == 0 && ph[i] == RUN -> cancel[i] = 1; hb[i] = 0 :: else -> skip fi
+#else
+		hb[i] = 0
+#endif
 	fi
 }
 
@@ -226,7 +277,7 @@ inline extend(i) {
 
 /* the consumer's in-flight state is gone: after ack, nack or crash */
 #define RESET(i) ph[i] = IDLE; msg[i] = 0; tok[i] = 0; hb[i] = 0; hbt[i] = 0; \
-	cancel[i] = 0; mine[i] = 0; RESET_SPAN(i); res = 0; ok = 0
+	cancel[i] = 0; lt[i] = 0; hung[i] = 0; retry[i] = 0; mine[i] = 0; RESET_SPAN(i); res = 0; ok = 0
 
 #define CAN_CRASH (crashes < MAXCRASH)
 
@@ -269,24 +320,32 @@ end_idle:
 		:: else -> goto nack
 		fi
 #else
-	:: d_step { !cancel[i] -> effects++; ok = 1; hb[i] = 0; hbt[i] = 0; ph[i] = FIN;
+	:: d_step { !cancel[i] -> effects++; ok = 1; ph[i] = FIN;
+#ifdef MUTANT_HB_STOPS_AT_COMPLETE
+		hb[i] = 0; hbt[i] = 0;
+#endif
 		printf("MSC: C%d handler ok, the effect runs (effects=%d)\n", i, effects) }
 #endif
 	:: d_step { (fails < MAXFAIL || cancel[i]) ->
 		if :: !cancel[i] -> fails++ :: else -> skip fi;
-		ok = 0; hb[i] = 0; hbt[i] = 0; ph[i] = FIN;
+		ok = 0; ph[i] = FIN;
 		printf("MSC: C%d handler error (cancelled %d)\n", i, cancel[i]) }
 	fi;
 #ifdef REACH_LONG_HANDLER
 	assert(span[i] <= LEASE);
 #endif
-	/* handler returned (ph == FIN) */
+	/* handler returned (ph == FIN); the heartbeat runs until Complete or
+	 * Release is acknowledged */
+fin:
 	if
 	:: CAN_CRASH -> goto crash
-	:: d_step { ok -> complete(i); ph[i] = GOT;
+	:: d_step { ok && nets < MAXNET -> nets++; retry[i] = 1;
+		printf("MSC: C%d Complete: store error, retried after a backoff\n", i) }
+		goto fin
+	:: d_step { ok -> complete(i); ph[i] = GOT; hb[i] = 0; hbt[i] = 0; hung[i] = 0; retry[i] = 0;
 		printf("MSC: C%d Complete -> record state %d token %d\n", i, rstate, rtok) }
 		goto ack    /* ack even if Complete failed: a nack would run the effect again */
-	:: d_step { !ok -> release(i); ph[i] = GOT;
+	:: d_step { !ok -> release(i); ph[i] = GOT; hb[i] = 0; hbt[i] = 0; hung[i] = 0;
 		printf("MSC: C%d Release -> record state %d\n", i, rstate) }
 		goto nack
 	fi;
@@ -309,12 +368,24 @@ crash:
 	goto end_idle
 }
 
-#ifndef NO_HEARTBEAT
-/* the heartbeat goroutines (one per consumer, folded into one process):
- * Extend every HB ticks while the handler runs */
+/* the lease keepers (one per consumer, folded into one process): Extend
+ * every HB ticks from the claim until Complete/Release is acknowledged (an
+ * Extend may be lost on the network: it hangs, then fails), and cancel the
+ * handler at the deadline */
+#ifdef NO_HEARTBEAT
+#define HEARTBEAT(i)
+#else
 #define HEARTBEAT(i) :: d_step { HB_DUE(i) -> extend(i); \
-	printf("MSC: C%d heartbeat: Extend ok %d\n", i, !cancel[i]) }
+	printf("MSC: C%d heartbeat: Extend, claim held %d\n", i, hb[i]) } \
+	:: d_step { HB_DUE(i) && nets < MAXNET -> nets++; hung[i] = 1; \
+	printf("MSC: C%d heartbeat: Extend sent, the network loses it\n", i) } \
+	:: d_step { hung[i] -> extend_failed(i); \
+	printf("MSC: C%d heartbeat: the lost Extend fails (lease left %d)\n", i, lt[i]) }
+#endif
+#define DEADLINE(i) :: d_step { DL_DUE(i) -> cancel[i] = 1; hb[i] = 0; hbt[i] = 0; \
+	printf("MSC: C%d deadline: no extension succeeded, the handler is cancelled\n", i) }
 
+#if !(defined(NO_HEARTBEAT) && defined(MUTANT_LATE_CANCEL))
 active proctype Heartbeats() {
 end_hb:
 	do
@@ -322,6 +393,13 @@ end_hb:
 	HEARTBEAT(1)
 #if NCONS == 3
 	HEARTBEAT(2)
+#endif
+#ifndef MUTANT_LATE_CANCEL
+	DEADLINE(0)
+	DEADLINE(1)
+#if NCONS == 3
+	DEADLINE(2)
+#endif
 #endif
 	od
 }

@@ -43,8 +43,8 @@ type build struct {
 // builds, longest first: parallel subtests start in this order.
 func builds() []build {
 	bs := []build{
-		{name: "liveness-3c1m", defines: []string{"-DNMSG=1"}, liveness: true, checks: []check{
-			{claim: "eventually_once", what: "P2: every message acked, effect ran once (3 consumers, 1 message)"},
+		{name: "liveness-3c1m", defines: []string{"-DNMSG=1", "-DMAXNET=0"}, liveness: true, checks: []check{
+			{claim: "eventually_once", what: "P2: every message acked, effect ran once (3 consumers, 1 message, no lost requests)"},
 		}},
 		{name: "pauses", defines: []string{"-DPAUSES", "-DNCONS=2"}, checks: []check{
 			{claim: "owner_only", what: "P3 holds even when processes pause past their lease"},
@@ -67,7 +67,7 @@ func builds() []build {
 			{claim: "strictly_once", what: "a transaction that checks the token fences off paused owners"},
 		}},
 		{name: "liveness-2c2m", defines: []string{"-DNCONS=2"}, liveness: true, checks: []check{
-			{claim: "eventually_once", what: "P2: every message acked, effect ran once (2 consumers, 2 messages)"},
+			{claim: "eventually_once", what: "P2: every message acked, effect ran once (2 consumers, 2 messages, a lost Extend or Complete)"},
 		}},
 		{name: "liveness-txn-2c2m", defines: []string{"-DTXN_COMPLETE", "-DNCONS=2"}, liveness: true, checks: []check{
 			{claim: "eventually_once", what: "P2 with TXN_COMPLETE: exactly once (torn is always 0)"},
@@ -78,11 +78,19 @@ func builds() []build {
 		}},
 		{name: "no-heartbeat", defines: []string{"-DNO_HEARTBEAT"}, bfs: true, checks: []check{
 			{claim: "at_most_once", wantErrors: true, cause: "effects<=(1+torn)", trail: true,
-				what: "P4: without the heartbeat a handler paused past its lease lets a second claim run the effect"},
+				what: "P4: without the heartbeat a Complete retried past the lease lets a second claim run the effect"},
 		}},
-		{name: "heartbeat-equals-lease", defines: []string{"-DHB=2", "-DLEASE=2"}, bfs: true, checks: []check{
-			{claim: "at_most_once", wantErrors: true, cause: "effects<=(1+torn)",
-				what: "Config must refuse Heartbeat >= Lease: the extension comes too late"},
+		{name: "heartbeat-at-deadline", defines: []string{"-DHB=2"}, bfs: true, checks: []check{
+			{claim: "at_most_once", wantErrors: true, cause: "effects<=(1+torn)", trail: true,
+				what: "Heartbeat >= Lease - margin: no extension is ever sent, so a retried Complete outlives the lease"},
+		}},
+		{name: "mutant-late-cancel", defines: []string{"-DMUTANT_LATE_CANCEL"}, bfs: true, checks: []check{
+			{claim: "at_most_once", wantErrors: true, cause: "effects<=(1+torn)", trail: true,
+				what: "mutant (9525892): the lease's end checked only when a hung Extend returns lets the handler overlap a takeover"},
+		}},
+		{name: "mutant-hb-stops-at-complete", defines: []string{"-DMUTANT_HB_STOPS_AT_COMPLETE"}, bfs: true, checks: []check{
+			{claim: "at_most_once", wantErrors: true, cause: "effects<=(1+torn)", trail: true,
+				what: "mutant (9525892): the heartbeat stopped before Complete lets a retried Complete land after the lease"},
 		}},
 		{name: "mutant-release-no-token", defines: []string{"-DMUTANT_RELEASE_NO_TOKEN", "-DPAUSES", "-DNCONS=2"}, bfs: true, checks: []check{
 			{claim: "owner_only", wantErrors: true, cause: "foreign", trail: true,
@@ -96,7 +104,7 @@ func builds() []build {
 			{wantErrors: true, cause: "rstate!=1", what: "sanity: a Claim does take over an expired lease"},
 		}},
 		{name: "reach-long-handler", defines: []string{"-DNOLTL", "-DREACH_LONG_HANDLER"}, bfs: true, checks: []check{
-			{wantErrors: true, cause: "span[i]<=2", what: "sanity: a handler outlives its lease and the heartbeat keeps the claim"},
+			{wantErrors: true, cause: "span[i]<=3", what: "sanity: a handler outlives its lease and the heartbeat keeps the claim"},
 		}},
 		{name: "reach-foreign-refused", defines: []string{"-DNOLTL", "-DREACH_FOREIGN_REFUSED", "-DPAUSES", "-DNCONS=2"}, bfs: true, checks: []check{
 			{wantErrors: true, cause: "rtok!=tok[", what: "sanity: the token check does turn away a call on another claim's live record"},
