@@ -65,7 +65,8 @@ type Config struct {
 	Retention time.Duration
 
 	// Heartbeat is how often the lease is extended while the handler runs.
-	// Defaults to Lease/3; must be shorter than Lease. When an extension
+	// Defaults to Lease/3; must be shorter than Lease less min(Lease/10, 1s)
+	// (the deadline margin). When an extension
 	// finds the claim lost (or the lease passes without a successful
 	// extension), the handler's context is cancelled with ErrClaimLost as
 	// its cause.
@@ -207,8 +208,9 @@ func (c Config) validate(needKey bool) error {
 			errs = append(errs, fmt.Errorf("%w: Config.%s must not be negative, got %v", ErrInvalidDuration, d.name, d.v))
 		}
 	}
-	if !c.DisableHeartbeat && c.Heartbeat > 0 && c.Lease > 0 && c.Heartbeat >= c.Lease {
-		errs = append(errs, fmt.Errorf("%w: Config.Heartbeat (%v) must be shorter than Config.Lease (%v)", ErrInvalidDuration, c.Heartbeat, c.Lease))
+	if !c.DisableHeartbeat && c.Heartbeat > 0 && c.Lease > 0 && c.Heartbeat >= c.Lease-deadlineMargin(c.Lease) {
+		errs = append(errs, fmt.Errorf("%w: Config.Heartbeat (%v) must be shorter than Config.Lease (%v) less the deadline margin min(Lease/10, 1s): the handler's context is cancelled at that deadline unless an extension succeeded before it",
+			ErrInvalidDuration, c.Heartbeat, c.Lease))
 	}
 	if c.MaxKeyLength < 0 {
 		errs = append(errs, fmt.Errorf("dedup: Config.MaxKeyLength must not be negative, got %d", c.MaxKeyLength))

@@ -3,7 +3,6 @@ package dedup_test
 import (
 	"context"
 	"errors"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +11,8 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
+	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
+	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 // hungStore is a store whose Extend never answers: it blocks until its
@@ -51,8 +52,16 @@ func (s *hungStore) Extend(ctx context.Context, _ dedup.Claim, _ time.Duration) 
 func TestHandlerCancelledAtLeaseDeadline(t *testing.T) {
 	t.Run("heartbeat-at-deadline", func(t *testing.T) {
 		// The configuration of issue 13: lease 1s, heartbeat 900ms, margin
-		// 100ms. The deadline comes before any extension is sent.
-		runLeaseDeadline(t, time.Second, 900*time.Millisecond)
+		// 100ms. The deadline would come before any extension is sent: the
+		// configuration is refused.
+		_, err := dedup.New(dedup.Config{Store: memory.New(nil), Key: keyfuncs.JSON("order_id"), Lease: time.Second, Heartbeat: 900 * time.Millisecond})
+		if !errors.Is(err, dedup.ErrInvalidDuration) {
+			t.Fatalf("Heartbeat 900ms with Lease 1s: %v, want ErrInvalidDuration", err)
+		}
+	})
+	t.Run("no-heartbeat", func(t *testing.T) {
+		// Without the heartbeat the deadline comes with no extension sent.
+		runLeaseDeadline(t, time.Second, 0)
 	})
 	t.Run("extension-in-flight-short", func(t *testing.T) {
 		// Lease 1s, heartbeat 300ms: the extension sent at 300ms hangs; the
@@ -63,9 +72,6 @@ func TestHandlerCancelledAtLeaseDeadline(t *testing.T) {
 	t.Run("extension-in-flight", func(t *testing.T) {
 		// Lease 1 min, heartbeat 20s, margin 1s: the extension sent at 20s
 		// hangs; the deadline (59s) falls while it is in flight.
-		skipUnlessStrict(t, "fails on dedup/lease.go as of f1cd40c: while an Extend is in flight no Clock timer is armed, and the "+
-			"Extend's bound is a wall-clock context.WithTimeout, so an injected Clock reaching the deadline does not "+
-			"cancel the work (see the report of branch wt-faults); remove this Skip once the deadline is a Clock timer")
 		runLeaseDeadline(t, time.Minute, 20*time.Second)
 	})
 }
@@ -75,13 +81,16 @@ func runLeaseDeadline(t *testing.T, lease, heartbeat time.Duration) {
 	defer cancel()
 	const patience = 10 * time.Second // real time for goroutines to run; not a clock
 	clock := fakeclock.New(epoch)
-	mem := dedup.NewMemoryStore(clock)
+	mem := memory.New(clock)
 	hung := &hungStore{Store: mem, sent: make(chan struct{}, 16)}
 	margin := min(lease/10, time.Second)
 	deadline := lease - margin
 
-	dA := newDedup(t, dedup.Config{Store: hung, Clock: clock, Lease: lease, Heartbeat: heartbeat, StoreTimeout: time.Minute})
-	dB := newDedup(t, dedup.Config{Store: mem, Clock: clock, Lease: lease, Heartbeat: heartbeat, StoreTimeout: time.Minute})
+	dA := newDedup(t, dedup.Config{Store: hung, Clock: clock, Lease: lease, Heartbeat: heartbeat, DisableHeartbeat: heartbeat == 0, StoreTimeout: time.Minute})
+	dB := newDedup(t, dedup.Config{Store: mem, Clock: clock, Lease: lease, Heartbeat: heartbeat, DisableHeartbeat: heartbeat == 0, StoreTimeout: time.Minute})
+	if heartbeat == 0 {
+		heartbeat = lease // no extension is ever sent
+	}
 
 	type cancellation struct {
 		at    time.Duration // on the fake clock, since the claim
@@ -157,12 +166,4 @@ func runLeaseDeadline(t *testing.T, lease, heartbeat time.Duration) {
 		t.Fatalf("consumer B at the end of A's lease: err %v, handler ran %d times; want the key taken over", err, effectsB)
 	}
 	t.Logf("lease %v, heartbeat %v: A cancelled at %v (fake clock), B acquired at %v", lease, heartbeat, c.at, lease)
-}
-
-// skipUnlessStrict skips a known failure unless DEDUP_STRICT_DEADLINE=1.
-func skipUnlessStrict(t *testing.T, reason string) {
-	t.Helper()
-	if os.Getenv("DEDUP_STRICT_DEADLINE") != "1" {
-		t.Skip(reason)
-	}
 }

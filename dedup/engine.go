@@ -107,11 +107,8 @@ func (e *Engine) Do(ctx context.Context, call Call, fn func(ctx context.Context)
 		lease = left
 	}
 
-	// The lease certainly runs until claimedAt+lease: the clock is read
-	// before the request that sets it.
-	claimedAt := e.cfg.Clock.Now()
 	start := time.Now()
-	res, err := e.claim(ctx, key, call.Fingerprint, lease)
+	res, claimedAt, err := e.claim(ctx, key, call.Fingerprint, lease)
 	elapsed := time.Since(start)
 	if err == nil && (res.Outcome < Acquired || res.Outcome > Conflict) {
 		err = fmt.Errorf("unknown outcome %v", res.Outcome)
@@ -147,19 +144,24 @@ func (e *Engine) Do(ctx context.Context, call Call, fn func(ctx context.Context)
 
 // claim runs Store.Claim once admitted (see Engine.claims), within
 // StoreTimeout; a context that ends while waiting for admission fails it.
-func (e *Engine) claim(ctx context.Context, key, fingerprint string, lease time.Duration) (ClaimResult, error) {
+//
+// claimedAt is the clock's reading once admitted, just before the request
+// is sent: the lease certainly runs until claimedAt+lease (a wait for
+// admission does not count against it).
+func (e *Engine) claim(ctx context.Context, key, fingerprint string, lease time.Duration) (res ClaimResult, claimedAt time.Time, err error) {
 	select {
 	case e.claims <- struct{}{}:
 	case <-ctx.Done():
-		return ClaimResult{}, context.Cause(ctx)
+		return ClaimResult{}, e.cfg.Clock.Now(), context.Cause(ctx)
 	}
 	defer func() { <-e.claims }()
+	claimedAt = e.cfg.Clock.Now()
 	cctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
 	defer cancel()
 	start := time.Now()
-	res, err := e.cfg.Store.Claim(cctx, key, fingerprint, lease)
+	res, err = e.cfg.Store.Claim(cctx, key, fingerprint, lease)
 	e.observeOp("claim", time.Since(start), err)
-	return res, err
+	return res, claimedAt, err
 }
 
 // checkKey refuses keys that cannot identify a business fact, or that some

@@ -16,10 +16,10 @@ import (
 // consumer can take the key over.
 //
 // It is one clock timer at a time (the next extension or the deadline,
-// whichever comes first), not a goroutine: work shorter than the interval
-// costs one timer, and a goroutine exists only while an extension runs. An
-// extension's request is bounded by the deadline too, so a store that hangs
-// cannot delay the cancellation.
+// whichever comes first; the deadline while an extension is in flight), not
+// a goroutine: work shorter than the interval costs one timer, and a
+// goroutine exists only while an extension runs. An extension's request is
+// bounded by the deadline too.
 type leaseKeeper struct {
 	e         *Engine
 	call      *Call
@@ -30,8 +30,10 @@ type leaseKeeper struct {
 
 	mu         sync.Mutex
 	stopped    bool
+	expired    bool           // the deadline passed without an extension: the work was cancelled
 	finishing  bool           // Complete is running: a claim_lost from Extend may be its own doing
 	stopTimer  func() bool    // stops the pending timer
+	cancelExt  func()         // cancels the extension in flight, if any
 	leaseEnd   time.Time      // the lease certainly holds until then
 	lastBeat   time.Time      // when the last extension was sent (or the claim)
 	extensions sync.WaitGroup // an extension in flight
@@ -93,6 +95,9 @@ func (k *leaseKeeper) stop() {
 	k.mu.Lock()
 	k.stopped = true
 	k.stopTimer()
+	if k.cancelExt != nil {
+		k.cancelExt() // its outcome no longer matters
+	}
 	k.mu.Unlock()
 	k.extensions.Wait()
 }
@@ -101,7 +106,7 @@ func (k *leaseKeeper) stop() {
 // extends the lease and arms the timer again.
 func (k *leaseKeeper) fire() {
 	k.mu.Lock()
-	if k.stopped {
+	if k.stopped || k.expired {
 		k.mu.Unlock()
 		return
 	}
@@ -111,15 +116,24 @@ func (k *leaseKeeper) fire() {
 		return
 	}
 	k.extensions.Add(1) // under the lock: stop cannot be waiting yet
+	// While the extension is in flight, the deadline has a timer of its
+	// own: a store that ignores the request's context (go-redis without
+	// ContextTimeoutEnabled waits for its ReadTimeout) must not delay the
+	// cancellation.
+	k.stopTimer = k.e.cfg.Clock.AfterFunc(k.deadline().Sub(k.e.cfg.Clock.Now()), k.expire)
 	k.mu.Unlock()
 	defer k.extensions.Done()
 
-	if !k.extend() {
+	held := k.extend()
+	k.mu.Lock()
+	k.stopTimer()
+	k.mu.Unlock()
+	if !held {
 		return
 	}
 	k.mu.Lock()
-	expired := !k.stopped && !k.e.cfg.Clock.Now().Before(k.deadline())
-	if !k.stopped && !expired {
+	expired := !k.stopped && !k.expired && !k.e.cfg.Clock.Now().Before(k.deadline())
+	if !k.stopped && !k.expired && !expired {
 		k.arm()
 	}
 	k.mu.Unlock()
@@ -132,11 +146,16 @@ func (k *leaseKeeper) fire() {
 // over (its completion then decides).
 func (k *leaseKeeper) expire() {
 	k.mu.Lock()
-	finishing, end := k.finishing, k.leaseEnd
-	k.mu.Unlock()
-	if finishing {
+	if k.finishing || k.expired || k.stopped {
+		k.mu.Unlock()
 		return
 	}
+	k.expired = true
+	end := k.leaseEnd
+	if k.cancelExt != nil {
+		k.cancelExt() // a hung extension must not hold up the release
+	}
+	k.mu.Unlock()
 	err := fmt.Errorf("%w: the lease of %q ends at %s and no extension succeeded", ErrClaimLost, k.claim.Key, end.Format(time.RFC3339Nano))
 	k.e.decide(k.call, Decision{Event: EventClaimLost, Op: "extend", Key: k.claim.Key, Elapsed: k.e.cfg.Clock.Now().Sub(k.claimedAt), Err: err})
 	k.lost(err)
@@ -159,9 +178,13 @@ func (k *leaseKeeper) extend() bool {
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), left)
+	k.mu.Lock()
+	k.cancelExt = cancel
+	k.mu.Unlock()
 	err := e.storeOp(ctx, "extend", func(ctx context.Context) error { return e.cfg.Store.Extend(ctx, claim, lease) })
 	cancel()
 	k.mu.Lock()
+	k.cancelExt = nil
 	finishing := k.finishing
 	if err == nil && sent.Add(lease).After(k.leaseEnd) {
 		k.leaseEnd = sent.Add(lease)

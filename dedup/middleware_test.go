@@ -455,12 +455,12 @@ func TestHeartbeatKeepsLongHandlersClaim(t *testing.T) {
 	done := runHandler(h, order("ORDER-1"))
 	// Run the handler for 3× the lease, one heartbeat at a time.
 	for range 9 {
-		if err := clock.WaitForTimers(ctx, 1); err != nil {
+		if err := clock.WaitForTimerAt(ctx, clock.Now().Add(10*time.Second)); err != nil { // the next heartbeat is armed
 			t.Fatal(err)
 		}
 		clock.Advance(10 * time.Second)
 	}
-	if err := clock.WaitForTimers(ctx, 1); err != nil { // the 9th extension is done
+	if err := clock.WaitForTimerAt(ctx, clock.Now().Add(10*time.Second)); err != nil { // the 9th extension is done
 		t.Fatal(err)
 	}
 	other, err := store.Claim(ctx, admin.ScopedKey("charge", "ORDER-1"), "", time.Minute)

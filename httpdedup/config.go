@@ -345,8 +345,8 @@ func (c Config) Validate() error {
 	if !c.DisableHeartbeat && c.Heartbeat == 0 && c.Lease > 0 {
 		errs = append(errs, fmt.Errorf("%w: Config.Lease (%v) is too short for a heartbeat of Lease/3", dedup.ErrInvalidDuration, c.Lease))
 	}
-	if !c.DisableHeartbeat && c.Heartbeat > 0 && c.Lease > 0 && c.Heartbeat >= c.Lease {
-		errs = append(errs, fmt.Errorf("%w: Config.Heartbeat (%v) must be shorter than Config.Lease (%v)", dedup.ErrInvalidDuration, c.Heartbeat, c.Lease))
+	if !c.DisableHeartbeat && c.Heartbeat > 0 && c.Lease > 0 && c.Heartbeat >= c.Lease-min(c.Lease/10, time.Second) {
+		errs = append(errs, fmt.Errorf("%w: Config.Heartbeat (%v) must be shorter than Config.Lease (%v) less the deadline margin min(Lease/10, 1s)", dedup.ErrInvalidDuration, c.Heartbeat, c.Lease))
 	}
 	for _, n := range []struct {
 		name string

@@ -5,6 +5,7 @@ package fakeclock
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -113,6 +114,29 @@ func (c *Clock) WaitForTimers(ctx context.Context, n int) error {
 		case <-changed:
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+	}
+}
+
+// WaitForTimerAt blocks until a timer due exactly at is pending, or ctx
+// ends (then it returns ctx.Err()). It tells one timer from another where
+// counting them cannot: the engine's next heartbeat from the deadline timer
+// it keeps while an extension is in flight.
+func (c *Clock) WaitForTimerAt(ctx context.Context, at time.Time) error {
+	for {
+		c.mu.Lock()
+		for _, t := range c.timers {
+			if t.at.Equal(at) {
+				c.mu.Unlock()
+				return nil
+			}
+		}
+		changed := c.changed
+		c.mu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("no timer due at %s (now %s): %w", at.Format(time.RFC3339Nano), c.Now().Format(time.RFC3339Nano), ctx.Err())
 		}
 	}
 }
