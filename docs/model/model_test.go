@@ -46,21 +46,28 @@ func builds() []build {
 		{name: "liveness-3c1m", defines: []string{"-DNMSG=1", "-DMAXNET=0"}, liveness: true, checks: []check{
 			{claim: "eventually_once", what: "P2: every message acked, effect ran once (3 consumers, 1 message, no lost requests)"},
 		}},
-		{name: "pauses", defines: []string{"-DPAUSES", "-DNCONS=2"}, checks: []check{
+		{name: "pauses", defines: []string{"-DPAUSES", "-DNCONS=2", "-DMAXNET=0"}, checks: []check{
 			{claim: "owner_only", what: "P3 holds even when processes pause past their lease"},
 		}},
-		{name: "real", checks: []check{
-			{claim: "at_most_once", what: "P1: at most once (one extra run per crash between effect and Complete)"},
-			{claim: "owner_only", what: "P3: Complete/Release/Extend only change a record their claim created"},
+		{name: "real", defines: []string{"-DMAXNET=0"}, checks: []check{
+			{claim: "at_most_once", what: "P1: at most once (one extra run per crash between effect and Complete), 3 consumers"},
+			{claim: "owner_only", what: "P3: Complete/Release/Extend only change a record their claim created, 3 consumers"},
+		}},
+		{name: "real-lost-requests", defines: []string{"-DNCONS=2"}, checks: []check{
+			{claim: "at_most_once", what: "P1 with a lost request (a hung Extend, a failed Complete retried), 2 consumers"},
+			{claim: "owner_only", what: "P3 with a lost request, 2 consumers"},
 		}},
 		{name: "real-bfs", bfs: true, checks: []check{
 			{claim: "strictly_once", wantErrors: true, cause: "effects<=1", trail: true,
 				what: "limit: a crash between the effect and Complete lets the effect run again"},
 		}},
-		{name: "timelock-free", defines: []string{"-DNOLTL"}, checks: []check{
+		{name: "timelock-free", defines: []string{"-DNOLTL", "-DNCONS=2"}, checks: []check{
 			{what: "no assertion fails, no state where time stops and nothing can move"},
 		}},
-		{name: "txn-complete", defines: []string{"-DTXN_COMPLETE"}, checks: []check{
+		{name: "txn-complete", defines: []string{"-DTXN_COMPLETE", "-DMAXNET=0"}, checks: []check{
+			{claim: "strictly_once", what: "P1 strict: effect and Complete in one transaction run at most once"},
+		}},
+		{name: "txn-complete-lost-requests", defines: []string{"-DTXN_COMPLETE", "-DNCONS=2"}, checks: []check{
 			{claim: "strictly_once", what: "P1 strict: effect and Complete in one transaction run at most once"},
 		}},
 		{name: "txn-complete-pauses", defines: []string{"-DTXN_COMPLETE", "-DPAUSES", "-DNCONS=2"}, checks: []check{
