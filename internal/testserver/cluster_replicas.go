@@ -12,7 +12,8 @@ import (
 // StartRedisClusterWithReplicas starts a Redis Cluster of masters masters
 // (at least 3) with one replica each: 2*masters redis-server nodes in
 // cluster mode with --cluster-node-timeout nodeTimeout (a master that is
-// unreachable that long is failed over to its replica), joined with
+// unreachable that long is failed over to its replica) and
+// --repl-diskless-sync-delay 0, joined with
 // `redis-cli --cluster create ... --cluster-replicas 1`. It returns once
 // every node reports cluster_state:ok and every replica's link to its master
 // is up. In the result, Addrs and Nodes hold every node, masters and
@@ -37,6 +38,7 @@ func StartRedisClusterWithReplicas(masters int, nodeTimeout time.Duration) (*Red
 				"--cluster-config-file", fmt.Sprintf("%s/nodes-%d.conf", dir, ports[0]),
 				"--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10),
 				"--cluster-port", strconv.Itoa(ports[1]),
+				"--repl-diskless-sync-delay", "0",
 			}
 		}, 2)
 		if err != nil {

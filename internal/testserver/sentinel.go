@@ -149,6 +149,18 @@ func (s *RedisSentinel) WaitMaster(want string, timeout time.Duration) error {
 		if err := s.reportsMaster(want); err != nil {
 			return err
 		}
+		// get-master-addr-by-name reports the promoted replica before the
+		// failover has ended: wait for the end too (flags exactly "master").
+		reply, err := redisDo(s.Addr, time.Second, "SENTINEL", "master", s.MasterName)
+		if err != nil {
+			return err
+		}
+		fields, _ := reply.([]any)
+		for i := 0; i+1 < len(fields); i += 2 {
+			if fields[i] == "flags" && fields[i+1] != "master" {
+				return fmt.Errorf("sentinel flags the master %v", fields[i+1])
+			}
+		}
 		info, err := infoReplication(want)
 		if err != nil {
 			return err
@@ -182,4 +194,15 @@ func cutLast(s string, sep byte) (before, after string, ok bool) {
 		}
 	}
 	return "", "", false
+}
+
+// Output returns the last lines the Sentinel printed (its +sdown,
+// +switch-master and other events).
+func (s *RedisSentinel) Output() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		return ""
+	}
+	return s.proc.out.Tail(8192)
 }
