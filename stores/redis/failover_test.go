@@ -324,3 +324,74 @@ func TestSentinelFailover(t *testing.T) {
 		})
 	}
 }
+
+// A Redis Cluster of 3 masters with a replica each (node timeout 1 s):
+// messages flow while one master is failed over by hand (CLUSTER FAILOVER
+// on its replica, which first catches up: nothing can be lost), then while
+// another master's replication link is cut, the master killed and its
+// replica promoted by the cluster; the killed node is started again and
+// rejoins as a replica. The ClusterClient (and, with WaitReplicas, the
+// store's pipelines to MasterForKey) follow the new masters by themselves.
+// No message is lost; with WaitReplicas no effect runs twice.
+func TestClusterFailover(t *testing.T) {
+	for _, wait := range []bool{false, true} {
+		t.Run(fmt.Sprintf("WaitReplicas=%v", wait), func(t *testing.T) {
+			cluster, err := testserver.StartRedisClusterWithReplicas(3, time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cluster.Close() })
+			client := goredis.NewClusterClient(&goredis.ClusterOptions{
+				Addrs:       cluster.Addrs,
+				DialTimeout: 250 * time.Millisecond,
+				ReadTimeout: 2 * time.Second,
+			})
+			t.Cleanup(func() { _ = client.Close() })
+			store := failoverStore(t, client, wait)
+			masters, err := cluster.Masters()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(masters) != 3 {
+				t.Fatalf("%d masters, want 3", len(masters))
+			}
+			manual := func(flow func() error) error {
+				replica, err := cluster.ReplicaOf(masters[0])
+				if err != nil {
+					return err
+				}
+				return cluster.Failover(replica, 20*time.Second)
+			}
+			kill := func(flow func() error) error {
+				master := masters[1]
+				replica, err := cluster.ReplicaOf(master)
+				if err != nil {
+					return err
+				}
+				if err := testserver.CutReplication(master, replica); err != nil {
+					return err
+				}
+				if err := flow(); err != nil {
+					return err
+				}
+				if err := master.Kill(); err != nil {
+					return err
+				}
+				if err := testserver.HealReplication(replica); err != nil {
+					return err
+				}
+				if err := cluster.WaitPromoted(replica, 30*time.Second); err != nil {
+					return err
+				}
+				// It keeps its nodes.conf, so it rejoins, learns that its
+				// slots moved and becomes the new master's replica.
+				if err := master.Start(); err != nil {
+					return err
+				}
+				return master.WaitReplicaOf(replica, 30*time.Second)
+			}
+			c := runFailover(t, store, manual, kill)
+			checkFailoverCounts(t, wait, c)
+		})
+	}
+}
