@@ -32,7 +32,9 @@ import (
 // reconnects by itself, so the store works again as soon as the server does.
 // What survives a server crash is Redis' business: without persistence
 // (AOF) or replication a restarted server has forgotten every record, and
-// redelivered messages run their effect again.
+// redelivered messages run their effect again. Replication is asynchronous:
+// a failover can promote a replica that lacks the last claims and
+// completions, unless Config.WaitReplicas makes them wait for it.
 //
 // A Store is safe for concurrent use; it holds no state but the client.
 type Store struct {
@@ -114,6 +116,10 @@ func millis(d time.Duration) int64 {
 // replies with the old value, decoded here into Duplicate (with its result),
 // InProgress or Conflict. One round trip in every case; an expired record is
 // absent for Redis, so it is taken over by the same command.
+//
+// With Config.WaitReplicas the SET and a WAIT go in one pipeline to the
+// key's master; an acquired claim that WAIT does not confirm is released
+// (best effort) and refused with a *ReplicationError (ErrNotReplicated).
 //
 // If the reply is the record this call wrote (go-redis retried the command
 // after a network error, and the first attempt had reached the server), the
@@ -203,7 +209,9 @@ func outcomeOf(old []byte, token [tokenLen]byte, fp []byte, key, hexToken string
 // claim's token, it becomes a completed record holding result, with the
 // retention as its TTL. Otherwise nothing changes and the error matches
 // dedup.ErrClaimLost and one of ErrExpired, ErrNotOwner, ErrAlreadyCompleted.
-// One round trip.
+// One round trip. With Config.WaitReplicas the script and a WAIT share that
+// round trip, and a completion WAIT does not confirm returns a
+// *ReplicationError (a store error: retry it).
 func (s *Store) Complete(ctx context.Context, claim dedup.Claim, result []byte, retention time.Duration) error {
 	if err := storekit.CheckDuration("retention", retention); err != nil {
 		return err
@@ -215,7 +223,9 @@ func (s *Store) Complete(ctx context.Context, claim dedup.Claim, result []byte, 
 // (compare-and-delete): the record is deleted only if it is still in
 // progress and carries the claim's token. Otherwise nothing changes and the
 // error matches dedup.ErrClaimLost and one of ErrExpired, ErrNotOwner,
-// ErrAlreadyCompleted. One round trip.
+// ErrAlreadyCompleted. One round trip; it never waits for replicas, even
+// with Config.WaitReplicas: a release a promoted replica lacks only delays
+// the next copy until the lease ends.
 func (s *Store) Release(ctx context.Context, claim dedup.Claim) error {
 	return s.run(ctx, "release", releaseScript, claim)
 }
@@ -225,6 +235,8 @@ func (s *Store) Release(ctx context.Context, claim dedup.Claim) error {
 // server's clock, only if it is still in progress and carries the claim's
 // token. Otherwise nothing changes and the error matches dedup.ErrClaimLost
 // and one of ErrExpired, ErrNotOwner, ErrAlreadyCompleted. One round trip.
+// With Config.WaitReplicas it waits like Complete: an extension a promoted
+// replica lacks would end the lease early there.
 func (s *Store) Extend(ctx context.Context, claim dedup.Claim, lease time.Duration) error {
 	if err := storekit.CheckDuration("lease", lease); err != nil {
 		return err
