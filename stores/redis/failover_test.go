@@ -17,11 +17,14 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
-// failoverLease is the claims' lease in the failover tests: long enough for
-// a failover (about a second here) to end before a claim taken just before
-// it expires. A claim whose Complete still finds its lease over is counted
-// apart (leaseLost), since a copy may then legitimately run the effect again.
-const failoverLease = 5 * time.Second
+// failoverLease is the claims' lease in the failover tests: longer than a
+// failover here (a few seconds, including, with WaitReplicas, the time the
+// promoted master has no replica and refuses to confirm completions), so a
+// claim taken just before it normally outlives it. A claim whose Complete
+// still finds its lease over is counted apart (leaseLost): a copy may then
+// legitimately run the effect again, as after any outage longer than the
+// lease.
+const failoverLease = 15 * time.Second
 
 // failoverWorkers is how many goroutines deliver messages at once.
 const failoverWorkers = 4
