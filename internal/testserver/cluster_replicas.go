@@ -192,11 +192,34 @@ func (c *RedisCluster) ReplicaOf(master *Redis) (*Redis, error) {
 // replica waits until it has its master's whole replication stream, then
 // takes over) and waits up to timeout until it is a master and every
 // running node reports cluster_state:ok.
+//
+// It also waits until the old master reports role:slave.
 func (c *RedisCluster) Failover(replica *Redis, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	nodes, err := c.ClusterNodes()
+	if err != nil {
+		return err
+	}
+	var old *Redis
+	for _, n := range nodes {
+		if n.Addr == replica.Addr {
+			for _, m := range nodes {
+				if m.ID == n.MasterID {
+					old = c.node(m.Addr)
+				}
+			}
+		}
+	}
+	if old == nil {
+		return fmt.Errorf("testserver: %s is not a replica of a known master", replica.Addr)
+	}
 	if _, err := redisDo(replica.Addr, 5*time.Second, "CLUSTER", "FAILOVER"); err != nil {
 		return fmt.Errorf("testserver: CLUSTER FAILOVER on %s: %w", replica.Addr, err)
 	}
-	return c.WaitPromoted(replica, timeout)
+	if err := c.WaitPromoted(replica, timeout); err != nil {
+		return err
+	}
+	return old.WaitRole("slave", time.Until(deadline))
 }
 
 // WaitPromoted waits up to timeout until replica has role:master and every
