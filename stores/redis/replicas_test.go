@@ -9,6 +9,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/storetest"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
@@ -144,4 +145,37 @@ func TestWaitReplicaHasTheRecord(t *testing.T) {
 			t.Fatalf("after Complete %s returned, the replica holds %q, %v; want a completed record", key, v, err)
 		}
 	}
+}
+
+// The store with WaitReplicas keeps the whole contract, on a master with a
+// replica and on a Cluster with a replica per master (pipelines to
+// MasterForKey).
+func TestConformanceWaitReplicas(t *testing.T) {
+	t.Run("master+replica", func(t *testing.T) {
+		master, err := testserver.StartRedisWithArgs("--repl-diskless-sync-delay", "0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = master.Close() })
+		replica, err := testserver.StartRedisReplica(master)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = replica.Close() })
+		client := goredis.NewClient(&goredis.Options{Addr: master.Addr})
+		t.Cleanup(func() { _ = client.Close() })
+		store := newStore(t, client, redis.Config{WaitReplicas: 1})
+		storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) { return store, nil }, storetest.Features{})
+	})
+	t.Run("cluster", func(t *testing.T) {
+		cluster, err := testserver.StartRedisClusterWithReplicas(3, 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cluster.Close() })
+		client := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cluster.Addrs})
+		t.Cleanup(func() { _ = client.Close() })
+		store := newStore(t, client, redis.Config{WaitReplicas: 1})
+		storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) { return store, nil }, storetest.Features{})
+	})
 }
