@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -177,5 +178,63 @@ func TestConformanceWaitReplicas(t *testing.T) {
 		t.Cleanup(func() { _ = client.Close() })
 		store := newStore(t, client, redis.Config{WaitReplicas: 1})
 		storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) { return store, nil }, storetest.Features{})
+	})
+}
+
+// A write that go-redis retried on another connection finds its own record
+// (a claim its own token, a completion ErrAlreadyCompleted) and writes
+// nothing, so WAIT on that connection would confirm nothing: the store
+// re-propagates the record and waits for that. Without a replica it is
+// refused; with one it is confirmed.
+func TestWaitRetriedWriteIsConfirmed(t *testing.T) {
+	ctx := context.Background()
+	check := func(t *testing.T, client goredis.UniversalClient, replicated bool) {
+		prefix := fmt.Sprintf("wait-retried-%d:", time.Now().UnixNano())
+		plain := newStore(t, client, redis.Config{KeyPrefix: prefix})
+		wait := newStore(t, client, redis.Config{KeyPrefix: prefix, WaitReplicas: 1, WaitTimeout: 100 * time.Millisecond})
+		first, err := plain.Claim(ctx, "claim", "", time.Minute)
+		if err != nil || first.Outcome != dedup.Acquired {
+			t.Fatalf("first Claim = %v, %v", first.Outcome, err)
+		}
+		res, err := wait.ClaimAs(ctx, "claim", first.Claim.Token, time.Minute)
+		if replicated {
+			if err != nil || res.Outcome != dedup.Acquired {
+				t.Errorf("retried Claim with a replica = %v, %v; want Acquired", res.Outcome, err)
+			}
+		} else if !errors.Is(err, redis.ErrNotReplicated) {
+			t.Errorf("retried Claim without a replica = %v, %v; want ErrNotReplicated", res.Outcome, err)
+		}
+
+		c, err := plain.Claim(ctx, "complete", "", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := plain.Complete(ctx, c.Claim, nil, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		err = wait.Complete(ctx, c.Claim, nil, time.Minute)
+		if replicated {
+			if !errors.Is(err, dedup.ErrAlreadyCompleted) {
+				t.Errorf("retried Complete with a replica = %v; want ErrAlreadyCompleted", err)
+			}
+		} else if !errors.Is(err, redis.ErrNotReplicated) || errors.Is(err, dedup.ErrClaimLost) {
+			t.Errorf("retried Complete without a replica = %v; want ErrNotReplicated, not ErrClaimLost", err)
+		}
+	}
+	t.Run("no replica", func(t *testing.T) { check(t, newClient(t), false) })
+	t.Run("replica", func(t *testing.T) {
+		master, err := testserver.StartRedisWithArgs("--repl-diskless-sync-delay", "0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = master.Close() })
+		replica, err := testserver.StartRedisReplica(master)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = replica.Close() })
+		client := goredis.NewClient(&goredis.Options{Addr: master.Addr})
+		t.Cleanup(func() { _ = client.Close() })
+		check(t, client, true)
 	})
 }
