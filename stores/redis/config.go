@@ -66,8 +66,11 @@ type Config struct {
 	// redelivered); Complete and Extend return such an error (the
 	// middleware retries Complete as after any store error). Release does
 	// not wait: a lost release only delays the next copy until the lease
-	// ends. Claims that find a record (Duplicate, InProgress, Conflict)
-	// wait for nothing.
+	// ends. Claims that find a record (Duplicate, InProgress, Conflict) are
+	// never refused, but the WAIT travels with them too (the outcome is
+	// not known before the reply): it waits for the connection's earlier
+	// writes, so while the replicas lag or are gone they also take up to
+	// WaitTimeout.
 	//
 	// Cost: each acquiring Claim, Complete and Extend waits for the
 	// replica's acknowledgement (one replication round trip, well under a

@@ -159,6 +159,10 @@ func (s *Store) claimWait(ctx context.Context, key string, raw [tokenLen]byte, f
 		return cmd
 	})
 	if err != nil {
+		if cmd != nil && errors.Is(cmd.Err(), goredis.Nil) {
+			// The SET took the key but WAIT did not answer.
+			s.releaseRefused(ctx, key, raw[:])
+		}
 		return dedup.ClaimResult{}, fmt.Errorf("dedup/redis: claim: %w", err)
 	}
 	old, err := cmd.Text()
