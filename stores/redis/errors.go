@@ -68,3 +68,30 @@ func (e *VersionError) Error() string {
 
 // Unwrap returns the cause (ErrServerTooOld when the server is too old).
 func (e *VersionError) Unwrap() error { return e.Err }
+
+// ErrNotReplicated: with Config.WaitReplicas set, a write (an acquiring
+// Claim, a Complete, an Extend) reached fewer replicas than required within
+// Config.WaitTimeout, or the master failed before WAIT answered. The write
+// may or may not survive a failover, so it is not acted on: Claim has
+// released its claim (best effort) and the message should be nacked;
+// Complete and Extend should be retried. It is a store error, not
+// dedup.ErrClaimLost. The error is a *ReplicationError.
+var ErrNotReplicated = errors.New("dedup/redis: the write did not reach the required replicas in time")
+
+// ReplicationError is returned when WAIT confirms fewer replicas than
+// Config.WaitReplicas. It matches ErrNotReplicated.
+type ReplicationError struct {
+	// Op is "claim", "complete" or "extend".
+	Op string
+	// Key is the scoped key.
+	Key string
+	// Want is Config.WaitReplicas; Got is what WAIT answered.
+	Want, Got int64
+}
+
+func (e *ReplicationError) Error() string {
+	return fmt.Sprintf("dedup/redis: %s %.200q: WAIT confirmed %d of %d replicas: %v", e.Op, e.Key, e.Got, e.Want, ErrNotReplicated)
+}
+
+// Unwrap returns ErrNotReplicated.
+func (e *ReplicationError) Unwrap() error { return ErrNotReplicated }

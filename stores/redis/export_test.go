@@ -47,3 +47,14 @@ func (s LuaClaimStore) Claim(ctx context.Context, key, fingerprint string, lease
 	}
 	return outcomeOf([]byte(old), raw, fp, key, token)
 }
+
+// ClaimAs is Claim with WaitReplicas, but with a given owner token: what a
+// claim meets when go-redis retried its SET on another connection after the
+// first attempt had reached the server (the record carries its own token).
+func (s *Store) ClaimAs(ctx context.Context, key, token string, lease time.Duration) (dedup.ClaimResult, error) {
+	var raw [tokenLen]byte
+	if _, err := hex.Decode(raw[:], []byte(token)); err != nil {
+		return dedup.ClaimResult{}, err
+	}
+	return s.claimWait(ctx, key, raw, fingerprintDigest(""), token, lease)
+}

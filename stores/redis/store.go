@@ -32,12 +32,16 @@ import (
 // reconnects by itself, so the store works again as soon as the server does.
 // What survives a server crash is Redis' business: without persistence
 // (AOF) or replication a restarted server has forgotten every record, and
-// redelivered messages run their effect again.
+// redelivered messages run their effect again. Replication is asynchronous:
+// a failover can promote a replica that lacks the last claims and
+// completions, unless Config.WaitReplicas makes them wait for it.
 //
 // A Store is safe for concurrent use; it holds no state but the client.
 type Store struct {
-	client goredis.UniversalClient
-	prefix string
+	client       goredis.UniversalClient
+	prefix       string
+	waitReplicas int           // Config.WaitReplicas
+	waitTimeout  time.Duration // Config.WaitTimeout
 }
 
 var _ dedup.Store = (*Store)(nil)
@@ -63,6 +67,11 @@ func New(ctx context.Context, client goredis.UniversalClient, config Config) (*S
 		return nil, err
 	}
 	config.setDefaults()
+	if config.WaitReplicas > 0 {
+		if err := checkWaitClient(client, config.WaitTimeout); err != nil {
+			return nil, err
+		}
+	}
 	check := func(ctx context.Context, c goredis.Cmdable, addr string) error {
 		if err := checkVersion(ctx, c, addr); err != nil {
 			return err
@@ -87,7 +96,7 @@ func New(ctx context.Context, client goredis.UniversalClient, config Config) (*S
 	if err := checkServers(ctx, client, check); err != nil {
 		return nil, err
 	}
-	return &Store{client: client, prefix: config.KeyPrefix}, nil
+	return &Store{client: client, prefix: config.KeyPrefix, waitReplicas: config.WaitReplicas, waitTimeout: config.WaitTimeout}, nil
 }
 
 // RedisKey returns the Redis key holding the record of a scoped key:
@@ -108,6 +117,10 @@ func millis(d time.Duration) int64 {
 // InProgress or Conflict. One round trip in every case; an expired record is
 // absent for Redis, so it is taken over by the same command.
 //
+// With Config.WaitReplicas the SET and a WAIT go in one pipeline to the
+// key's master; an acquired claim that WAIT does not confirm is released
+// (best effort) and refused with a *ReplicationError (ErrNotReplicated).
+//
 // If the reply is the record this call wrote (go-redis retried the command
 // after a network error, and the first attempt had reached the server), the
 // claim is Acquired: the token is random, no other claim can carry it. A value
@@ -123,6 +136,9 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 		return dedup.ClaimResult{}, fmt.Errorf("dedup/redis: decoding a new token: %w", err)
 	}
 	fp := fingerprintDigest(fingerprint)
+	if s.waitReplicas > 0 {
+		return s.claimWait(ctx, key, raw, fp, token, lease)
+	}
 	old, err := s.client.Do(ctx, "set", s.prefix+key, encodeInProgress(raw, fp), "nx", "px", millis(lease), "get").Text()
 	if errors.Is(err, goredis.Nil) {
 		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil
@@ -131,6 +147,46 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 		return dedup.ClaimResult{}, fmt.Errorf("dedup/redis: claim: %w", err)
 	}
 	return outcomeOf([]byte(old), raw, fp, key, token)
+}
+
+// claimWait is Claim with Config.WaitReplicas: SET NX PX GET and WAIT in
+// one pipeline to the key's master. An acquired claim that WAIT does not
+// confirm is released (best effort) and refused with a *ReplicationError.
+func (s *Store) claimWait(ctx context.Context, key string, raw [tokenLen]byte, fp []byte, token string, lease time.Duration) (dedup.ClaimResult, error) {
+	var cmd *goredis.Cmd
+	n, err := s.withWait(ctx, s.prefix+key, nil, func(p goredis.Pipeliner) goredis.Cmder {
+		cmd = p.Do(ctx, "set", s.prefix+key, encodeInProgress(raw, fp), "nx", "px", millis(lease), "get")
+		return cmd
+	})
+	if err != nil {
+		if cmd != nil && errors.Is(cmd.Err(), goredis.Nil) {
+			// The SET took the key but WAIT did not answer.
+			s.releaseRefused(ctx, key, raw[:])
+		}
+		return dedup.ClaimResult{}, fmt.Errorf("dedup/redis: claim: %w", err)
+	}
+	old, err := cmd.Text()
+	if errors.Is(err, goredis.Nil) {
+		if err := s.confirm("claim", key, n); err != nil {
+			s.releaseRefused(ctx, key, raw[:])
+			return dedup.ClaimResult{}, err
+		}
+		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil
+	}
+	if err != nil {
+		return dedup.ClaimResult{}, fmt.Errorf("dedup/redis: claim: %w", err)
+	}
+	res, err := outcomeOf([]byte(old), raw, fp, key, token)
+	if err != nil || res.Outcome != dedup.Acquired {
+		return res, err
+	}
+	// Our own record, written by an earlier attempt on another connection:
+	// this connection wrote nothing, so make it write the record again.
+	if err := s.touch(ctx, "claim", key, raw[:]); err != nil {
+		s.releaseRefused(ctx, key, raw[:])
+		return dedup.ClaimResult{}, err
+	}
+	return res, nil
 }
 
 // outcomeOf decodes the value a claim found and classifies it.
@@ -157,7 +213,9 @@ func outcomeOf(old []byte, token [tokenLen]byte, fp []byte, key, hexToken string
 // claim's token, it becomes a completed record holding result, with the
 // retention as its TTL. Otherwise nothing changes and the error matches
 // dedup.ErrClaimLost and one of ErrExpired, ErrNotOwner, ErrAlreadyCompleted.
-// One round trip.
+// One round trip. With Config.WaitReplicas the script and a WAIT share that
+// round trip, and a completion WAIT does not confirm returns a
+// *ReplicationError (a store error: retry it).
 func (s *Store) Complete(ctx context.Context, claim dedup.Claim, result []byte, retention time.Duration) error {
 	if err := storekit.CheckDuration("retention", retention); err != nil {
 		return err
@@ -169,7 +227,9 @@ func (s *Store) Complete(ctx context.Context, claim dedup.Claim, result []byte, 
 // (compare-and-delete): the record is deleted only if it is still in
 // progress and carries the claim's token. Otherwise nothing changes and the
 // error matches dedup.ErrClaimLost and one of ErrExpired, ErrNotOwner,
-// ErrAlreadyCompleted. One round trip.
+// ErrAlreadyCompleted. One round trip; it never waits for replicas, even
+// with Config.WaitReplicas: a release a promoted replica lacks only delays
+// the next copy until the lease ends.
 func (s *Store) Release(ctx context.Context, claim dedup.Claim) error {
 	return s.run(ctx, "release", releaseScript, claim)
 }
@@ -179,6 +239,8 @@ func (s *Store) Release(ctx context.Context, claim dedup.Claim) error {
 // server's clock, only if it is still in progress and carries the claim's
 // token. Otherwise nothing changes and the error matches dedup.ErrClaimLost
 // and one of ErrExpired, ErrNotOwner, ErrAlreadyCompleted. One round trip.
+// With Config.WaitReplicas it waits like Complete: an extension a promoted
+// replica lacks would end the lease early there.
 func (s *Store) Extend(ctx context.Context, claim dedup.Claim, lease time.Duration) error {
 	if err := storekit.CheckDuration("lease", lease); err != nil {
 		return err
@@ -199,18 +261,44 @@ func (s *Store) run(ctx context.Context, op string, script *goredis.Script, clai
 	argv := make([]any, 0, 1+len(args))
 	argv = append(argv, raw[:])
 	argv = append(argv, args...)
-	reply, err := script.Run(ctx, s.client, []string{s.prefix + claim.Key}, argv...).Int()
+	var (
+		reply int64
+		err   error
+		acks  int64
+	)
+	if s.waitReplicas > 0 && script != releaseScript {
+		var cmd *goredis.Cmd
+		acks, err = s.withWait(ctx, s.prefix+claim.Key, script, func(p goredis.Pipeliner) goredis.Cmder {
+			cmd = script.EvalSha(ctx, p, []string{s.prefix + claim.Key}, argv...)
+			return cmd
+		})
+		if err == nil {
+			reply, err = cmd.Int64()
+		}
+	} else {
+		reply, err = script.Run(ctx, s.client, []string{s.prefix + claim.Key}, argv...).Int64()
+	}
 	if err != nil {
 		return fmt.Errorf("dedup/redis: %s: %w", op, err)
 	}
 	switch reply {
 	case replyOK:
+		if s.waitReplicas > 0 && script != releaseScript {
+			return s.confirm(op, claim.Key, acks)
+		}
 		return nil
 	case replyExpired:
 		return lost(op, claim.Key, ErrExpired, "")
 	case replyNotOwner:
 		return lost(op, claim.Key, ErrNotOwner, "")
 	case replyAlreadyCompleted:
+		if s.waitReplicas > 0 && script == completeScript {
+			// An earlier attempt on another connection completed it (go-redis
+			// retried): confirm that write before reporting it done.
+			if err := s.touch(ctx, op, claim.Key, raw[:]); err != nil {
+				return err
+			}
+		}
 		return lost(op, claim.Key, ErrAlreadyCompleted, "")
 	case replyUnknownFormat:
 		return lost(op, claim.Key, ErrUnknownFormat, "it cannot carry this claim's token")

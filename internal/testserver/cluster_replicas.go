@@ -1,0 +1,249 @@
+package testserver
+
+import (
+	"errors"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// StartRedisClusterWithReplicas starts a Redis Cluster of masters masters
+// (at least 3) with one replica each: 2*masters redis-server nodes in
+// cluster mode with --cluster-node-timeout nodeTimeout (a master that is
+// unreachable that long is failed over to its replica) and
+// --repl-diskless-sync-delay 0, joined with
+// `redis-cli --cluster create ... --cluster-replicas 1`. It returns once
+// every node reports cluster_state:ok and every replica's link to its master
+// is up. In the result, Addrs and Nodes hold every node, masters and
+// replicas; Masters, ReplicaOf and ClusterNodes tell them apart. Call Close
+// when done.
+func StartRedisClusterWithReplicas(masters int, nodeTimeout time.Duration) (*RedisCluster, error) {
+	if masters < 3 {
+		return nil, fmt.Errorf("testserver: StartRedisClusterWithReplicas(%d): redis-cli needs at least 3 masters", masters)
+	}
+	if nodeTimeout <= 0 {
+		return nil, fmt.Errorf("testserver: StartRedisClusterWithReplicas: node timeout %v must be positive", nodeTimeout)
+	}
+	cli, err := lookPath("redis-cli", redisFix)
+	if err != nil {
+		return nil, err
+	}
+	c := &RedisCluster{}
+	for i := 0; i < 2*masters; i++ {
+		n, err := startRedis("redis-cluster", func(dir string, ports []int) []string {
+			return []string{
+				"--cluster-enabled", "yes",
+				"--cluster-config-file", fmt.Sprintf("%s/nodes-%d.conf", dir, ports[0]),
+				"--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10),
+				"--cluster-port", strconv.Itoa(ports[1]),
+				"--repl-diskless-sync-delay", "0",
+			}
+		}, 2)
+		if err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+		c.Nodes = append(c.Nodes, n)
+		c.Addrs = append(c.Addrs, n.Addr)
+	}
+	args := append([]string{"--cluster", "create"}, c.Addrs...)
+	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
+	if out, err := runCmd(exec.Command(cli, args...), time.Minute); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("testserver: redis-cli --cluster create --cluster-replicas 1: %v; its output:\n%s", err, out)
+	}
+	if err := c.waitOK(30 * time.Second); err == nil {
+		err = waitUntil(30*time.Second, "every cluster replica's link to its master", func() error {
+			nodes, err := c.ClusterNodes()
+			if err != nil {
+				return err
+			}
+			replicas := 0
+			for _, n := range nodes {
+				if n.Master {
+					continue
+				}
+				replicas++
+				info, err := infoReplication(n.Addr)
+				if err != nil {
+					return err
+				}
+				if s := redisInfoField(info, "master_link_status"); s != "up" {
+					return fmt.Errorf("%s: master_link_status:%s", n.Addr, s)
+				}
+			}
+			if replicas != masters {
+				return fmt.Errorf("%d replicas, want %d", replicas, masters)
+			}
+			return nil
+		})
+		if err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+	} else {
+		_ = c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// ClusterNode is one line of CLUSTER NODES.
+type ClusterNode struct {
+	ID, Addr string
+	Master   bool   // flags include "master"
+	Failed   bool   // flags include "fail" or "fail?"
+	MasterID string // a replica's master, "" for a master
+	Slots    []string
+}
+
+// ClusterNodes returns the cluster's nodes as the first running node sees
+// them (CLUSTER NODES).
+func (c *RedisCluster) ClusterNodes() ([]ClusterNode, error) {
+	var last error
+	for _, n := range c.Nodes {
+		if !n.running() {
+			continue
+		}
+		v, err := redisDo(n.Addr, time.Second, "CLUSTER", "NODES")
+		if err != nil {
+			last = err
+			continue
+		}
+		text, _ := v.(string)
+		var out []ClusterNode
+		for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 8 {
+				continue
+			}
+			addr, _, _ := strings.Cut(f[1], "@")
+			flags := "," + f[2] + ","
+			cn := ClusterNode{ID: f[0], Addr: addr,
+				Master: strings.Contains(flags, ",master,"),
+				Failed: strings.Contains(flags, ",fail,") || strings.Contains(flags, ",fail?,"),
+				Slots:  f[8:]}
+			if f[3] != "-" {
+				cn.MasterID = f[3]
+			}
+			out = append(out, cn)
+		}
+		return out, nil
+	}
+	if last == nil {
+		last = errors.New("no node is running")
+	}
+	return nil, fmt.Errorf("testserver: CLUSTER NODES: %w", last)
+}
+
+// node returns the server listening on addr.
+func (c *RedisCluster) node(addr string) *Redis {
+	for _, n := range c.Nodes {
+		if n.Addr == addr {
+			return n
+		}
+	}
+	return nil
+}
+
+// Masters returns the servers that are masters serving slots, as CLUSTER
+// NODES reports them now.
+func (c *RedisCluster) Masters() ([]*Redis, error) {
+	nodes, err := c.ClusterNodes()
+	if err != nil {
+		return nil, err
+	}
+	var out []*Redis
+	for _, n := range nodes {
+		if n.Master && !n.Failed && len(n.Slots) > 0 {
+			if r := c.node(n.Addr); r != nil {
+				out = append(out, r)
+			}
+		}
+	}
+	return out, nil
+}
+
+// ReplicaOf returns the replica of master.
+func (c *RedisCluster) ReplicaOf(master *Redis) (*Redis, error) {
+	nodes, err := c.ClusterNodes()
+	if err != nil {
+		return nil, err
+	}
+	id := ""
+	for _, n := range nodes {
+		if n.Addr == master.Addr {
+			id = n.ID
+		}
+	}
+	for _, n := range nodes {
+		if id != "" && n.MasterID == id {
+			if r := c.node(n.Addr); r != nil {
+				return r, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("testserver: %s has no replica in CLUSTER NODES", master.Addr)
+}
+
+// Failover sends CLUSTER FAILOVER to replica (a manual failover: the
+// replica waits until it has its master's whole replication stream, then
+// takes over) and waits up to timeout until it is a master and every
+// running node reports cluster_state:ok.
+//
+// It also waits until the old master reports role:slave.
+func (c *RedisCluster) Failover(replica *Redis, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	nodes, err := c.ClusterNodes()
+	if err != nil {
+		return err
+	}
+	var old *Redis
+	for _, n := range nodes {
+		if n.Addr == replica.Addr {
+			for _, m := range nodes {
+				if m.ID == n.MasterID {
+					old = c.node(m.Addr)
+				}
+			}
+		}
+	}
+	if old == nil {
+		return fmt.Errorf("testserver: %s is not a replica of a known master", replica.Addr)
+	}
+	if _, err := redisDo(replica.Addr, 5*time.Second, "CLUSTER", "FAILOVER"); err != nil {
+		return fmt.Errorf("testserver: CLUSTER FAILOVER on %s: %w", replica.Addr, err)
+	}
+	if err := c.WaitPromoted(replica, timeout); err != nil {
+		return err
+	}
+	return old.WaitRole("slave", time.Until(deadline))
+}
+
+// WaitPromoted waits up to timeout until replica has role:master and every
+// running node reports cluster_state:ok (after a manual failover, or after
+// its master was killed and the cluster failed it over).
+func (c *RedisCluster) WaitPromoted(replica *Redis, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	if err := replica.WaitRole("master", timeout); err != nil {
+		return err
+	}
+	return waitUntil(time.Until(deadline), "every running cluster node to report cluster_state:ok", func() error {
+		for _, n := range c.Nodes {
+			if !n.running() {
+				continue
+			}
+			v, err := redisDo(n.Addr, time.Second, "CLUSTER", "INFO")
+			if err != nil {
+				return fmt.Errorf("%s: CLUSTER INFO: %w", n.Addr, err)
+			}
+			info, _ := v.(string)
+			if s := redisInfoField(info, "cluster_state"); s != "ok" {
+				return fmt.Errorf("%s: cluster_state:%s", n.Addr, s)
+			}
+		}
+		return nil
+	})
+}

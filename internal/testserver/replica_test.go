@@ -1,0 +1,113 @@
+package testserver_test
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
+)
+
+// do sends one inline command and returns the first line of the reply.
+func do(t *testing.T, addr, cmd string) string {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := fmt.Fprintf(c, "%s\r\n", cmd); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(c)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.HasPrefix(line, "$") && !strings.HasPrefix(line, "$-1") {
+		line, _ = r.ReadString('\n')
+	}
+	return strings.TrimSpace(line)
+}
+
+// A replica gets the master's writes; with the link cut it does not, and
+// the master still acknowledges them; healed, it catches up by itself.
+func TestRedisReplicaAndCut(t *testing.T) {
+	master, err := testserver.StartRedisWithArgs("--repl-diskless-sync-delay", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer master.Close()
+	replica, err := testserver.StartRedisReplica(master)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer replica.Close()
+	if role, err := replica.Role(); err != nil || role != "slave" {
+		t.Fatalf("replica Role() = %q, %v", role, err)
+	}
+	do(t, master.Addr, "SET a 1")
+	if got := do(t, master.Addr, "WAIT 1 2000"); got != ":1" {
+		t.Fatalf("WAIT 1 with the replica linked = %s, want :1", got)
+	}
+	if got := do(t, replica.Addr, "GET a"); got != "1" {
+		t.Fatalf("replica GET a = %q, want 1", got)
+	}
+	if err := testserver.CutReplication(master, replica); err != nil {
+		t.Fatal(err)
+	}
+	do(t, master.Addr, "SET b 2")
+	if got := do(t, master.Addr, "WAIT 1 200"); got != ":0" {
+		t.Fatalf("WAIT 1 with the link cut = %s, want :0", got)
+	}
+	if got := do(t, replica.Addr, "GET b"); got != "$-1" {
+		t.Fatalf("replica GET b with the link cut = %q, want nil", got)
+	}
+	if err := testserver.HealReplication(replica); err != nil {
+		t.Fatal(err)
+	}
+	if err := replica.WaitReplicaOf(master, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if got := do(t, replica.Addr, "GET b"); got != "2" {
+		t.Fatalf("replica GET b after healing = %q, want 2", got)
+	}
+	// The master, killed, comes back as the replica's replica.
+	if err := master.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	do(t, replica.Addr, "REPLICAOF NO ONE")
+	if err := master.StartAsReplicaOf(replica, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if got := do(t, master.Addr, "GET b"); got != "2" {
+		t.Fatalf("old master GET b after rejoining = %q, want 2", got)
+	}
+}
+
+// A cluster with a replica per master fails over by hand.
+func TestRedisClusterWithReplicasFailover(t *testing.T) {
+	c, err := testserver.StartRedisClusterWithReplicas(3, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	masters, err := c.Masters()
+	if err != nil || len(masters) != 3 {
+		t.Fatalf("Masters() = %v, %v; want 3", masters, err)
+	}
+	replica, err := c.ReplicaOf(masters[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Failover(replica, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if role, err := masters[0].Role(); err != nil || role != "slave" {
+		t.Fatalf("old master Role() after CLUSTER FAILOVER = %q, %v; want slave", role, err)
+	}
+}
