@@ -22,6 +22,7 @@ lab:
 
 bench: deps
 	$(GO) test -run '^$$' -bench Store -benchtime 2s ./stores/redis/
+	$(GO) test -run '^$$' -bench WaitReplicas -benchtime 3000x ./stores/redis/
 	$(GO) test -run '^$$' -bench Throughput ./stores/dynamo/
 	$(GO) test -run '^$$' -bench . -benchtime 500x ./stores/postgres/
 	$(GO) test -run '^$$' -bench MiddlewareOverhead -benchmem ./dedup/
