@@ -176,7 +176,7 @@ func runConcurrency(t *testing.T, kind storeKind) {
 			}
 		}()
 	}
-	wg.Wait()
+	awaitGroup(t, limit, "the publishers (each Publish returns once acked)", &wg)
 	close(publishErrs)
 	for err := range publishErrs {
 		t.Fatal(err)
