@@ -92,7 +92,7 @@ func TestCompleteFailureStillSendsTheResponse(t *testing.T) {
 		waitTimers(t, clock, 1)
 		clock.Advance(backoff)
 	}
-	r := <-done
+	r := recv(t, "the response after the Complete retries", done)
 	if r.status != http.StatusCreated {
 		t.Fatalf("status %d: the response of a handler that ran must be sent", r.status)
 	}
@@ -128,7 +128,7 @@ func TestCompleteRetrySucceeds(t *testing.T) {
 	waitCompletes(t, store, 1)
 	waitTimers(t, clock, 1)
 	clock.Advance(httpdedup.DefaultCompleteBackoff)
-	if s := <-done; s != http.StatusCreated {
+	if s := recv(t, "the response after the Complete retry", done); s != http.StatusCreated {
 		t.Fatalf("status %d", s)
 	}
 	if r := mustSend(t, a.srv, req{key: "k", body: "x"}); r.header.Get("Idempotent-Replayed") != "true" {
@@ -166,7 +166,7 @@ func TestHeartbeatKeepsASlowHandlersClaim(t *testing.T) {
 		r, _ := send(srv, slow)
 		done <- r
 	}()
-	<-blocking.started
+	recv(t, "the blocked handler to start", blocking.started)
 	for i := 0; i < 9; i++ { // 90s: three leases
 		waitTimers(t, clock, 1)
 		clock.Advance(10 * time.Second)
@@ -174,7 +174,7 @@ func TestHeartbeatKeepsASlowHandlersClaim(t *testing.T) {
 	waitTimers(t, clock, 1)
 	wantProblem(t, mustSend(t, srv, req{key: "k-slow", body: "x"}), http.StatusConflict, httpdedup.ProblemRequestInProgress)
 	blocking.unblock()
-	first := <-done
+	first := recv(t, "the slow handler's response", done)
 	if first.status != http.StatusCreated {
 		t.Fatalf("slow handler: %d", first.status)
 	}
@@ -197,14 +197,14 @@ func TestWithoutHeartbeatASlowHandlerIsTakenOver(t *testing.T) {
 		defer close(done)
 		serveRequest(h, firstReq)
 	}()
-	<-blocking.started
+	recv(t, "the blocked handler to start", blocking.started)
 	clock.Advance(30 * time.Second)
 	second := make(chan response, 1)
 	go func() { second <- serveRequest(h, secondReq) }()
-	<-blocking.started // the second request runs the handler too
+	recv(t, "the second request's handler to start", blocking.started) // the second request runs the handler too
 	blocking.unblock()
-	<-done
-	<-second
+	recv(t, "the first request to end", done)
+	recv(t, "the second request to end", second)
 	if blocking.runs.Load() != 2 {
 		t.Fatalf("runs %d", blocking.runs.Load())
 	}
@@ -227,7 +227,7 @@ func TestHeartbeatExtendsTheRedisRecord(t *testing.T) {
 		defer close(done)
 		serveRequest(m.Require(blocking), hbReq)
 	}()
-	<-blocking.started
+	recv(t, "the blocked handler to start", blocking.started)
 	redisKey := store.RedisKey(admin.ScopedKey(httpdedup.Scope("acct_1", "POST", "/payments"), "k-hb"))
 	ctx := context.Background()
 	if err := client.PExpire(ctx, redisKey, time.Minute).Err(); err != nil {
@@ -244,7 +244,7 @@ func TestHeartbeatExtendsTheRedisRecord(t *testing.T) {
 		t.Fatalf("PTTL %v after a heartbeat; want the lease (1h) again", ttl)
 	}
 	blocking.unblock()
-	<-done
+	recv(t, "the request to end", done)
 }
 
 func TestLostClaimCancelsTheHandler(t *testing.T) {
@@ -263,10 +263,10 @@ func TestLostClaimCancelsTheHandler(t *testing.T) {
 	go func() { done <- serveRequest(m.Require(h), lostReq) }()
 	waitTimers(t, clock, 1)
 	clock.Advance(httpdedup.DefaultLease / 3)
-	if err := <-cause; !errors.Is(err, dedup.ErrClaimLost) {
+	if err := recv(t, "the handler's context to be cancelled", cause); !errors.Is(err, dedup.ErrClaimLost) {
 		t.Fatalf("handler context cause %v, want ErrClaimLost", err)
 	}
-	if r := <-done; r.status != http.StatusServiceUnavailable {
+	if r := recv(t, "the response of the cancelled handler", done); r.status != http.StatusServiceUnavailable {
 		t.Fatalf("status %d", r.status)
 	}
 	found := false

@@ -364,6 +364,21 @@ func waitCompletes(t *testing.T, s *faultyStore, n int64) {
 
 // waitTimers waits until n timers are pending on clock: a goroutine of the
 // middleware (heartbeat, Complete backoff) is waiting for time to pass.
+// recv returns the next value from ch (the zero value once ch is closed),
+// and fails the test naming what it awaited when none comes within a
+// minute: a bug that blocks a handler or a request fails the test instead
+// of hanging the package until go test's timeout.
+func recv[T any](t *testing.T, what string, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(time.Minute):
+		t.Fatalf("%s did not happen within a minute", what)
+		panic("unreachable")
+	}
+}
+
 func waitTimers(t *testing.T, clock *fakeclock.Clock, n int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

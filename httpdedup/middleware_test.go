@@ -115,7 +115,7 @@ func TestInFlightKeyGets409ThenReplay(t *testing.T) {
 			firstErr <- err
 			firstDone <- r
 		}()
-		<-blocking.started
+		recv(t, "the blocked handler to start", blocking.started)
 
 		second := mustSend(t, srv, q)
 		wantProblem(t, second, http.StatusConflict, httpdedup.ProblemRequestInProgress)
@@ -124,10 +124,10 @@ func TestInFlightKeyGets409ThenReplay(t *testing.T) {
 		}
 
 		blocking.unblock()
-		if err := <-firstErr; err != nil {
+		if err := recv(t, "the first request to end", firstErr); err != nil {
 			t.Fatal(err)
 		}
-		first := <-firstDone
+		first := recv(t, "the first response", firstDone)
 		if first.status != http.StatusCreated {
 			t.Fatalf("first: %d %s", first.status, first.body)
 		}
@@ -174,10 +174,10 @@ func TestKeyReusedWhileInFlightGets422(t *testing.T) {
 			_, err := send(srv, firstReq)
 			done <- err
 		}()
-		<-blocking.started
+		recv(t, "the blocked handler to start", blocking.started)
 		wantProblem(t, mustSend(t, srv, req{key: "k", body: "b"}), http.StatusUnprocessableEntity, httpdedup.ProblemKeyReused)
 		blocking.unblock()
-		if err := <-done; err != nil {
+		if err := recv(t, "the request to end", done); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -575,13 +575,13 @@ func TestIdenticalConcurrentRequestsRunOnce(t *testing.T) {
 			close(start)
 			// The handler cannot finish before release, so the first answer
 			// must be the refused duplicate.
-			first := <-results
+			first := recv(t, "the first answer (the refused duplicate)", results)
 			if first.err != nil {
 				t.Fatal(first.err)
 			}
 			wantProblem(t, first.r, http.StatusConflict, httpdedup.ProblemRequestInProgress)
 			close(release)
-			second := <-results
+			second := recv(t, "the winner's answer", results)
 			if second.err != nil {
 				t.Fatal(second.err)
 			}
@@ -626,9 +626,9 @@ func TestRetryAfterDroppedResponseGetsReplay(t *testing.T) {
 		fmt.Fprintf(conn, "POST /payments HTTP/1.1\r\nHost: api.test\r\nX-Account: acct_1\r\nIdempotency-Key: k-dropped\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 		// Hang up once the key is claimed and the handler runs (hanging up
 		// earlier is a different case: the claim itself is cancelled).
-		<-entered
+		recv(t, "the handler of the first attempt to run", entered)
 		conn.Close()
-		<-served
+		recv(t, "the first attempt's handler to return", served)
 		select {
 		case <-gotClientGone:
 		default:

@@ -51,8 +51,15 @@ func TestMetricsCountEveryDecision(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { _ = router.Run(ctx) }()
-	<-router.Running()
+	runErr := make(chan error, 1)
+	go func() { runErr <- router.Run(ctx) }()
+	select {
+	case <-router.Running():
+	case err := <-runErr:
+		t.Fatalf("router stopped at once: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("router did not start within 30s")
+	}
 	for range 3 {
 		for i := range 20 {
 			m := message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprintf(`{"order_id":"ORDER-%d"}`, i)))

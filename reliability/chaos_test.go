@@ -312,7 +312,7 @@ func TestOutageLongerThanLeaseLosesTheClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.Advance(time.Second)
-	if err := <-first; err != nil {
+	if err := await(t, waitLimit, "the first delivery's return after the restart", first); err != nil {
 		t.Fatalf("first delivery: %v, want an ack (the effect ran)", err)
 	}
 	// A copy of the same order, delivered later.

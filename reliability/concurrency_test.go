@@ -177,7 +177,7 @@ func runConcurrency(t *testing.T, kind storeKind) {
 			}
 		}()
 	}
-	wg.Wait()
+	awaitGroup(t, limit, "the publishers (each Publish returns once acked)", &wg)
 	close(publishErrs)
 	for err := range publishErrs {
 		t.Fatal(err)
@@ -226,21 +226,39 @@ func runConcurrency(t *testing.T, kind storeKind) {
 	}
 }
 
-// runRouter runs router until the test ends.
+// routerLimit bounds how long a router may take to start, and to stop once
+// its context is cancelled: the scenarios' CloseTimeout (10s) and slack.
+const routerLimit = 30 * time.Second
+
+// runRouter runs router until the test ends. Both waits are bounded and
+// name what they awaited: a router that does not start, or does not stop at
+// the end of the test, fails it instead of hanging the suite. When Run fails
+// at start the test stops at once, and the cleanup finds Run returned.
 func runRouter(t testing.TB, router *message.Router) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- router.Run(ctx) }()
+	var runErr error
+	stopped := make(chan struct{}) // closed once Run returned runErr
+	go func() {
+		defer close(stopped)
+		runErr = router.Run(ctx)
+	}()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("router: %v", err)
+		select {
+		case <-stopped:
+			if runErr != nil {
+				t.Errorf("router: %v", runErr)
+			}
+		case <-time.After(routerLimit):
+			t.Errorf("router did not stop within %v of the end of the test", routerLimit)
 		}
 	})
 	select {
 	case <-router.Running():
-	case err := <-done:
-		t.Fatalf("router stopped at once: %v", err)
+	case <-stopped:
+		t.Fatalf("router stopped at once: %v", runErr)
+	case <-time.After(routerLimit):
+		t.Fatalf("router did not start within %v", routerLimit)
 	}
 }

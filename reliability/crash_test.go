@@ -180,7 +180,7 @@ func runCrashTakeover(t *testing.T, effectFirst bool, wantEffects int64) {
 		t.Fatal(err)
 	}
 	killedAt := time.Now()
-	if err := <-exited; err == nil || !isKilled(err) {
+	if err := await(t, waitLimit, "the killed child's exit", exited); err == nil || !isKilled(err) {
 		t.Fatalf("child: %v, want killed by SIGKILL", err)
 	}
 

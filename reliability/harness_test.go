@@ -374,6 +374,37 @@ func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
 	}
 }
 
+// waitLimit bounds a scenario's wait for a goroutine of its own (a
+// handler, a middleware call, a publisher, a child process) to reach a
+// point: far above what a busy machine needs, far below go test's timeout.
+const waitLimit = time.Minute
+
+// await returns the next value from ch (the zero value once ch is closed),
+// and fails the test naming what it awaited when none comes within limit.
+// Call it from the test's goroutine only.
+func await[T any](t testing.TB, limit time.Duration, what string, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(limit):
+		t.Fatalf("%s did not happen within %v", what, limit)
+		panic("unreachable")
+	}
+}
+
+// awaitGroup waits for wg, and fails the test naming what it awaited when
+// wg is not done within limit.
+func awaitGroup(t testing.TB, limit time.Duration, what string, wg *sync.WaitGroup) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	await(t, limit, what, done)
+}
+
 // waitUntil is waitFor that reports the timeout with t.Errorf and returns
 // false, so that the caller can print what it measured before stopping.
 func waitUntil(t testing.TB, limit time.Duration, what string, cond func() bool) bool {

@@ -93,14 +93,24 @@ func runLongHandler(t *testing.T, disableHeartbeat bool) {
 		_, err := hA(message.NewMessage(uuid, []byte(payload)))
 		errA <- err
 	}()
-	claimedA := <-startedA
+	var claimedA time.Time
+	select {
+	case claimedA = <-startedA:
+	case err := <-errA:
+		t.Fatalf("consumer A returned before its handler ran: %v", err)
+	case <-time.After(waitLimit):
+		t.Fatalf("consumer A's handler did not start within %v", waitLimit)
+	}
 
 	refusals := 0
 	var errB error
-	for {
+	for deadline := time.Now().Add(waitLimit); ; {
 		_, errB = hB(message.NewMessage(uuid, []byte(payload)))
 		if !errors.Is(errB, dedup.ErrInProgress) {
 			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("consumer B still refused with ErrInProgress %v after A started (A's handler runs %v)", waitLimit, work)
 		}
 		refusals++
 		time.Sleep(100 * time.Millisecond) // the simulated broker's redelivery delay
@@ -111,7 +121,7 @@ func runLongHandler(t *testing.T, disableHeartbeat bool) {
 		takeover = at.Sub(claimedA)
 	default:
 	}
-	if err := <-errA; err != nil {
+	if err := await(t, waitLimit, "consumer A's return", errA); err != nil {
 		t.Errorf("consumer A: %v, want an ack", err)
 	}
 	lostA := logA.find(string(dedup.EventClaimLost), "complete")
@@ -207,7 +217,13 @@ func TestLostClaimIsReported(t *testing.T) {
 		_, err := hA(message.NewMessage(uuid, []byte(payload)))
 		errA <- err
 	}()
-	<-started
+	select {
+	case <-started:
+	case err := <-errA:
+		t.Fatalf("consumer A returned before its handler ran: %v", err)
+	case <-time.After(waitLimit):
+		t.Fatalf("consumer A's handler did not start within %v", waitLimit)
+	}
 	proxy.add(t, "pause", "latency", "upstream", map[string]any{"latency": 60_000})
 	paused := time.Now()
 	waitFor(t, time.Minute, "A's record to expire on the server", func() bool {

@@ -86,7 +86,7 @@ func TestLostCompleteReplyIsNotClaimLost(t *testing.T) {
 	}
 	proxy.remove(t, "lose-reply")
 	clock.Advance(time.Second)
-	if err := <-result; err != nil {
+	if err := await(t, waitLimit, "the middleware's return after the retried Complete", result); err != nil {
 		t.Fatalf("middleware: %v, want an ack", err)
 	}
 

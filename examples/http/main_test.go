@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -138,6 +139,12 @@ func runSession(t *testing.T, client goredis.UniversalClient) {
 	}
 	srv := httptest.NewServer(a.Handler())
 	t.Cleanup(srv.Close)
+	// srv.Close waits for the slow request, which waits for release: a test
+	// that stops before releasing it releases it first (cleanups run last
+	// registered first), instead of hanging.
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
 
 	for _, s := range session[:7] {
 		check(t, srv, s)
@@ -165,14 +172,26 @@ func runSession(t *testing.T, client goredis.UniversalClient) {
 		b, _ := io.ReadAll(res.Body)
 		done <- result{res.StatusCode, string(b)}
 	}()
-	<-started
+	select {
+	case <-started:
+	case r := <-done:
+		t.Fatalf("slow payment answered before its handler was held: %d %s", r.status, r.body)
+	case <-time.After(time.Minute):
+		t.Fatal("the slow payment's handler did not start within a minute")
+	}
 	retry := slow
 	retry.name, retry.status = "concurrent retry", 409
 	retry.headers = map[string]string{"Retry-After": "1", "Content-Type": "application/problem+json"}
 	retry.resp = `{"type":"https://github.com/watermill-dedup/watermill-dedup/blob/main/httpdedup/README.md#request-in-progress","title":"Request in progress","status":409,"detail":"A request with this idempotency key is being processed; retry later to get its response."}` + "\n"
 	check(t, srv, retry)
-	close(release)
-	if r := <-done; r.status != 201 || !strings.Contains(r.body, `"id":"pay_0003"`) {
+	unblock()
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the slow payment was not answered within a minute of its release")
+	}
+	if r.status != 201 || !strings.Contains(r.body, `"id":"pay_0003"`) {
 		t.Fatalf("slow payment: %d %s", r.status, r.body)
 	}
 

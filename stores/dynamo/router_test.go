@@ -83,18 +83,31 @@ func TestRouterEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- router.Run(runCtx) }()
+	// Run's error is kept and stopped closed when it returns, so the start
+	// and the cleanup can both see it; both waits are bounded.
+	var runErr error
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		runErr = router.Run(runCtx)
+	}()
 	t.Cleanup(func() {
 		stop()
-		if err := <-done; err != nil {
-			t.Errorf("router: %v", err)
+		select {
+		case <-stopped:
+			if runErr != nil {
+				t.Errorf("router: %v", runErr)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("router did not stop within 30s of the end of the test")
 		}
 	})
 	select {
 	case <-router.Running():
-	case <-ctx.Done():
-		t.Fatal("router did not start")
+	case <-stopped:
+		t.Fatalf("router stopped at once: %v", runErr)
+	case <-time.After(30 * time.Second):
+		t.Fatal("router did not start within 30s")
 	}
 
 	var msgs []*message.Message
@@ -111,7 +124,7 @@ func TestRouterEndToEnd(t *testing.T) {
 	// acked the message (nacks, such as ErrInProgress, are redelivered).
 	var wg sync.WaitGroup
 	errs := make(chan error, len(msgs))
-	next := make(chan *message.Message)
+	next := make(chan *message.Message, len(msgs)) // buffered: sending never blocks the test
 	for range 4 {
 		wg.Add(1)
 		go func() {
@@ -127,7 +140,13 @@ func TestRouterEndToEnd(t *testing.T) {
 		next <- msg
 	}
 	close(next)
-	wg.Wait()
+	published := make(chan struct{})
+	go func() { wg.Wait(); close(published) }()
+	select {
+	case <-published:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the publishers were not done within 2 minutes (each Publish returns once both replicas acked)")
+	}
 	close(errs)
 	for err := range errs {
 		t.Fatalf("Publish: %v", err)

@@ -56,18 +56,31 @@ func TestRouterEndToEnd(t *testing.T) {
 	})
 
 	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- router.Run(runCtx) }()
+	// Run's error is kept and stopped closed when it returns, so the start
+	// and the cleanup can both see it; both waits are bounded.
+	var runErr error
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		runErr = router.Run(runCtx)
+	}()
 	t.Cleanup(func() {
 		stop()
-		if err := <-done; err != nil {
-			t.Errorf("router: %v", err)
+		select {
+		case <-stopped:
+			if runErr != nil {
+				t.Errorf("router: %v", runErr)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("router did not stop within 30s of the end of the test")
 		}
 	})
 	select {
 	case <-router.Running():
-	case <-ctx.Done():
-		t.Fatal("router did not start")
+	case <-stopped:
+		t.Fatalf("router stopped at once: %v", runErr)
+	case <-time.After(30 * time.Second):
+		t.Fatal("router did not start within 30s")
 	}
 
 	const distinct, copies = 10, 3

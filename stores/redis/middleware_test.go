@@ -72,15 +72,32 @@ func TestMiddlewareEffectsEqualDistinctKeys(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	runErr := make(chan error, 1)
-	go func() { runErr <- router.Run(ctx) }()
+	// Run's error is kept and stopped closed when it returns, so the start
+	// and the cleanup can both see it; both waits are bounded.
+	var runErr error
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		runErr = router.Run(ctx)
+	}()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-runErr; err != nil {
-			t.Errorf("router: %v", err)
+		select {
+		case <-stopped:
+			if runErr != nil {
+				t.Errorf("router: %v", runErr)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("router did not stop within 30s of the end of the test")
 		}
 	})
-	<-router.Running()
+	select {
+	case <-router.Running():
+	case <-stopped:
+		t.Fatalf("router stopped at once: %v", runErr)
+	case <-time.After(30 * time.Second):
+		t.Fatal("router did not start within 30s")
+	}
 
 	var (
 		wg      sync.WaitGroup
@@ -104,7 +121,13 @@ func TestMiddlewareEffectsEqualDistinctKeys(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	published := make(chan struct{})
+	go func() { wg.Wait(); close(published) }()
+	select {
+	case <-published:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the publishers were not done within 2 minutes (each Publish returns once every handler acked)")
+	}
 	close(pubErrs)
 	for err := range pubErrs {
 		t.Fatal(err)
