@@ -46,7 +46,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		reps        = fs.Int("reps", 5, "repetitions of the interleaved round (at least 3 for meaningful medians)")
 		duration    = fs.Duration("duration", 0, "how long each variant runs per store, c and repetition (default 1s)")
 		warmup      = fs.Duration("warmup", 0, "warm-up of each variant at the highest c (default 300ms; negative: none)")
-		allocMsgs   = fs.Int("alloc-messages", 0, "messages per allocation sample (default 2000; negative: none)")
+		allocMsgs   = fs.Int("alloc-messages", 0, "messages per allocation sample (default 1000; negative: none)")
 		allocC      = fs.Int("alloc-c", 0, "concurrency of the allocation samples (default 16)")
 		redisRecs   = fs.String("redis-records", "10000,100000", "record counts for Redis used_memory growth, comma-separated; add 1000000 for the 1M step (about a minute more); \"none\" to skip")
 		cpuprofile  = fs.String("cpuprofile", "", "write a CPU profile of the Redis router happy path to this file and measure nothing else")
@@ -63,6 +63,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	usage := func(err error) int {
 		fmt.Fprintln(stderr, "dedup-bench:", err)
 		return 2
+	}
+	if *reps < 1 { // Options would take 0 for its default
+		return usage(fmt.Errorf("-reps must be at least 1, got %d", *reps))
 	}
 	cs, err := ints(*conc)
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
@@ -43,7 +44,7 @@ type Options struct {
 	// and allocator-warm). Defaults to 300ms; negative: none.
 	Warmup time.Duration
 	// AllocMessages is how many messages each allocation sample counts.
-	// Defaults to 2000; negative: no allocation figures.
+	// Defaults to 1000; negative: no allocation figures.
 	AllocMessages int
 	// AllocConcurrency is the concurrency of the allocation samples.
 	// Defaults to 16.
@@ -81,7 +82,7 @@ func (o *Options) setDefaults() {
 		o.Warmup = 300 * time.Millisecond
 	}
 	if o.AllocMessages == 0 {
-		o.AllocMessages = 2000
+		o.AllocMessages = 1000
 	}
 	if o.AllocConcurrency == 0 {
 		o.AllocConcurrency = 16
@@ -146,8 +147,9 @@ type suite struct {
 	b        *backend
 	rig      *rig
 	variants []variant
-	// rates[c][variant name] holds one rate (operations/s) per repetition.
-	rates map[int]map[string][]float64
+	// rates[c][variant name] holds one rate (operations/s) per repetition,
+	// cpu[c][variant name] this process's CPU time per operation (µs).
+	rates, cpu map[int]map[string][]float64
 	// allocs[variant name] holds per-sample allocations and bytes per op.
 	allocs map[string][][2]float64
 	// ops[variant name] is what one worker does once.
@@ -165,7 +167,7 @@ func newSuite(ctx context.Context, name, id string, maxC int) (*suite, error) {
 		b.close()
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	s := &suite{b: b, rig: r, id: id, rates: map[int]map[string][]float64{}, allocs: map[string][][2]float64{},
+	s := &suite{b: b, rig: r, id: id, rates: map[int]map[string][]float64{}, cpu: map[int]map[string][]float64{}, allocs: map[string][][2]float64{},
 		ops: map[string]func(context.Context, int) error{}}
 	s.variants = []variant{{name: vRaw}, {name: vStore}}
 	for _, n := range []string{vRouter, vHappy, vDup, vWMHappy, vWMDup} {
@@ -209,22 +211,36 @@ func (s *suite) workload(v variant) func(ctx context.Context, worker int) error 
 }
 
 // measure runs v at c for d (or total operations) and returns its
-// operations per second, after checking what the handlers saw.
-func (s *suite) measure(ctx context.Context, v variant, c int, d time.Duration, total int64) (float64, error) {
+// operations per second and this process's CPU time per operation in
+// microseconds, after checking what the handlers saw.
+func (s *suite) measure(ctx context.Context, v variant, c int, d time.Duration, total int64) (rate, cpu float64, err error) {
 	var (
 		n       int64
 		elapsed time.Duration
-		err     error
 	)
+	cpu0 := processCPU()
 	if v.lane != nil {
 		n, elapsed, err = s.rig.checked(ctx, v.lane, c, d, total)
 	} else {
 		n, elapsed, err = drive(ctx, c, d, total, s.ops[v.name])
 	}
+	cpu1 := processCPU()
 	if err != nil {
-		return 0, fmt.Errorf("%s %s c=%d: %w", s.b.name, v.name, c, err)
+		return 0, 0, fmt.Errorf("%s %s c=%d: %w", s.b.name, v.name, c, err)
 	}
-	return float64(n) / elapsed.Seconds(), nil
+	if n == 0 {
+		return 0, 0, fmt.Errorf("%s %s c=%d: no operation finished in %v", s.b.name, v.name, c, elapsed)
+	}
+	return float64(n) / elapsed.Seconds(), float64(cpu1-cpu0) / float64(time.Microsecond) / float64(n), nil
+}
+
+// processCPU returns the user and system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // Run measures and prints the tables (see the package doc). It stops early,
@@ -268,7 +284,7 @@ func Run(ctx context.Context, opts Options) error {
 		for _, s := range suites {
 			progress("warm-up %s", s.b.name)
 			for _, v := range s.variants {
-				if _, err := s.measure(ctx, v, slices.Max(opts.Concurrency), opts.Warmup, 0); err != nil {
+				if _, _, err := s.measure(ctx, v, slices.Max(opts.Concurrency), opts.Warmup, 0); err != nil {
 					return err
 				}
 			}
@@ -280,17 +296,18 @@ func Run(ctx context.Context, opts Options) error {
 		for _, c := range opts.Concurrency {
 			for _, s := range suites {
 				if s.rates[c] == nil {
-					s.rates[c] = map[string][]float64{}
+					s.rates[c], s.cpu[c] = map[string][]float64{}, map[string][]float64{}
 				}
 				// Rotate the order so that no variant always runs first
 				// (or right after a particular other one).
 				for k := range s.variants {
 					v := s.variants[(k+rep)%len(s.variants)]
-					rate, err := s.measure(ctx, v, c, opts.Duration, 0)
+					rate, cpu, err := s.measure(ctx, v, c, opts.Duration, 0)
 					if err != nil {
 						return err
 					}
 					s.rates[c][v.name] = append(s.rates[c][v.name], rate)
+					s.cpu[c][v.name] = append(s.cpu[c][v.name], cpu)
 				}
 			}
 		}
@@ -335,7 +352,7 @@ func (s *suite) measureAllocs(ctx context.Context, c int, total int64) error {
 			var m0, m1 runtime.MemStats
 			runtime.GC()
 			runtime.ReadMemStats(&m0)
-			if _, err := s.measure(ctx, v, c, 0, total); err != nil {
+			if _, _, err := s.measure(ctx, v, c, 0, total); err != nil {
 				return err
 			}
 			runtime.ReadMemStats(&m1)
@@ -357,7 +374,7 @@ func profile(ctx context.Context, opts Options) error {
 	}
 	defer s.close()
 	v := variant{name: vHappy, lane: s.rig.lanes[vHappy]}
-	if _, err := s.measure(ctx, v, opts.ProfileConcurrency, time.Second, 0); err != nil { // warm-up
+	if _, _, err := s.measure(ctx, v, opts.ProfileConcurrency, time.Second, 0); err != nil { // warm-up
 		return err
 	}
 	f, err := os.Create(opts.CPUProfile)
@@ -368,7 +385,7 @@ func profile(ctx context.Context, opts Options) error {
 		_ = f.Close()
 		return err
 	}
-	rate, err := s.measure(ctx, v, opts.ProfileConcurrency, opts.ProfileDuration, 0)
+	rate, _, err := s.measure(ctx, v, opts.ProfileConcurrency, opts.ProfileDuration, 0)
 	pprof.StopCPUProfile()
 	if cerr := f.Close(); err == nil {
 		err = cerr

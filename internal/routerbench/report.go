@@ -89,6 +89,25 @@ func (r report) print(w io.Writer) {
 	}
 	_ = tw.Flush()
 
+	fmt.Fprintf(w, "\nCPU time of this process per message or op, µs (publisher, router, middleware, store client; not the servers), median of %d repetitions\n", o.Repetitions)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "store\tc\t%s\t\n", strings.Join(variants, "\t"))
+	for _, s := range r.suites {
+		for _, c := range o.Concurrency {
+			fmt.Fprintf(tw, "%s\t%d\t", s.b.name, c)
+			for _, v := range variants {
+				cpu, ok := s.cpu[c][v]
+				if !ok {
+					fmt.Fprintf(tw, "-\t")
+					continue
+				}
+				fmt.Fprintf(tw, "%.1f\t", median(cpu))
+			}
+			fmt.Fprintln(tw)
+		}
+	}
+	_ = tw.Flush()
+
 	fmt.Fprintf(w, "\nratios: median over the %d repetitions of the ratio within each repetition (same store, same c)\n", o.Repetitions)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	var cols []int
