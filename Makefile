@@ -1,12 +1,16 @@
 # make lab    runs the ORDER-003 lab on embedded defaults (no server needed)
 # make test   installs and starts every server the tests need, then vets and
 #             runs the whole suite with the race detector
-# make bench  prints the store benchmarks with their ratios to raw baselines
+# make bench  runs cmd/dedup-bench: a Watermill router with and without the
+#             middleware on every store, against raw store writes, interleaved,
+#             with medians and ratios (BENCHFLAGS passes flags, e.g.
+#             BENCHFLAGS='-stores redis -reps 3' or '-redis-records 10000,100000,1000000')
+# make bench-stores  the older per-store go test benchmarks
 
 GO ?= go
 TEST_TIMEOUT ?= 20m
 
-.PHONY: test deps vet lab bench fuzz
+.PHONY: test deps vet lab bench bench-stores fuzz
 
 test: deps vet
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
@@ -20,7 +24,11 @@ vet:
 lab:
 	$(GO) run ./cmd/dedup-lab
 
+BENCHFLAGS ?=
 bench: deps
+	$(GO) run ./cmd/dedup-bench $(BENCHFLAGS)
+
+bench-stores: deps
 	$(GO) test -run '^$$' -bench Store -benchtime 2s ./stores/redis/
 	$(GO) test -run '^$$' -bench WaitReplicas -benchtime 3000x ./stores/redis/
 	$(GO) test -run '^$$' -bench Throughput ./stores/dynamo/

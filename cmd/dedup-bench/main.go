@@ -1,0 +1,118 @@
+// Command dedup-bench measures what users run: a Watermill router with the
+// dedup middleware on each store (memory, Redis, DynamoDB on dynalite,
+// PostgreSQL), against the same router without it, against the store's raw
+// one-round-trip write, and (memory) against Watermill's own
+// middleware.Deduplicator, interleaved in one run, and prints medians and
+// ratios with the machine's load. It starts its own servers; run it from
+// the repository (`make bench`), see README.md.
+//
+//	go run ./cmd/dedup-bench
+//	go run ./cmd/dedup-bench -stores memory,redis -c 16 -reps 3 -duration 2s
+//	go run ./cmd/dedup-bench -redis-records 10000,100000,1000000
+//	go run ./cmd/dedup-bench -cpuprofile redis-happy.pprof
+//
+// Exit status 1 when a run fails (a server does not start, a handler errs
+// or a path does not deduplicate), 2 on bad flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/watermill-dedup/watermill-dedup/internal/routerbench"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("dedup-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		stores      = fs.String("stores", strings.Join(routerbench.AllStores, ","), "stores to measure, comma-separated")
+		conc        = fs.String("c", "1,16,64", "concurrency levels, comma-separated")
+		reps        = fs.Int("reps", 5, "repetitions of the interleaved round (at least 3 for meaningful medians)")
+		duration    = fs.Duration("duration", 0, "how long each variant runs per store, c and repetition (default 1s)")
+		warmup      = fs.Duration("warmup", 0, "warm-up of each variant at the highest c (default 300ms; negative: none)")
+		allocMsgs   = fs.Int("alloc-messages", 0, "messages per allocation sample (default 1000; negative: none)")
+		allocC      = fs.Int("alloc-c", 0, "concurrency of the allocation samples (default 16)")
+		redisRecs   = fs.String("redis-records", "10000,100000", "record counts for Redis used_memory growth, comma-separated; add 1000000 for the 1M step (about a minute more); \"none\" to skip")
+		cpuprofile  = fs.String("cpuprofile", "", "write a CPU profile of the Redis router happy path to this file and measure nothing else")
+		profileDur  = fs.Duration("profile-duration", 0, "how long -cpuprofile runs (default 10s)")
+		profileConc = fs.Int("profile-c", 0, "concurrency of -cpuprofile (default 16)")
+		quiet       = fs.Bool("q", false, "no progress lines on stderr")
+	)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	usage := func(err error) int {
+		fmt.Fprintln(stderr, "dedup-bench:", err)
+		return 2
+	}
+	if *reps < 1 { // Options would take 0 for its default
+		return usage(fmt.Errorf("-reps must be at least 1, got %d", *reps))
+	}
+	cs, err := ints(*conc)
+	if err != nil {
+		return usage(fmt.Errorf("-c: %w", err))
+	}
+	opts := routerbench.Options{
+		Stores: split(*stores), Concurrency: cs, Repetitions: *reps, Duration: *duration, Warmup: *warmup,
+		AllocMessages: *allocMsgs, AllocConcurrency: *allocC,
+		CPUProfile: *cpuprofile, ProfileDuration: *profileDur, ProfileConcurrency: *profileConc,
+		Out: stdout, Progress: stderr,
+	}
+	if *quiet {
+		opts.Progress = io.Discard
+	}
+	if strings.TrimSpace(*redisRecs) == "none" {
+		opts.RedisRecords = []int{}
+	} else if opts.RedisRecords, err = ints(*redisRecs); err != nil {
+		return usage(fmt.Errorf("-redis-records: %w", err))
+	}
+	if err := opts.Validate(); err != nil {
+		return usage(err)
+	}
+	if err := routerbench.Run(ctx, opts); err != nil {
+		fmt.Fprintln(stderr, "dedup-bench:", err)
+		return 1
+	}
+	return 0
+}
+
+func split(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range split(s) {
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}

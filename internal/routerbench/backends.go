@@ -1,0 +1,281 @@
+package routerbench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
+	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
+	"github.com/watermill-dedup/watermill-dedup/stores/memory"
+	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
+	redisstore "github.com/watermill-dedup/watermill-dedup/stores/redis"
+)
+
+// Store names accepted in Options.Stores, in the order they are printed.
+const (
+	StoreMemory   = "memory"
+	StoreRedis    = "redis"
+	StoreDynamo   = "dynamo"
+	StorePostgres = "postgres"
+)
+
+// AllStores lists every store the harness knows, in print order.
+var AllStores = []string{StoreMemory, StoreRedis, StoreDynamo, StorePostgres}
+
+// rawLease is the lease of the raw baselines' records: SET … PX 30000, an
+// expiry 30 s ahead, like the middleware's default lease.
+const rawLease = 30 * time.Second
+
+// rawToken stands for the owner token a claim writes (32 hex digits, the
+// length of the stores' tokens), so the raw write moves as many bytes.
+var rawToken = strings.Repeat("0", 32)
+
+// backend is one store under test: the dedup.Store, the raw operation it is
+// compared with, and how to release what was started for it.
+type backend struct {
+	name     string
+	describe string // where it runs, printed with the table
+	store    dedup.Store
+	// raw writes key if absent, with an expiry: the least a claim can cost
+	// on this store (one round trip, no token check, no Lua).
+	raw func(ctx context.Context, key string) error
+	// redis is the go-redis client, for the Redis store only.
+	redis *goredis.Client
+
+	closers []func()
+}
+
+func (b *backend) close() {
+	for i := len(b.closers) - 1; i >= 0; i-- {
+		b.closers[i]()
+	}
+}
+
+// runID is a random hex string that makes this run's keys, prefixes,
+// tables and schemas unique, so a shared server's other data is never
+// touched.
+func runID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func openBackend(ctx context.Context, name, id string) (*backend, error) {
+	switch name {
+	case StoreMemory:
+		return openMemory(), nil
+	case StoreRedis:
+		return openRedis(ctx, id)
+	case StoreDynamo:
+		return openDynamo(ctx, id)
+	case StorePostgres:
+		return openPostgres(ctx, id)
+	default:
+		return nil, fmt.Errorf("routerbench: unknown store %q (one of %s)", name, strings.Join(AllStores, ", "))
+	}
+}
+
+// openMemory: stores/memory against a mutex-guarded map insert.
+func openMemory() *backend {
+	type entry struct {
+		token    string
+		deadline int64
+	}
+	var (
+		mu sync.Mutex
+		m  = map[string]entry{}
+	)
+	return &backend{
+		name:     StoreMemory,
+		describe: "stores/memory in process; raw: insert-if-absent into a map under a sync.Mutex",
+		store:    memory.New(nil),
+		raw: func(_ context.Context, key string) error {
+			deadline := time.Now().Add(rawLease).UnixNano()
+			mu.Lock()
+			if _, ok := m[key]; !ok {
+				m[key] = entry{rawToken, deadline}
+			}
+			mu.Unlock()
+			return nil
+		},
+	}
+}
+
+// redisPoolSize keeps go-redis from queueing at c=64 (its default is ten
+// connections per CPU): the raw baseline and the store share the client.
+const redisPoolSize = 128
+
+func openRedis(ctx context.Context, id string) (*backend, error) {
+	srv, err := testserver.StartRedis()
+	if err != nil {
+		return nil, err
+	}
+	b := &backend{name: StoreRedis, closers: []func(){func() { _ = srv.Close() }}}
+	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr, PoolSize: redisPoolSize})
+	b.closers = append(b.closers, func() { _ = client.Close() })
+	b.redis = client
+	store, err := redisstore.New(ctx, client, redisstore.Config{KeyPrefix: "dedup-bench-" + id + ":"})
+	if err != nil {
+		b.close()
+		return nil, err
+	}
+	b.store = store
+	version := "?"
+	if info, err := client.InfoMap(ctx, "server").Result(); err == nil {
+		version = info["Server"]["redis_version"]
+	}
+	b.describe = fmt.Sprintf("redis-server %s on %s, go-redis PoolSize %d; raw: SET key value NX PX 30000, unpipelined", version, srv.Addr, redisPoolSize)
+	rawPrefix := "dedup-bench-raw-" + id + ":"
+	b.raw = func(ctx context.Context, key string) error {
+		return client.Do(ctx, "set", rawPrefix+key, rawToken, "nx", "px", rawLease.Milliseconds()).Err()
+	}
+	return b, nil
+}
+
+func openDynamo(ctx context.Context, id string) (*backend, error) {
+	node, err := testserver.StartDynalite()
+	if err != nil {
+		return nil, err
+	}
+	b := &backend{name: StoreDynamo, closers: []func(){func() { _ = node.Close() }}}
+	client := dynamodb.New(dynamodb.Options{
+		Region:       "us-east-1",
+		Credentials:  credentials.NewStaticCredentialsProvider("bench", "bench", ""),
+		BaseEndpoint: aws.String(node.Endpoint),
+		HTTPClient: awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
+			t.Proxy = nil
+			t.MaxIdleConns = 256
+			t.MaxIdleConnsPerHost = 256
+		}),
+	})
+	table := "dedup_bench_" + id
+	// dynalite has no UpdateTimeToLive.
+	if err := dynamo.CreateTable(ctx, client, dynamo.TableConfig{Table: table, SkipTTL: true}); err != nil {
+		b.close()
+		return nil, err
+	}
+	store, err := dynamo.New(dynamo.Config{Client: client, Table: table})
+	if err != nil {
+		b.close()
+		return nil, err
+	}
+	b.store = store
+	b.describe = fmt.Sprintf("dynalite (tools/node_modules) at %s, table %s; raw: PutItem with attribute_not_exists(pk)", node.Endpoint, table)
+	expr, err := expression.NewBuilder().
+		WithCondition(expression.AttributeNotExists(expression.Name(dynamo.DefaultPartitionKey))).Build()
+	if err != nil {
+		b.close()
+		return nil, err
+	}
+	rawPrefix := "raw#" + id + "#"
+	b.raw = func(ctx context.Context, key string) error {
+		deadline := time.Now().Add(rawLease).UnixMilli()
+		_, err := client.PutItem(ctx, &dynamodb.PutItemInput{
+			TableName: aws.String(table),
+			Item: map[string]types.AttributeValue{
+				dynamo.DefaultPartitionKey:      &types.AttributeValueMemberS{Value: rawPrefix + key},
+				dynamo.DefaultTokenAttribute:    &types.AttributeValueMemberS{Value: rawToken},
+				dynamo.DefaultDeadlineAttribute: &types.AttributeValueMemberN{Value: strconv.FormatInt(deadline, 10)},
+			},
+			ConditionExpression:       expr.Condition(),
+			ExpressionAttributeNames:  expr.Names(),
+			ExpressionAttributeValues: expr.Values(),
+		})
+		var failed *types.ConditionalCheckFailedException
+		if errors.As(err, &failed) { // the key exists: what NX answers with nil
+			return nil
+		}
+		return err
+	}
+	return b, nil
+}
+
+// pgMaxConns is the pool size for PostgreSQL: enough for c=16 without
+// queueing, and well below max_connections of a server others may share.
+const pgMaxConns = 16
+
+func openPostgres(ctx context.Context, id string) (*backend, error) {
+	srv, err := testserver.StartPostgres()
+	if err != nil {
+		return nil, err
+	}
+	b := &backend{name: StorePostgres, closers: []func(){func() { _ = srv.Close() }}}
+	cfg, err := pgxpool.ParseConfig(srv.DSN)
+	if err != nil {
+		b.close()
+		return nil, err
+	}
+	cfg.MaxConns = pgMaxConns
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err == nil {
+		err = pool.Ping(ctx)
+	}
+	if err != nil {
+		b.close()
+		return nil, fmt.Errorf("routerbench: connecting to %s: %w", srv.DSN, err)
+	}
+	b.closers = append(b.closers, pool.Close)
+	// A schema of our own, dropped at the end: a shared server's other
+	// schemas are never touched.
+	schema := "dedup_bench_" + id
+	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		b.close()
+		return nil, fmt.Errorf("routerbench: create schema: %w", err)
+	}
+	b.closers = append(b.closers, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	})
+	store, err := postgres.New(pool, postgres.Config{Schema: schema})
+	if err == nil {
+		err = store.Migrate(ctx)
+	}
+	if err != nil {
+		b.close()
+		return nil, err
+	}
+	b.store = store
+	// The raw table holds what a hand-written guard keeps: the key as
+	// primary key, a token and an expiry, with the expiry indexed for
+	// cleanup, as the store's table does.
+	raw := pgx.Identifier{schema, "raw_keys"}.Sanitize()
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+raw+" (key text PRIMARY KEY, token text NOT NULL, expires_at timestamptz NOT NULL); "+
+		"CREATE INDEX ON "+raw+" (expires_at)"); err != nil {
+		b.close()
+		return nil, fmt.Errorf("routerbench: create raw table: %w", err)
+	}
+	version := "?"
+	_ = pool.QueryRow(ctx, "SHOW server_version").Scan(&version)
+	shared := ""
+	if srv.Shared {
+		shared = ", shared server (own schema)"
+	}
+	b.describe = fmt.Sprintf("PostgreSQL %s at %s%s, pgxpool MaxConns %d; raw: INSERT … ON CONFLICT DO NOTHING into (key text PRIMARY KEY, token, expires_at indexed)",
+		version, cfg.ConnConfig.Host+":"+strconv.Itoa(int(cfg.ConnConfig.Port)), shared, pgMaxConns)
+	insert := "INSERT INTO " + raw + " (key, token, expires_at) VALUES ($1, $2, clock_timestamp() + $3 * interval '1 millisecond') ON CONFLICT DO NOTHING"
+	b.raw = func(ctx context.Context, key string) error {
+		_, err := pool.Exec(ctx, insert, key, rawToken, rawLease.Milliseconds())
+		return err
+	}
+	return b, nil
+}

@@ -1,0 +1,415 @@
+// Package routerbench measures what users run: a Watermill router (on the
+// in-process GoChannel) with the dedup middleware, on each store, against
+// the same router without it, against the store's raw one-round-trip write,
+// and against Watermill's own Deduplicator, all in one interleaved run. It
+// is the engine of cmd/dedup-bench (`make bench`); see that command's
+// README for what each figure means.
+//
+// It starts its own servers through internal/testserver (redis-server,
+// dynalite, PostgreSQL) and keeps every key, table and schema unique to the
+// run, so a shared server's other data is never touched.
+package routerbench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+)
+
+// Options configure Run. Zero fields take the documented defaults.
+type Options struct {
+	// Stores to measure, any of AllStores. Defaults to AllStores.
+	Stores []string
+	// Concurrency levels: messages (or raw operations) in flight at once.
+	// Defaults to 1, 16 and 64.
+	Concurrency []int
+	// Repetitions of the whole interleaved round. Defaults to 5; medians
+	// need at least 3.
+	Repetitions int
+	// Duration each variant runs per store, concurrency and repetition.
+	// Defaults to 1s.
+	Duration time.Duration
+	// Warmup each variant runs once per store at the highest concurrency
+	// before the first repetition (connection pools, JIT-free but cache-
+	// and allocator-warm). Defaults to 300ms; negative: none.
+	Warmup time.Duration
+	// AllocMessages is how many messages each allocation sample counts.
+	// Defaults to 1000; negative: no allocation figures.
+	AllocMessages int
+	// AllocConcurrency is the concurrency of the allocation samples.
+	// Defaults to 16.
+	AllocConcurrency int
+	// RedisRecords are the record counts at which Redis used_memory growth
+	// per completed record is reported, measured on a fresh redis-server.
+	// Defaults to 10 000 and 100 000; set []int{} for none.
+	RedisRecords []int
+	// CPUProfile, when set, switches Run to profiling: it writes a CPU
+	// profile of the Redis router happy path at ProfileConcurrency for
+	// ProfileDuration to this file and measures nothing else.
+	CPUProfile string
+	// ProfileDuration defaults to 10s; ProfileConcurrency to 16.
+	ProfileDuration    time.Duration
+	ProfileConcurrency int
+	// Out receives the tables; Progress one line per step. Default to
+	// os.Stdout and io.Discard.
+	Out, Progress io.Writer
+}
+
+func (o *Options) setDefaults() {
+	if len(o.Stores) == 0 {
+		o.Stores = AllStores
+	}
+	if len(o.Concurrency) == 0 {
+		o.Concurrency = []int{1, 16, 64}
+	}
+	if o.Repetitions == 0 {
+		o.Repetitions = 5
+	}
+	if o.Duration == 0 {
+		o.Duration = time.Second
+	}
+	if o.Warmup == 0 {
+		o.Warmup = 300 * time.Millisecond
+	}
+	if o.AllocMessages == 0 {
+		o.AllocMessages = 1000
+	}
+	if o.AllocConcurrency == 0 {
+		o.AllocConcurrency = 16
+	}
+	if o.RedisRecords == nil {
+		o.RedisRecords = []int{10_000, 100_000}
+	}
+	if o.ProfileDuration == 0 {
+		o.ProfileDuration = 10 * time.Second
+	}
+	if o.ProfileConcurrency == 0 {
+		o.ProfileConcurrency = 16
+	}
+	if o.Out == nil {
+		o.Out = os.Stdout
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+}
+
+// Validate reports every problem in the options at once.
+func (o Options) Validate() error {
+	o.setDefaults()
+	var errs []error
+	for _, s := range o.Stores {
+		if !slices.Contains(AllStores, s) {
+			errs = append(errs, fmt.Errorf("routerbench: unknown store %q (one of %s)", s, strings.Join(AllStores, ", ")))
+		}
+	}
+	for _, c := range o.Concurrency {
+		if c < 1 {
+			errs = append(errs, fmt.Errorf("routerbench: concurrency must be at least 1, got %d", c))
+		}
+	}
+	if o.Repetitions < 1 {
+		errs = append(errs, fmt.Errorf("routerbench: repetitions must be at least 1, got %d", o.Repetitions))
+	}
+	if o.Duration < 0 {
+		errs = append(errs, fmt.Errorf("routerbench: duration must be positive, got %v", o.Duration))
+	}
+	for _, n := range o.RedisRecords {
+		if n < 1 {
+			errs = append(errs, fmt.Errorf("routerbench: Redis record counts must be positive, got %d", n))
+		}
+	}
+	if o.CPUProfile != "" && (o.ProfileDuration < 0 || o.ProfileConcurrency < 1) {
+		errs = append(errs, errors.New("routerbench: the profile needs a positive duration and concurrency"))
+	}
+	return errors.Join(errs...)
+}
+
+// variant is one measured path of a store at a concurrency: op is called
+// in a loop by each of c workers.
+type variant struct {
+	name string
+	lane *lane // router variants only
+}
+
+// suite is one store with its router and variants.
+type suite struct {
+	b        *backend
+	rig      *rig
+	variants []variant
+	// rates[c][variant name] holds one rate (operations/s) per repetition,
+	// cpu[c][variant name] this process's CPU time per operation (µs).
+	rates, cpu map[int]map[string][]float64
+	// allocs[variant name] holds per-sample allocations and bytes per op.
+	allocs map[string][][2]float64
+	// ops[variant name] is what one worker does once.
+	ops map[string]func(ctx context.Context, worker int) error
+	id  string
+}
+
+func newSuite(ctx context.Context, name, id string, maxC int) (*suite, error) {
+	b, err := openBackend(ctx, name, id)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	r, err := newRig(ctx, b.store, id, maxC, name == StoreMemory)
+	if err != nil {
+		b.close()
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	s := &suite{b: b, rig: r, id: id, rates: map[int]map[string][]float64{}, cpu: map[int]map[string][]float64{}, allocs: map[string][][2]float64{},
+		ops: map[string]func(context.Context, int) error{}}
+	s.variants = []variant{{name: vRaw}, {name: vStore}}
+	for _, n := range []string{vRouter, vHappy, vDup, vWMHappy, vWMDup} {
+		if l, ok := r.lanes[n]; ok {
+			s.variants = append(s.variants, variant{name: n, lane: l})
+		}
+	}
+	for _, v := range s.variants {
+		s.ops[v.name] = s.workload(v)
+	}
+	return s, nil
+}
+
+func (s *suite) close() {
+	_ = s.rig.stop()
+	s.b.close()
+}
+
+// workload returns what one worker does once for v; each call of the
+// returned function uses a new key (unless v is a duplicate path).
+func (s *suite) workload(v variant) func(ctx context.Context, worker int) error {
+	switch v.name {
+	case vRaw:
+		seq := newAtomicSeq("RAW-" + s.id + "-")
+		return func(ctx context.Context, _ int) error { return s.b.raw(ctx, dedup.ScopedKey(scope, seq())) }
+	case vStore:
+		seq := newAtomicSeq("STORE-" + s.id + "-")
+		return func(ctx context.Context, _ int) error {
+			res, err := s.b.store.Claim(ctx, dedup.ScopedKey(scope, seq()), "", 30*time.Second)
+			if err != nil {
+				return err
+			}
+			if res.Outcome != dedup.Acquired {
+				return fmt.Errorf("routerbench: claim of a fresh key: %v", res.Outcome)
+			}
+			return s.b.store.Complete(ctx, res.Claim, nil, 24*time.Hour)
+		}
+	default:
+		return s.rig.publisher(v.lane)
+	}
+}
+
+// measure runs v at c for d (or total operations) and returns its
+// operations per second and this process's CPU time per operation in
+// microseconds, after checking what the handlers saw.
+func (s *suite) measure(ctx context.Context, v variant, c int, d time.Duration, total int64) (rate, cpu float64, err error) {
+	var (
+		n       int64
+		elapsed time.Duration
+	)
+	cpu0 := processCPU()
+	if v.lane != nil {
+		n, elapsed, err = s.rig.checked(ctx, v.lane, c, d, total)
+	} else {
+		n, elapsed, err = drive(ctx, c, d, total, s.ops[v.name])
+	}
+	cpu1 := processCPU()
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s %s c=%d: %w", s.b.name, v.name, c, err)
+	}
+	if n == 0 {
+		return 0, 0, fmt.Errorf("%s %s c=%d: no operation finished in %v", s.b.name, v.name, c, elapsed)
+	}
+	return float64(n) / elapsed.Seconds(), float64(cpu1-cpu0) / float64(time.Microsecond) / float64(n), nil
+}
+
+// processCPU returns the user and system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// Run measures and prints the tables (see the package doc). It stops early,
+// with ctx's error, when ctx is cancelled.
+func Run(ctx context.Context, opts Options) error {
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	opts.setDefaults()
+	if opts.CPUProfile != "" {
+		return profile(ctx, opts)
+	}
+	progress := func(format string, args ...any) { fmt.Fprintf(opts.Progress, format+"\n", args...) }
+	loadStart := loadavg()
+	started := time.Now()
+	id := runID()
+	maxC := slices.Max(opts.Concurrency)
+	if opts.AllocMessages > 0 {
+		maxC = max(maxC, opts.AllocConcurrency) // each router lane has maxC handlers
+	}
+
+	var suites []*suite
+	defer func() {
+		for _, s := range suites {
+			s.close()
+		}
+	}()
+	for _, name := range AllStores { // print order, whatever the flag's order
+		if !slices.Contains(opts.Stores, name) {
+			continue
+		}
+		progress("starting %s", name)
+		s, err := newSuite(ctx, name, id, maxC)
+		if err != nil {
+			return err
+		}
+		suites = append(suites, s)
+	}
+
+	if opts.Warmup > 0 {
+		for _, s := range suites {
+			progress("warm-up %s", s.b.name)
+			for _, v := range s.variants {
+				if _, _, err := s.measure(ctx, v, slices.Max(opts.Concurrency), opts.Warmup, 0); err != nil {
+					return err
+				}
+			}
+		}
+	}
+
+	for rep := range opts.Repetitions {
+		progress("repetition %d/%d (%s elapsed, load %s)", rep+1, opts.Repetitions, time.Since(started).Round(time.Second), loadavg())
+		for _, c := range opts.Concurrency {
+			for _, s := range suites {
+				if s.rates[c] == nil {
+					s.rates[c], s.cpu[c] = map[string][]float64{}, map[string][]float64{}
+				}
+				// Rotate the order so that no variant always runs first
+				// (or right after a particular other one).
+				for k := range s.variants {
+					v := s.variants[(k+rep)%len(s.variants)]
+					rate, cpu, err := s.measure(ctx, v, c, opts.Duration, 0)
+					if err != nil {
+						return err
+					}
+					s.rates[c][v.name] = append(s.rates[c][v.name], rate)
+					s.cpu[c][v.name] = append(s.cpu[c][v.name], cpu)
+				}
+			}
+		}
+	}
+
+	if opts.AllocMessages > 0 {
+		for _, s := range suites {
+			progress("allocations %s", s.b.name)
+			if err := s.measureAllocs(ctx, opts.AllocConcurrency, int64(opts.AllocMessages)); err != nil {
+				return err
+			}
+		}
+	}
+
+	var mem []memPoint
+	var memDescribe string
+	if len(opts.RedisRecords) > 0 && slices.Contains(opts.Stores, StoreRedis) {
+		progress("Redis used_memory at %v records", opts.RedisRecords)
+		var err error
+		if mem, memDescribe, err = redisMemory(ctx, id, opts.RedisRecords); err != nil {
+			return err
+		}
+	}
+
+	rep := report{
+		opts: opts, suites: suites, loadStart: loadStart, loadEnd: loadavg(),
+		took: time.Since(started), mem: mem, memDescribe: memDescribe,
+	}
+	rep.print(opts.Out)
+	return nil
+}
+
+// measureAllocs takes three samples of every variant, in rotating order,
+// of total operations each at concurrency c, and keeps the allocations
+// and bytes per operation (runtime.MemStats: the whole process, so the
+// store's client and the router count too).
+func (s *suite) measureAllocs(ctx context.Context, c int, total int64) error {
+	const samples = 3
+	for r := range samples {
+		for k := range s.variants {
+			v := s.variants[(k+r)%len(s.variants)]
+			// Mallocs and TotalAlloc only grow, whenever the collector
+			// runs: no runtime.GC() needed (with a heap of millions of
+			// records it would take seconds per sample).
+			var m0, m1 runtime.MemStats
+			runtime.ReadMemStats(&m0)
+			if _, _, err := s.measure(ctx, v, c, 0, total); err != nil {
+				return err
+			}
+			runtime.ReadMemStats(&m1)
+			s.allocs[v.name] = append(s.allocs[v.name], [2]float64{
+				float64(m1.Mallocs-m0.Mallocs) / float64(total),
+				float64(m1.TotalAlloc-m0.TotalAlloc) / float64(total),
+			})
+		}
+	}
+	return nil
+}
+
+// profile writes the CPU profile of the Redis router happy path.
+func profile(ctx context.Context, opts Options) error {
+	fmt.Fprintf(opts.Progress, "starting redis\n")
+	s, err := newSuite(ctx, StoreRedis, runID(), opts.ProfileConcurrency)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	v := variant{name: vHappy, lane: s.rig.lanes[vHappy]}
+	if _, _, err := s.measure(ctx, v, opts.ProfileConcurrency, time.Second, 0); err != nil { // warm-up
+		return err
+	}
+	f, err := os.Create(opts.CPUProfile)
+	if err != nil {
+		return err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return err
+	}
+	rate, _, err := s.measure(ctx, v, opts.ProfileConcurrency, opts.ProfileDuration, 0)
+	pprof.StopCPUProfile()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(opts.Out, "CPU profile of the Redis %s path at c=%d for %v: %.0f msg/s, written to %s (load %s, nproc %d)\n"+
+		"inspect it with: go tool pprof -top %s\n",
+		vHappy, opts.ProfileConcurrency, opts.ProfileDuration, rate, opts.CPUProfile, loadavg(), runtime.NumCPU(), opts.CPUProfile)
+	return nil
+}
+
+// loadavg returns the first three fields of /proc/loadavg, or "?".
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
