@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 )
 
 // Options configure Run. Zero fields take the documented defaults.
@@ -192,11 +193,11 @@ func (s *suite) workload(v variant) func(ctx context.Context, worker int) error 
 	switch v.name {
 	case vRaw:
 		seq := newAtomicSeq("RAW-" + s.id + "-")
-		return func(ctx context.Context, _ int) error { return s.b.raw(ctx, dedup.ScopedKey(scope, seq())) }
+		return func(ctx context.Context, _ int) error { return s.b.raw(ctx, admin.ScopedKey(scope, seq())) }
 	case vStore:
 		seq := newAtomicSeq("STORE-" + s.id + "-")
 		return func(ctx context.Context, _ int) error {
-			res, err := s.b.store.Claim(ctx, dedup.ScopedKey(scope, seq()), "", 30*time.Second)
+			res, err := s.b.store.Claim(ctx, admin.ScopedKey(scope, seq()), "", 30*time.Second)
 			if err != nil {
 				return err
 			}

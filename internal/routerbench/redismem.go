@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	redisstore "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
@@ -43,7 +44,7 @@ func redisMemory(ctx context.Context, id string, counts []int) ([]memPoint, stri
 	if info, err := client.InfoMap(ctx, "server").Result(); err == nil {
 		version = info["Server"]["redis_version"]
 	}
-	keyOf := func(i int64) string { return dedup.ScopedKey(scope, fmt.Sprintf("ORDER-%08d", i)) }
+	keyOf := func(i int64) string { return admin.ScopedKey(scope, fmt.Sprintf("ORDER-%08d", i)) }
 	describe := fmt.Sprintf("fresh redis-server %s, Store.Claim+Complete, no result, no fingerprint, keys like %q (%d bytes); used_memory less mem_clients_normal",
 		version, store.RedisKey(keyOf(1)), len(store.RedisKey(keyOf(1))))
 
