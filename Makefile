@@ -27,6 +27,7 @@ lab:
 BENCHFLAGS ?=
 bench: deps
 	$(GO) run ./cmd/dedup-bench $(BENCHFLAGS)
+	$(GO) test -run '^$$' -bench WaitReplicas -benchtime 3000x ./stores/redis/
 
 bench-stores: deps
 	$(GO) test -run '^$$' -bench Store -benchtime 2s ./stores/redis/
