@@ -97,8 +97,6 @@ func TestBadInputIsPoisonedAndTouchesNothing(t *testing.T) {
 
 func runBadInputs(t *testing.T, store dedup.Store, stored func() int) {
 	logger := watermill.NopLogger{}
-	pubSub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, logger)
-	t.Cleanup(func() { _ = pubSub.Close() })
 	// The poison queue: its own GoChannel, whose Publish does not wait.
 	poisonQueue := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 64}, logger)
 	t.Cleanup(func() { _ = poisonQueue.Close() })
@@ -128,6 +126,15 @@ func runBadInputs(t *testing.T, store dedup.Store, stored func() int) {
 			}
 			tl := newTally()
 			d := newDedup(t, dedup.Config{Store: store, Key: key, Observer: tl})
+			// A GoChannel of each case's own: a stopping router may close its
+			// handlers' subscriber (watermill's handleClose closes it when the
+			// router's close wins its race with the context's cancellation,
+			// which a busy machine makes likely), so a GoChannel shared by
+			// the cases' routers could be closed under the next case's router,
+			// which then failed at start: "cannot subscribe topic orders-13:
+			// Pub/Sub closed".
+			pubSub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, logger)
+			t.Cleanup(func() { _ = pubSub.Close() })
 			router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, logger)
 			if err != nil {
 				t.Fatal(err)
