@@ -63,7 +63,7 @@ func TestLeaseStartsWhenTheClaimIsSent(t *testing.T) {
 		_, err := e.Do(ctx, dedup.Call{Scope: "charge", Key: "slow"}, func(context.Context) ([]byte, error) { return nil, nil })
 		slow <- err
 	}()
-	<-store.entered // the one admission slot is taken
+	recv(t, "the first claim to take the admission slot", store.entered) // the one admission slot is taken
 
 	type verdict struct {
 		cancelled bool
@@ -97,11 +97,11 @@ func TestLeaseStartsWhenTheClaimIsSent(t *testing.T) {
 	}
 	clock.Advance(lease + 10*time.Second)
 	close(store.gate)
-	if err := <-slow; err != nil {
+	if err := recv(t, "the slow claim to return", slow); err != nil {
 		t.Fatalf("first call: %v", err)
 	}
-	v := <-got
-	if err := <-waiting; err != nil {
+	v := recv(t, "the waiting call's work to run", got)
+	if err := recv(t, "the waiting call to return", waiting); err != nil {
 		t.Fatalf("second call: %v", err)
 	}
 	if v.cancelled {

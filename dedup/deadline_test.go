@@ -104,7 +104,7 @@ func runLeaseDeadline(t *testing.T, lease, heartbeat time.Duration) {
 		cancelledA <- cancellation{at: clock.Now().Sub(epoch), cause: context.Cause(m.Context())}
 		return nil, context.Cause(m.Context())
 	}), order("ORDER-1"))
-	<-started
+	recv(t, "A's handler to start", started)
 
 	// Up to just before the deadline: the heartbeat may send extensions
 	// (they hang), the handler keeps running.
@@ -152,7 +152,7 @@ func runLeaseDeadline(t *testing.T, lease, heartbeat time.Duration) {
 	if !errors.Is(c.cause, dedup.ErrClaimLost) {
 		t.Errorf("A's handler context: cause %v, want ErrClaimLost", c.cause)
 	}
-	if err := <-doneA; !errors.Is(err, dedup.ErrClaimLost) {
+	if err := recv(t, "consumer A to return", doneA); !errors.Is(err, dedup.ErrClaimLost) {
 		t.Errorf("consumer A returned %v, want its handler's ErrClaimLost (nack)", err)
 	}
 

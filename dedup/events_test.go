@@ -66,7 +66,7 @@ func TestLogEventsOfARunWithDuplicates(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = router.Run(ctx) }()
-	<-router.Running()
+	recv(t, "the router to start", router.Running())
 	for range 3 {
 		for i := range 4 {
 			m := message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprintf(`{"order_id":"ORDER-%d"}`, i)))

@@ -38,7 +38,11 @@ func Example() {
 		return nil
 	})
 	go func() { _ = router.Run(context.Background()) }()
-	<-router.Running()
+	select {
+	case <-router.Running():
+	case <-time.After(time.Minute):
+		panic("the router did not start within a minute")
+	}
 
 	for range 10 {
 		copyOfOrder := message.NewMessage(watermill.NewUUID(), []byte(`{"order_id":"ORDER-003","amount":150}`))
@@ -83,12 +87,21 @@ func ExampleIsPermanent() {
 		return nil
 	})
 	go func() { _ = router.Run(context.Background()) }()
-	<-router.Running()
+	select {
+	case <-router.Running():
+	case <-time.After(time.Minute):
+		panic("the router did not start within a minute")
+	}
 
 	go func() {
 		_ = pubSub.Publish("orders", message.NewMessage("msg-1", []byte(`{"amount":150}`)))
 	}()
-	bad := <-poisoned
+	var bad *message.Message
+	select {
+	case bad = <-poisoned:
+	case <-time.After(time.Minute):
+		panic("nothing reached the poison topic within a minute")
+	}
 	bad.Ack()
 	_ = router.Close()
 	fmt.Println(bad.Metadata.Get(middleware.ReasonForPoisonedKey))

@@ -98,6 +98,19 @@ func (f *faultStore) Extend(ctx context.Context, c dedup.Claim, l time.Duration)
 
 var errNetwork = errors.New("connection refused")
 
+// recv receives from ch within a minute, or fails the test naming what it
+// awaited: no wait in a test is unbounded.
+func recv[T any](t testing.TB, what string, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(time.Minute):
+		t.Fatalf("waited a minute for %s", what)
+		panic("unreachable")
+	}
+}
+
 var epoch = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 // hasEvent reports whether logs hold the event at the level.
@@ -289,14 +302,14 @@ func TestInProgressCopyIsNackedThenSkipped(t *testing.T) {
 	})
 	first := make(chan error, 1)
 	go func() { _, err := h(order("ORDER-1")); first <- err }()
-	<-entered
+	recv(t, "the handler to start", entered)
 	cp := order("ORDER-1")
 	_, err := h(cp)
 	if !errors.Is(err, dedup.ErrInProgress) || dedup.IsPermanent(err) {
 		t.Fatalf("copy while in progress: got %v, want retryable ErrInProgress", err)
 	}
 	close(release)
-	if err := <-first; err != nil {
+	if err := recv(t, "the first delivery to return", first); err != nil {
 		t.Fatalf("first: %v", err)
 	}
 	if _, err := h(cp); err != nil {
@@ -468,7 +481,7 @@ func TestHeartbeatKeepsLongHandlersClaim(t *testing.T) {
 		t.Fatalf("another consumer after 90s of a 30s lease: %v %v, want in progress", other.Outcome, err)
 	}
 	close(release)
-	if err := <-done; err != nil {
+	if err := recv(t, "the handler to return", done); err != nil {
 		t.Fatalf("long handler: %v", err)
 	}
 	if _, err := h(order("ORDER-1")); err != nil || calls.Load() != 1 {
@@ -491,7 +504,7 @@ func TestWithoutHeartbeatALongHandlerIsTakenOver(t *testing.T) {
 		return nil, nil
 	})
 	done := runHandler(h, order("ORDER-1"))
-	<-entered
+	recv(t, "the handler to start", entered)
 	clock.Advance(31 * time.Second)
 	// The lease ended: a redelivered copy takes the key over and runs the
 	// effect a second time. This is the documented limit.
@@ -499,7 +512,7 @@ func TestWithoutHeartbeatALongHandlerIsTakenOver(t *testing.T) {
 		t.Fatalf("takeover: %v", err)
 	}
 	close(release)
-	if err := <-done; err != nil {
+	if err := recv(t, "the handler to return", done); err != nil {
 		t.Fatalf("first handler is acked even though its claim was lost: %v", err)
 	}
 	if calls.Load() != 2 {
@@ -530,7 +543,7 @@ func TestLostClaimCancelsHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.Advance(10 * time.Second)
-	if err := <-done; err != nil {
+	if err := recv(t, "the handler to return", done); err != nil {
 		t.Fatalf("got %v, want ack (the effect was reported done)", err)
 	}
 	if !errors.Is(cause, dedup.ErrClaimLost) {
@@ -565,7 +578,7 @@ func TestHeartbeatGivesUpWhenStoreUnreachablePastLease(t *testing.T) {
 		}
 		clock.Advance(10 * time.Second)
 	}
-	if err := <-done; !errors.Is(err, dedup.ErrClaimLost) {
+	if err := recv(t, "the handler to return", done); !errors.Is(err, dedup.ErrClaimLost) {
 		t.Fatalf("got %v, want the handler cancelled with ErrClaimLost once the lease passed unextended", err)
 	}
 }

@@ -83,11 +83,16 @@ func startRouter(t *testing.T, pubSub *gochannel.GoChannel, setup func(r *messag
 	go func() { done <- r.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("router: %v", err)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("router: %v", err)
+			}
+		case <-time.After(time.Minute):
+			t.Errorf("router did not stop within a minute")
 		}
 	})
-	<-r.Running()
+	recv(t, "the router to start", r.Running())
 }
 
 // orders returns copies of distinct orders (each 1–maxCopies times),

@@ -84,7 +84,11 @@ func TestSameRecordsAcrossRuntimes(t *testing.T) {
 			defer cancel()
 			go func() { _ = router.Run(ctx) }()
 			defer func() { _ = router.Close() }()
-			<-router.Running()
+			select {
+			case <-router.Running():
+			case <-time.After(time.Minute):
+				t.Fatal("the router did not start within a minute")
+			}
 			publish := func(id string) {
 				t.Helper()
 				if err := pubsub.Publish("orders", message.NewMessage(watermill.NewUUID(), []byte(order(id)))); err != nil {

@@ -165,7 +165,7 @@ func TestCompletesUnderBacklogAcrossRedisCrash(t *testing.T) {
 		t.Errorf("%d of %d messages still not acked after %v", unacked.Load(), keys*copies, limit)
 	}
 	close(stop)
-	<-done
+	await(t, time.Minute, "the redelivery loop to stop", done)
 	elapsed := time.Since(began)
 
 	mu.Lock()

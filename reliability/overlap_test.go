@@ -102,7 +102,7 @@ func runNoOverlap(t *testing.T, heartbeat time.Duration, contextTimeouts bool) {
 		_, err := hA(message.NewMessage(uuid, []byte(payload)))
 		errA <- err
 	}()
-	<-started
+	await(t, time.Minute, "A's handler to start", started)
 	proxy.add(t, "partition", "timeout", "upstream", map[string]any{"timeout": 0})
 
 	hB := dB.Middleware(func(*message.Message) ([]*message.Message, error) {

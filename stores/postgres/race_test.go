@@ -88,7 +88,12 @@ func TestClaimRaceFallsBackToLockingStatement(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := <-done
+			var got answer
+			select {
+			case got = <-done:
+			case <-time.After(time.Minute):
+				t.Fatal("the racing claim did not return within a minute")
+			}
 			if got.err != nil || got.res.Outcome != tc.want {
 				t.Fatalf("claim = %v, %v; want %v", got.res.Outcome, got.err, tc.want)
 			}
