@@ -68,7 +68,8 @@ type Record struct {
 	// cannot decode as StateUnreadable, with Problem saying why.
 	State string
 	// Fingerprint is the fingerprint as the store keeps it: verbatim
-	// (memory, PostgreSQL), verbatim when short and "sha256:<hex>" otherwise
+	// (memory; PostgreSQL when it is valid UTF-8 without NUL, else
+	// "\x01sha256:<hex>"), verbatim when short and "sha256:<hex>" otherwise
 	// (DynamoDB), or the hex of a 16-byte digest of it (Redis). Empty when
 	// the claim had none.
 	Fingerprint string
