@@ -168,10 +168,10 @@ func TestHeartbeatKeepsASlowHandlersClaim(t *testing.T) {
 	}()
 	recv(t, "the blocked handler to start", blocking.started)
 	for i := 0; i < 9; i++ { // 90s: three leases
-		waitTimers(t, clock, 1)
+		waitTimerAt(t, clock, 10*time.Second)
 		clock.Advance(10 * time.Second)
 	}
-	waitTimers(t, clock, 1)
+	waitTimerAt(t, clock, 10*time.Second)
 	wantProblem(t, mustSend(t, srv, req{key: "k-slow", body: "x"}), http.StatusConflict, httpdedup.ProblemRequestInProgress)
 	blocking.unblock()
 	first := recv(t, "the slow handler's response", done)
@@ -233,9 +233,9 @@ func TestHeartbeatExtendsTheRedisRecord(t *testing.T) {
 	if err := client.PExpire(ctx, redisKey, time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitTimers(t, clock, 1)
+	waitTimerAt(t, clock, 20*time.Minute)
 	clock.Advance(20 * time.Minute)
-	waitTimers(t, clock, 1)
+	waitTimerAt(t, clock, 20*time.Minute) // the extension is done: the next heartbeat is armed
 	ttl, err := client.PTTL(ctx, redisKey).Result()
 	if err != nil {
 		t.Fatal(err)

@@ -362,6 +362,18 @@ func waitCompletes(t *testing.T, s *faultyStore, n int64) {
 	}
 }
 
+// waitTimerAt waits until a timer due d from the clock's now is pending:
+// the middleware's next heartbeat, told apart from the deadline timer it
+// keeps while an extension is in flight.
+func waitTimerAt(t *testing.T, clock *fakeclock.Clock, d time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := clock.WaitForTimerAt(ctx, clock.Now().Add(d)); err != nil {
+		t.Fatalf("waiting for the timer due in %v: %v", d, err)
+	}
+}
+
 // waitTimers waits until n timers are pending on clock: a goroutine of the
 // middleware (heartbeat, Complete backoff) is waiting for time to pass.
 // recv returns the next value from ch (the zero value once ch is closed),

@@ -73,7 +73,7 @@ func TestLostCompleteReplyIsNotClaimLost(t *testing.T) {
 		result <- err
 	}()
 	// The first Complete failed; the middleware waits for its backoff (the
-	// heartbeat, stopped before Complete, holds no timer any more).
+	// heartbeat holds a timer of its own until Complete is acknowledged).
 	waitFor(t, time.Minute, "the first Complete to fail", func() bool {
 		tl.mu.Lock()
 		defer tl.mu.Unlock()
@@ -81,7 +81,7 @@ func TestLostCompleteReplyIsNotClaimLost(t *testing.T) {
 	})
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if err := clock.WaitForTimers(wctx, 1); err != nil {
+	if err := clock.WaitForTimerAt(wctx, clock.Now().Add(time.Second)); err != nil {
 		t.Fatalf("the middleware never retried Complete: %v", err)
 	}
 	proxy.remove(t, "lose-reply")

@@ -22,7 +22,7 @@ func TestConformanceStandalone(t *testing.T) {
 	store := newStore(t, newClient(t), redis.Config{})
 	storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) {
 		return store, nil
-	}, storetest.Features{})
+	}, storetest.Features{ShortDuration: 300 * time.Millisecond})
 }
 
 // The Lua claim that the benchmark compares with SET NX PX GET must be
@@ -31,7 +31,7 @@ func TestConformanceLuaClaim(t *testing.T) {
 	store := redis.LuaClaimStore{Store: newStore(t, newClient(t), redis.Config{KeyPrefix: "dedup-lua:"})}
 	storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) {
 		return store, nil
-	}, storetest.Features{})
+	}, storetest.Features{ShortDuration: 300 * time.Millisecond})
 }
 
 // A 3-master Redis Cluster on free loopback ports: the suite through a
@@ -50,7 +50,7 @@ func TestConformanceCluster(t *testing.T) {
 	t.Run("suite", func(t *testing.T) {
 		storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) {
 			return store, nil
-		}, storetest.Features{})
+		}, storetest.Features{ShortDuration: 300 * time.Millisecond})
 	})
 
 	ctx := context.Background()
@@ -113,7 +113,7 @@ func TestConformanceSentinel(t *testing.T) {
 	t.Run("suite", func(t *testing.T) {
 		storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) {
 			return store, nil
-		}, storetest.Features{})
+		}, storetest.Features{ShortDuration: 300 * time.Millisecond})
 	})
 
 	// The records are on the master the Sentinel named.

@@ -166,7 +166,7 @@ func TestConformanceWaitReplicas(t *testing.T) {
 		client := goredis.NewClient(&goredis.Options{Addr: master.Addr})
 		t.Cleanup(func() { _ = client.Close() })
 		store := newStore(t, client, redis.Config{WaitReplicas: 1})
-		storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) { return store, nil }, storetest.Features{})
+		storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) { return store, nil }, storetest.Features{ShortDuration: 300 * time.Millisecond})
 	})
 	t.Run("cluster", func(t *testing.T) {
 		cluster, err := testserver.StartRedisClusterWithReplicas(3, 2*time.Second)
@@ -177,7 +177,7 @@ func TestConformanceWaitReplicas(t *testing.T) {
 		client := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cluster.Addrs})
 		t.Cleanup(func() { _ = client.Close() })
 		store := newStore(t, client, redis.Config{WaitReplicas: 1})
-		storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) { return store, nil }, storetest.Features{})
+		storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) { return store, nil }, storetest.Features{ShortDuration: 300 * time.Millisecond})
 	})
 }
 
@@ -191,7 +191,7 @@ func TestWaitRetriedWriteIsConfirmed(t *testing.T) {
 	check := func(t *testing.T, client goredis.UniversalClient, replicated bool) {
 		prefix := fmt.Sprintf("wait-retried-%d:", time.Now().UnixNano())
 		plain := newStore(t, client, redis.Config{KeyPrefix: prefix})
-		wait := newStore(t, client, redis.Config{KeyPrefix: prefix, WaitReplicas: 1, WaitTimeout: 100 * time.Millisecond})
+		wait := newStore(t, client, redis.Config{KeyPrefix: prefix, WaitReplicas: 1, WaitTimeout: 2 * time.Second})
 		first, err := plain.Claim(ctx, "claim", "", time.Minute)
 		if err != nil || first.Outcome != dedup.Acquired {
 			t.Fatalf("first Claim = %v, %v", first.Outcome, err)
