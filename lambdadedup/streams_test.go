@@ -304,3 +304,29 @@ func TestStreamDeadlineMargin(t *testing.T) {
 		}
 	})
 }
+
+// A panicking handler fails its record only (reported, the batch stops) and
+// its claim is released, so the retry from it runs the record again.
+func TestStreamPanic(t *testing.T) {
+	eachStream(t, func(t *testing.T, s stream, cfg lambdadedup.Config) {
+		c := newCharger()
+		var panicked atomic.Bool
+		c.fail = func(id string, _ int) error {
+			if id == "B" && !panicked.Swap(true) {
+				panic("boom")
+			}
+			return nil
+		}
+		h := newHandler(t, cfg, c.handle)
+		batch := recs("601", "A", "602", "B", "603", "C")
+		if f := s.invoke(t, context.Background(), h, batch...); !slices.Equal(f, []string{"602"}) {
+			t.Errorf("failures %v, want [602]", f)
+		}
+		if f := s.invoke(t, context.Background(), h, batch[1:]...); len(f) != 0 {
+			t.Errorf("retry: failures %v, want none (the claim was released)", f)
+		}
+		if c.charges["A"] != 1 || c.charges["B"] != 1 || c.charges["C"] != 1 {
+			t.Errorf("charges %v, want A, B, C once each", c.charges)
+		}
+	})
+}
