@@ -1,0 +1,222 @@
+package lambdadedup
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"strings"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
+)
+
+// item is one record of any event source, as the shared per-record path
+// (Handler.one) sees it.
+type item struct {
+	topic string // stream, table or event source: Decision.Topic
+	// uuid is the record's transport id: the message's UUID and
+	// Call.MessageUUID, refused as a key by the engine.
+	uuid string
+	// others are further transport ids (a sequence number, an event id)
+	// refused as a key.
+	others  []string
+	message func() (*message.Message, error)
+	with    func(context.Context) context.Context // puts the record in the context
+}
+
+// HandleKinesis processes a batch of a Kinesis stream (an event source
+// mapping with ReportBatchItemFailures) and reports where to resume. It has
+// the signature lambda.Start expects: lambda.Start(h.HandleKinesis).
+//
+// A shard is ordered, and Lambda retries a batch from the sequence number
+// it is given: the records run one after the other, in batch order (
+// Config.Concurrency is not used; use the mapping's ParallelizationFactor),
+// and the first record that fails stops the batch. Only its sequence number
+// is reported; the records after it are not started and come back in the
+// retried batch. Per record the outcomes are those of Handle (success,
+// duplicate, ErrInProgress, permanent errors and DropPermanent, store
+// errors, DeadlineMargin); a duplicate, including one earlier in the same
+// batch, is skipped and the batch goes on.
+//
+// The message given to the key function and handler is KinesisMessage's:
+// the payload is the record's data. A key equal to the sequence number or
+// the event id is refused (dedup.ErrTransportKey). The error is always nil.
+func (h *Handler) HandleKinesis(ctx context.Context, event events.KinesisEvent) (events.KinesisEventResponse, error) {
+	var resp events.KinesisEventResponse
+	for i := range event.Records {
+		r := &event.Records[i]
+		it := item{
+			topic:   streamName(r.EventSourceArn),
+			uuid:    r.Kinesis.SequenceNumber,
+			others:  []string{r.EventID},
+			message: func() (*message.Message, error) { return KinesisMessage(*r), nil },
+			with:    func(ctx context.Context) context.Context { return context.WithValue(ctx, kinesisKey{}, r) },
+		}
+		if err := h.one(ctx, it); err != nil {
+			resp.BatchItemFailures = []events.KinesisBatchItemFailure{{ItemIdentifier: r.Kinesis.SequenceNumber}}
+			break
+		}
+	}
+	return resp, nil
+}
+
+// HandleDynamoDB processes a batch of a DynamoDB stream (an event source
+// mapping with ReportBatchItemFailures), as HandleKinesis does a Kinesis
+// batch: in order, stopping at the first failure, whose sequence number
+// (dynamodb.SequenceNumber) is the only one reported. lambda.Start(h.HandleDynamoDB).
+//
+// The message is DynamoDBMessage's: the payload is the item (NewImage, else
+// Keys) as plain JSON, so keyfuncs.JSON("order_id") reads an attribute. A
+// record that cannot be converted is a *dedup.KeyError (ErrNoKey). A key
+// equal to the event id or the sequence number is refused
+// (dedup.ErrTransportKey). The error is always nil.
+func (h *Handler) HandleDynamoDB(ctx context.Context, event events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+	var resp events.DynamoDBEventResponse
+	for i := range event.Records {
+		r := &event.Records[i]
+		it := item{
+			topic:   streamName(r.EventSourceArn),
+			uuid:    r.EventID,
+			others:  []string{r.Change.SequenceNumber},
+			message: func() (*message.Message, error) { return DynamoDBMessage(*r) },
+			with:    func(ctx context.Context) context.Context { return context.WithValue(ctx, dynamoDBKey{}, r) },
+		}
+		if err := h.one(ctx, it); err != nil {
+			resp.BatchItemFailures = []events.DynamoDBBatchItemFailure{{ItemIdentifier: r.Change.SequenceNumber}}
+			break
+		}
+	}
+	return resp, nil
+}
+
+// HandleEventBridge processes one EventBridge event (an asynchronous
+// invocation: lambda.Start(h.HandleEventBridge)). It returns nil when the
+// event was handled or is a duplicate, and an error, so that Lambda retries
+// the invocation (and then sends it to the function's on-failure
+// destination or DLQ), when the handler failed or panicked (the claim is
+// released), the key is held by another consumer (dedup.ErrInProgress), the
+// store failed, less than DeadlineMargin was left, or the error is
+// permanent (no key, transport id as key, key reuse) and DropPermanent is
+// not set; with DropPermanent a permanent error is logged and nil returned.
+//
+// The message is EventBridgeMessage's: the payload is the event's detail.
+// A key equal to the event id is refused (dedup.ErrTransportKey).
+func (h *Handler) HandleEventBridge(ctx context.Context, event events.EventBridgeEvent) error {
+	return h.one(ctx, item{
+		topic:   event.Source,
+		uuid:    event.ID,
+		message: func() (*message.Message, error) { return EventBridgeMessage(event), nil },
+		with:    func(ctx context.Context) context.Context { return context.WithValue(ctx, eventBridgeKey{}, &event) },
+	})
+}
+
+// one claims and handles one record of any source, as Handle's record does
+// an SQS record; nil means the source may consider it processed.
+func (h *Handler) one(ctx context.Context, it item) (err error) {
+	call := dedup.Call{Scope: h.cfg.Scope, Handler: functionName(h.cfg.Scope), Topic: it.topic, MessageUUID: it.uuid}
+	if err := ctx.Err(); err != nil {
+		err = fmt.Errorf("lambdadedup: the invocation ended: %w", context.Cause(ctx))
+		h.decideItem(it, dedup.Decision{Event: EventDeadline, Err: err})
+		return err
+	}
+	if deadline, has := ctx.Deadline(); has {
+		left := deadline.Sub(h.now())
+		if left < h.cfg.DeadlineMargin {
+			err := fmt.Errorf("lambdadedup: %v left in the invocation, less than DeadlineMargin %v", left, h.cfg.DeadlineMargin)
+			h.decideItem(it, dedup.Decision{Event: EventDeadline, Err: err})
+			return err
+		}
+		call.Deadline = deadline
+	}
+	msg, err := it.message()
+	if err != nil {
+		err = &dedup.KeyError{Reason: "the record cannot be converted to a message", MessageUUID: it.uuid, Err: err}
+		h.decideItem(it, dedup.Decision{Event: dedup.EventKeyMissing, Err: err})
+		return h.permanentItem(it, err)
+	}
+	recCtx := it.with(ctx)
+	msg.SetContext(recCtx)
+
+	defer func() {
+		if p := recover(); p != nil {
+			// The engine released the claim before the panic reached here.
+			err = fmt.Errorf("lambdadedup: handler panicked: %v\n%s", p, debug.Stack())
+			h.decideItem(it, dedup.Decision{Event: EventHandlerPanic, Key: admin.ScopedKey(call.Scope, call.Key), Err: err})
+		}
+	}()
+
+	call.Key, err = h.businessKey(msg, it.uuid)
+	for _, id := range it.others {
+		if err == nil && id != "" && call.Key == id {
+			err = fmt.Errorf("%w: key %q is the record's sequence number or event id; take the key from the business payload", dedup.ErrTransportKey, call.Key)
+		}
+	}
+	if err == nil && h.cfg.Dedup.Fingerprint != nil {
+		if call.Fingerprint, err = h.cfg.Dedup.Fingerprint(msg); err != nil {
+			err = &dedup.KeyError{Field: "fingerprint", Reason: "fingerprint failed", MessageUUID: it.uuid, Err: err}
+		}
+	}
+	if err != nil {
+		h.decideItem(it, dedup.Decision{Event: dedup.EventKeyMissing, Err: err})
+		return h.permanentItem(it, err)
+	}
+	_, err = h.engine.Do(recCtx, call, func(workCtx context.Context) ([]byte, error) {
+		msg.SetContext(workCtx)
+		defer msg.SetContext(recCtx)
+		return nil, h.handler(msg)
+	})
+	if err != nil && dedup.IsPermanent(err) {
+		return h.permanentItem(it, err)
+	}
+	return err
+}
+
+// permanentItem decides on a record that can never succeed: nil (dropped)
+// with DropPermanent, else err.
+func (h *Handler) permanentItem(it item, err error) error {
+	if !h.cfg.DropPermanent {
+		return err
+	}
+	h.decideItem(it, dedup.Decision{Event: EventDropped, Err: fmt.Errorf("lambdadedup: record dropped (DropPermanent): %w", err)})
+	return nil
+}
+
+// decideItem is decide for a record of any source.
+func (h *Handler) decideItem(it item, d dedup.Decision) {
+	d.Handler, d.Topic, d.MessageUUID = functionName(h.cfg.Scope), it.topic, it.uuid
+	if o := h.cfg.Dedup.Observer; o != nil {
+		o.ObserveDecision(d)
+	}
+	l := h.cfg.Dedup.Logger
+	if _, nop := l.(watermill.NopLogger); nop {
+		return
+	}
+	f := watermill.LogFields{"dedup_event": string(d.Event), "handler": d.Handler, "topic": d.Topic, "message_uuid": d.MessageUUID}
+	if d.Key != "" {
+		f["key"] = d.Key
+	}
+	if d.Event == EventDeadline {
+		f["err"] = d.Err.Error()
+		l.Info("dedup: "+string(d.Event), f)
+		return
+	}
+	l.Error("dedup: "+string(d.Event), d.Err, f)
+}
+
+// streamName is the stream's or table's name in a Kinesis
+// (arn:...:stream/NAME) or DynamoDB stream
+// (arn:...:table/NAME/stream/LABEL) ARN.
+func streamName(arn string) string {
+	res := arn // the resource: after the fifth colon (a stream label holds colons)
+	if parts := strings.SplitN(arn, ":", 6); len(parts) == 6 {
+		res = parts[5]
+	}
+	if parts := strings.Split(res, "/"); len(parts) >= 2 && (parts[0] == "stream" || parts[0] == "table") {
+		return parts[1]
+	}
+	return res
+}
