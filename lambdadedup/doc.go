@@ -4,6 +4,13 @@
 // dedup.Engine, the engine of the Watermill middleware, and reports the
 // records to retry in events.SQSEventResponse.BatchItemFailures.
 //
+// The same Handler serves the other event sources: HandleKinesis and
+// HandleDynamoDB process a stream batch in order and stop at the first
+// failure, reporting its sequence number (AWS retries the shard from
+// there); HandleEventBridge handles one event and returns an error to have
+// Lambda retry it. The key comes from the record's data, never from the
+// sequence number or event id, which are refused as keys (ErrTransportKey).
+//
 // The same key functions (package keyfuncs) work on SQS records: Message
 // converts a record as watermill-aws's SQS subscriber converts a received
 // message (payload = body, metadata = message attributes, UUID = the
