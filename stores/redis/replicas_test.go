@@ -166,7 +166,7 @@ func TestConformanceWaitReplicas(t *testing.T) {
 		client := goredis.NewClient(&goredis.Options{Addr: master.Addr})
 		t.Cleanup(func() { _ = client.Close() })
 		store := newStore(t, client, redis.Config{WaitReplicas: 1})
-		storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) { return store, nil }, storetest.Features{ShortDuration: 300 * time.Millisecond})
+		storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) { return store, nil }, storetest.Features{ShortDuration: waitShortDuration})
 	})
 	t.Run("cluster", func(t *testing.T) {
 		cluster, err := testserver.StartRedisClusterWithReplicas(3, 2*time.Second)
@@ -177,7 +177,7 @@ func TestConformanceWaitReplicas(t *testing.T) {
 		client := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cluster.Addrs})
 		t.Cleanup(func() { _ = client.Close() })
 		store := newStore(t, client, redis.Config{WaitReplicas: 1})
-		storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) { return store, nil }, storetest.Features{ShortDuration: 300 * time.Millisecond})
+		storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) { return store, nil }, storetest.Features{ShortDuration: waitShortDuration})
 	})
 }
 
@@ -186,6 +186,12 @@ func TestConformanceWaitReplicas(t *testing.T) {
 // nothing, so WAIT on that connection would confirm nothing: the store
 // re-propagates the record and waits for that. Without a replica it is
 // refused; with one it is confirmed.
+// waitShortDuration is the lease the conformance suite lets expire with
+// WaitReplicas on: longer than the WAIT timeout (1s by default), since a
+// claim whose WAIT waits for a slow replica may otherwise find its own lease
+// over before the next operation.
+const waitShortDuration = 2 * time.Second
+
 func TestWaitRetriedWriteIsConfirmed(t *testing.T) {
 	ctx := context.Background()
 	check := func(t *testing.T, client goredis.UniversalClient, replicated bool) {
