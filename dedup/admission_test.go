@@ -29,13 +29,13 @@ func (s *gatedStore) Claim(ctx context.Context, key, fp string, lease time.Durat
 	return s.Store.Claim(ctx, key, fp, lease)
 }
 
-// waitingForAdmission reports whether a goroutine is inside Engine.claim
+// waitingForAdmission reports whether a goroutine is inside the engine's claim
 // but not in a store's Claim: waiting for an admission slot.
 func waitingForAdmission() bool {
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "dedup.(*Engine).claim(") && !strings.Contains(g, "gatedStore") {
+		if strings.Contains(g, "dedup.(*flight).claim(") && !strings.Contains(g, "gatedStore") {
 			return true
 		}
 	}

@@ -25,6 +25,14 @@ type Engine struct {
 	// so that Complete, Release and Extend never queue behind a backlog of
 	// new claims for the store's connections.
 	claims chan struct{}
+	// wallClock: cfg.Clock is the wall clock, whose timers can be pooled.
+	wallClock bool
+}
+
+// newEngine returns the engine of a validated config with its defaults set.
+func newEngine(config Config) *Engine {
+	_, wall := config.Clock.(realClock)
+	return &Engine{cfg: config, claims: make(chan struct{}, config.MaxClaimsInFlight), wallClock: wall}
 }
 
 // NewEngine validates config, applies its defaults and returns an Engine.
@@ -35,7 +43,7 @@ func NewEngine(config Config) (*Engine, error) {
 		return nil, err
 	}
 	config.setDefaults()
-	return &Engine{cfg: config, claims: make(chan struct{}, config.MaxClaimsInFlight)}, nil
+	return newEngine(config), nil
 }
 
 // Call is one unit of work for Engine.Do: the key it is done at most once
@@ -88,14 +96,22 @@ type Call struct {
 // its lease ends. Cost: two store round trips (claim, complete) for work
 // that runs, one for a duplicate or a refusal, plus one per heartbeat.
 func (e *Engine) Do(ctx context.Context, call Call, fn func(ctx context.Context) ([]byte, error)) (ClaimResult, error) {
+	f := &flight{e: e, call: call}
+	return f.do(ctx, workFunc(fn))
+}
+
+// do is Do for the flight's call.
+func (f *flight) do(ctx context.Context, w worker) (ClaimResult, error) {
+	e, call := f.e, &f.call
 	if call.Scope == "" {
 		return ClaimResult{}, ErrNoScope
 	}
 	if err := e.checkKey(call.Key, call.MessageUUID); err != nil {
-		e.decide(&call, Decision{Event: EventKeyMissing, Err: err})
+		e.decide(call, Decision{Event: EventKeyMissing, Err: err})
 		return ClaimResult{}, err
 	}
 	key := scopedkey.Of(call.Scope, call.Key)
+	f.key = key
 	lease := e.cfg.Lease
 	if call.Lease > 0 && call.Lease < lease {
 		lease = call.Lease
@@ -107,39 +123,51 @@ func (e *Engine) Do(ctx context.Context, call Call, fn func(ctx context.Context)
 		lease = left
 	}
 
+	// The work's context exists before the claim: the claim's request
+	// context is derived from it (see opCtx).
+	f.newWorkContext(ctx)
+	defer func() { f.cancelWork(nil) }()
 	start := time.Now()
-	res, claimedAt, err := e.claim(ctx, key, call.Fingerprint, lease)
+	res, claimedAt, err := f.claim(ctx, lease)
 	elapsed := time.Since(start)
 	if err == nil && (res.Outcome < Acquired || res.Outcome > Conflict) {
 		err = fmt.Errorf("unknown outcome %v", res.Outcome)
 	}
 	if err != nil {
 		err = &StoreError{Op: "claim", Key: key, Err: err}
-		e.decide(&call, Decision{Event: EventStoreError, Op: "claim", Key: key, Elapsed: elapsed, Err: err})
+		e.decide(call, Decision{Event: EventStoreError, Op: "claim", Key: key, Elapsed: elapsed, Err: err})
 		if !e.cfg.FailOpen || ctx.Err() != nil {
 			return ClaimResult{}, err
 		}
-		e.decide(&call, Decision{Event: EventFailOpen, Op: "claim", Key: key, Err: err})
-		result, err := fn(ctx)
+		e.decide(call, Decision{Event: EventFailOpen, Op: "claim", Key: key, Err: err})
+		result, err := w.work(ctx)
 		return ClaimResult{Result: result}, err
 	}
 
 	switch res.Outcome {
 	case Acquired:
-		e.decide(&call, Decision{Event: EventClaimWon, Op: "claim", Key: key, Elapsed: elapsed})
-		return e.run(ctx, &call, res.Claim, lease, claimedAt, fn)
+		e.decide(call, Decision{Event: EventClaimWon, Op: "claim", Key: key, Elapsed: elapsed})
+		return f.run(ctx, res.Claim, lease, claimedAt, w)
 	case Duplicate:
-		e.decide(&call, Decision{Event: EventSkipDuplicate, Op: "claim", Key: key, Elapsed: elapsed})
+		e.decide(call, Decision{Event: EventSkipDuplicate, Op: "claim", Key: key, Elapsed: elapsed})
 		return res, nil
 	case InProgress:
 		err := fmt.Errorf("%w: %q", ErrInProgress, key)
-		e.decide(&call, Decision{Event: EventInProgress, Op: "claim", Key: key, Elapsed: elapsed, Err: err})
+		e.decide(call, Decision{Event: EventInProgress, Op: "claim", Key: key, Elapsed: elapsed, Err: err})
 		return res, err
 	default: // Conflict
 		err := fmt.Errorf("%w: %q", ErrKeyReuse, key)
-		e.decide(&call, Decision{Event: EventKeyReuse, Op: "claim", Key: key, Elapsed: elapsed, Err: err})
+		e.decide(call, Decision{Event: EventKeyReuse, Op: "claim", Key: key, Elapsed: elapsed, Err: err})
 		return res, err
 	}
+}
+
+// newWorkContext makes the work's context: cancellable with a cause,
+// carrying the flight's claim.
+func (f *flight) newWorkContext(ctx context.Context) {
+	cctx, cancel := context.WithCancelCause(ctx)
+	f.work = claimctx.Context{Context: cctx, Claim: &f.hc}
+	f.cancelWork = cancel
 }
 
 // claim runs Store.Claim once admitted (see Engine.claims), within
@@ -148,19 +176,27 @@ func (e *Engine) Do(ctx context.Context, call Call, fn func(ctx context.Context)
 // claimedAt is the clock's reading once admitted, just before the request
 // is sent: the lease certainly runs until claimedAt+lease (a wait for
 // admission does not count against it).
-func (e *Engine) claim(ctx context.Context, key, fingerprint string, lease time.Duration) (res ClaimResult, claimedAt time.Time, err error) {
+func (f *flight) claim(ctx context.Context, lease time.Duration) (res ClaimResult, claimedAt time.Time, err error) {
+	e := f.e
 	select {
 	case e.claims <- struct{}{}:
 	case <-ctx.Done():
 		return ClaimResult{}, e.cfg.Clock.Now(), context.Cause(ctx)
 	}
-	defer func() { <-e.claims }()
 	claimedAt = e.cfg.Clock.Now()
-	cctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
-	defer cancel()
+	defer func() { <-e.claims }()
+	op := &f.claimCtx
+	op.start(&f.work, false, f.cancelWork, e.cfg.StoreTimeout)
 	start := time.Now()
-	res, err = e.cfg.Store.Claim(cctx, key, fingerprint, lease)
-	e.observeOp("claim", time.Since(start), err)
+	res, err = e.cfg.Store.Claim(op, f.key, f.call.Fingerprint, lease)
+	elapsed := time.Since(start)
+	timedOut := op.end()
+	e.observeOp("claim", elapsed, err)
+	if timedOut && err == nil && res.Outcome == Acquired {
+		// The deadline cancelled the work's context while the claim was
+		// answered: the work gets a fresh one.
+		f.newWorkContext(ctx)
+	}
 	return res, claimedAt, err
 }
 
@@ -183,13 +219,11 @@ func (e *Engine) checkKey(key, transportID string) error {
 }
 
 // run does the work of an acquired claim and ends the claim exactly once.
-func (e *Engine) run(ctx context.Context, call *Call, claim Claim, lease time.Duration, claimedAt time.Time,
-	fn func(ctx context.Context) ([]byte, error)) (ClaimResult, error) {
-	hc := &claimctx.Claim{Key: claim.Key, Token: claim.Token, Retention: e.cfg.Retention}
-	workCtx, cancelWork := context.WithCancelCause(ctx)
-	defer cancelWork(nil)
-	keeper := e.keepLease(call, claim, lease, claimedAt, cancelWork)
-	workCtx = claimctx.With(workCtx, hc, keeper.stop)
+func (f *flight) run(ctx context.Context, claim Claim, lease time.Duration, claimedAt time.Time, w worker) (ClaimResult, error) {
+	e, call := f.e, &f.call
+	f.hc.Key, f.hc.Token, f.hc.Retention = claim.Key, claim.Token, e.cfg.Retention
+	keeper := f.keepLease(claim, lease, claimedAt)
+	f.hc.SetStopper(keeper)
 	acquired := ClaimResult{Outcome: Acquired, Claim: claim}
 
 	panicked := true
@@ -197,33 +231,34 @@ func (e *Engine) run(ctx context.Context, call *Call, claim Claim, lease time.Du
 		if panicked {
 			// The panic (or runtime.Goexit) goes on after this function
 			// returns; the claim is released first so that a retry runs.
-			e.release(ctx, call, keeper, claimedAt, errors.New("handler panicked"))
+			f.release(ctx, errors.New("handler panicked"))
 		}
 	}()
-	result, err := fn(workCtx)
+	result, err := w.work(&f.work)
 	panicked = false
 
 	switch {
 	case err != nil:
-		e.release(ctx, call, keeper, claimedAt, err)
+		f.release(ctx, err)
 		return acquired, err
-	case hc.Completed():
+	case f.hc.Completed():
 		keeper.stop()
 		e.decide(call, Decision{Event: EventCompleted, Op: "complete", Key: claim.Key, Elapsed: e.cfg.Clock.Now().Sub(claimedAt)})
 	default:
-		e.complete(ctx, call, keeper, claimedAt, result)
+		f.complete(ctx, result)
 	}
 	acquired.Result = result
 	return acquired, nil
 }
 
 // release deletes the claim's record so that a retry can run the work again.
-func (e *Engine) release(ctx context.Context, call *Call, keeper *leaseKeeper, claimedAt time.Time, cause error) {
+func (f *flight) release(ctx context.Context, cause error) {
+	e, call, keeper := f.e, &f.call, &f.keeper
 	keeper.finish()
 	claim := keeper.claim
-	err := e.storeOp(context.WithoutCancel(ctx), "release", func(ctx context.Context) error { return e.cfg.Store.Release(ctx, claim) })
+	err := f.finishOp(ctx, "release", func(ctx context.Context) error { return e.cfg.Store.Release(ctx, claim) })
 	keeper.stop()
-	elapsed := e.cfg.Clock.Now().Sub(claimedAt)
+	elapsed := e.cfg.Clock.Now().Sub(keeper.claimedAt)
 	switch {
 	case err == nil:
 		e.decide(call, Decision{Event: EventReleased, Op: "release", Key: claim.Key, Elapsed: elapsed, Err: cause})
@@ -240,13 +275,14 @@ func (e *Engine) release(ctx context.Context, call *Call, keeper *leaseKeeper, c
 
 // complete records the work as done, retrying store errors with backoff
 // while the heartbeat keeps the lease alive.
-func (e *Engine) complete(ctx context.Context, call *Call, keeper *leaseKeeper, claimedAt time.Time, result []byte) {
+func (f *flight) complete(ctx context.Context, result []byte) {
+	e, call, keeper := f.e, &f.call, &f.keeper
 	keeper.finish()
 	claim := keeper.claim
 	var err error
 	backoff := e.cfg.CompleteBackoff
 	for attempt := 0; ; attempt++ {
-		err = e.storeOp(context.WithoutCancel(ctx), "complete", func(ctx context.Context) error {
+		err = f.finishOp(ctx, "complete", func(ctx context.Context) error {
 			return e.cfg.Store.Complete(ctx, claim, result, e.cfg.Retention)
 		})
 		if errors.Is(err, ErrResultTooLarge) && result != nil {
@@ -266,7 +302,7 @@ func (e *Engine) complete(ctx context.Context, call *Call, keeper *leaseKeeper, 
 		backoff *= 2
 	}
 	keeper.stop()
-	elapsed := e.cfg.Clock.Now().Sub(claimedAt)
+	elapsed := e.cfg.Clock.Now().Sub(keeper.claimedAt)
 	switch {
 	case err == nil || errors.Is(err, ErrAlreadyCompleted):
 		// ErrAlreadyCompleted: an earlier attempt whose reply was lost
@@ -283,10 +319,25 @@ func (e *Engine) complete(ctx context.Context, call *Call, keeper *leaseKeeper, 
 	}
 }
 
-// storeOp runs a Complete, Release or Extend within StoreTimeout (and ctx),
-// and observes it. Callers pass a context that outlives the work's caller
-// (context.WithoutCancel): the record must be finished even when the
-// message's or request's context was cancelled.
+// finishOp runs a Complete or Release within StoreTimeout, detached from ctx:
+// the record must be finished even when the message's or request's context
+// was cancelled. The first attempt uses the flight's own context; retries
+// get one each.
+func (f *flight) finishOp(ctx context.Context, op string, do func(context.Context) error) error {
+	oc := &f.endCtx
+	if oc.parent != nil {
+		oc = &opCtx{}
+	}
+	oc.start(context.WithoutCancel(ctx), true, nil, f.e.cfg.StoreTimeout)
+	start := time.Now()
+	err := do(oc)
+	elapsed := time.Since(start)
+	oc.end()
+	f.e.observeOp(op, elapsed, err)
+	return err
+}
+
+// storeOp runs an Extend within StoreTimeout (and ctx), and observes it.
 func (e *Engine) storeOp(ctx context.Context, op string, f func(context.Context) error) error {
 	octx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
 	defer cancel()

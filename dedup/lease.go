@@ -32,7 +32,9 @@ type leaseKeeper struct {
 	stopped    bool
 	expired    bool           // the deadline passed without an extension: the work was cancelled
 	finishing  bool           // Complete is running: a claim_lost from Extend may be its own doing
-	stopTimer  func() bool    // stops the pending timer
+	slot       *timerSlot     // the pending timer (wall clock: a pooled timer)
+	stopTimer  func() bool    // the pending timer (any other Clock)
+	stopExpiry func() bool    // the deadline's own timer while an extension is in flight
 	cancelExt  func()         // cancels the extension in flight, if any
 	leaseEnd   time.Time      // the lease certainly holds until then
 	lastBeat   time.Time      // when the last extension was sent (or the claim)
@@ -47,11 +49,12 @@ func deadlineMargin(lease time.Duration) time.Duration {
 	return min(lease/10, time.Second)
 }
 
-// keepLease starts keeping a claim acquired at claimedAt (read before the
-// Claim request was sent).
-func (e *Engine) keepLease(call *Call, claim Claim, lease time.Duration, claimedAt time.Time, lost context.CancelCauseFunc) *leaseKeeper {
-	k := &leaseKeeper{e: e, call: call, claim: claim, lease: lease, claimedAt: claimedAt, lost: lost,
-		leaseEnd: claimedAt.Add(lease), lastBeat: claimedAt}
+// keepLease starts keeping the flight's claim, acquired at claimedAt (read
+// before the Claim request was sent).
+func (f *flight) keepLease(claim Claim, lease time.Duration, claimedAt time.Time) *leaseKeeper {
+	k := &f.keeper
+	k.e, k.call, k.claim, k.lease, k.claimedAt, k.lost = f.e, &f.call, claim, lease, claimedAt, f.cancelWork
+	k.leaseEnd, k.lastBeat = claimedAt.Add(lease), claimedAt
 	k.mu.Lock()
 	k.arm()
 	k.mu.Unlock()
@@ -71,8 +74,19 @@ func (k *leaseKeeper) arm() {
 			at = beat
 		}
 	}
-	k.stopTimer = k.e.cfg.Clock.AfterFunc(at.Sub(k.e.cfg.Clock.Now()), k.fire)
+	d := at.Sub(k.e.cfg.Clock.Now())
+	switch {
+	case k.slot != nil: // re-armed from its own firing
+		k.slot.reset(d)
+	case k.e.wallClock:
+		k.slot = newTimerSlot(k, d)
+	default:
+		k.stopTimer = k.e.cfg.Clock.AfterFunc(d, k.fire)
+	}
 }
+
+// timerFired is the pending timer (wall clock).
+func (k *leaseKeeper) timerFired() { k.fire() }
 
 // finish marks the start of Complete: extensions go on until stop (the
 // lease must not end while the completion waits), but an extension that
@@ -89,17 +103,36 @@ func (k *leaseKeeper) finish() {
 	k.mu.Unlock()
 }
 
+// StopHeartbeat is stop, for claimctx.Claim.StopHeartbeat.
+func (k *leaseKeeper) StopHeartbeat() { k.stop() }
+
 // stop ends the keeper and waits until no extension is in flight. Safe to
 // call more than once.
 func (k *leaseKeeper) stop() {
 	k.mu.Lock()
 	k.stopped = true
-	k.stopTimer()
+	k.stopTimers()
 	if k.cancelExt != nil {
 		k.cancelExt() // its outcome no longer matters
 	}
 	k.mu.Unlock()
 	k.extensions.Wait()
+}
+
+// stopTimers stops every pending timer. Called with k.mu held.
+func (k *leaseKeeper) stopTimers() {
+	if k.slot != nil {
+		k.slot.stop() // back in the pool, unless it is firing now
+		k.slot = nil
+	}
+	if k.stopTimer != nil {
+		k.stopTimer()
+		k.stopTimer = nil
+	}
+	if k.stopExpiry != nil {
+		k.stopExpiry()
+		k.stopExpiry = nil
+	}
 }
 
 // fire runs when the timer is due: it cancels the work at the deadline, or
@@ -120,13 +153,16 @@ func (k *leaseKeeper) fire() {
 	// own: a store that ignores the request's context (go-redis without
 	// ContextTimeoutEnabled waits for its ReadTimeout) must not delay the
 	// cancellation.
-	k.stopTimer = k.e.cfg.Clock.AfterFunc(k.deadline().Sub(k.e.cfg.Clock.Now()), k.expire)
+	k.stopExpiry = k.e.cfg.Clock.AfterFunc(k.deadline().Sub(k.e.cfg.Clock.Now()), k.expire)
 	k.mu.Unlock()
 	defer k.extensions.Done()
 
 	held := k.extend()
 	k.mu.Lock()
-	k.stopTimer()
+	if k.stopExpiry != nil {
+		k.stopExpiry()
+		k.stopExpiry = nil
+	}
 	k.mu.Unlock()
 	if !held {
 		return

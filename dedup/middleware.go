@@ -7,7 +7,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
 	"github.com/watermill-dedup/watermill-dedup/internal/replay"
 	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
 )
@@ -27,7 +26,7 @@ func New(config Config) (*Deduplicator, error) {
 		return nil, err
 	}
 	config.setDefaults()
-	return &Deduplicator{cfg: config, engine: &Engine{cfg: config, claims: make(chan struct{}, config.MaxClaimsInFlight)}}, nil
+	return &Deduplicator{cfg: config, engine: newEngine(config)}, nil
 }
 
 // Middleware has the shape of Watermill's message.HandlerMiddleware. For each
@@ -53,46 +52,58 @@ func (d *Deduplicator) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	}
 }
 
+// delivery is one message through the middleware: the engine's flight
+// and what the work needs, in one allocation (its work method is the
+// handler call, with no closure).
+type delivery struct {
+	flight
+	d   *Deduplicator
+	h   message.HandlerFunc
+	msg *message.Message
+	ctx context.Context // the message's own context
+	out []*message.Message
+}
+
+func (m *delivery) work(workCtx context.Context) ([]byte, error) {
+	m.flight.hc.Replay = m.d.cfg.Replay
+	m.msg.SetContext(workCtx)
+	defer m.msg.SetContext(m.ctx)
+	var herr error
+	m.out, herr = m.h(m.msg)
+	if herr != nil || !m.d.cfg.Replay {
+		return nil, herr
+	}
+	return replay.Encode(m.out), nil
+}
+
 func (d *Deduplicator) handle(h message.HandlerFunc, msg *message.Message) ([]*message.Message, error) {
 	ctx := msg.Context()
-	call := Call{
-		Scope:       d.cfg.Scope,
-		Handler:     message.HandlerNameFromCtx(ctx),
-		Topic:       message.SubscribeTopicFromCtx(ctx),
-		MessageUUID: msg.UUID,
-	}
+	m := &delivery{d: d, h: h, msg: msg, ctx: ctx}
+	m.flight.e = d.engine
+	call := &m.flight.call
+	call.Scope = d.cfg.Scope
+	call.Handler = message.HandlerNameFromCtx(ctx)
+	call.Topic = message.SubscribeTopicFromCtx(ctx)
+	call.MessageUUID = msg.UUID
 	if call.Scope == "" {
 		call.Scope = call.Handler
 	}
 	var err error
 	if call.Key, err = d.businessKey(msg); err != nil {
-		d.engine.decide(&call, Decision{Event: EventKeyMissing, Err: err})
+		d.engine.decide(call, Decision{Event: EventKeyMissing, Err: err})
 		return nil, err
 	}
 	if d.cfg.Fingerprint != nil {
 		if call.Fingerprint, err = d.cfg.Fingerprint(msg); err != nil {
 			err = &KeyError{Field: "fingerprint", Reason: "fingerprint failed", MessageUUID: msg.UUID, Err: err}
-			d.engine.decide(&call, Decision{Event: EventKeyMissing, Key: scopedkey.Of(call.Scope, call.Key), Err: err})
+			d.engine.decide(call, Decision{Event: EventKeyMissing, Key: scopedkey.Of(call.Scope, call.Key), Err: err})
 			return nil, err
 		}
 	}
 
-	var out []*message.Message
-	res, err := d.engine.Do(ctx, call, func(workCtx context.Context) ([]byte, error) {
-		if hc, ok := claimctx.From(workCtx); ok {
-			hc.Replay = d.cfg.Replay
-		}
-		msg.SetContext(workCtx)
-		defer msg.SetContext(ctx)
-		var herr error
-		out, herr = h(msg)
-		if herr != nil || !d.cfg.Replay {
-			return nil, herr
-		}
-		return replay.Encode(out), nil
-	})
+	res, err := m.flight.do(ctx, m)
 	if err != nil || res.Outcome != Duplicate {
-		return out, err
+		return m.out, err
 	}
 	if !d.cfg.Replay || len(res.Result) == 0 {
 		return nil, nil

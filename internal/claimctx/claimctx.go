@@ -19,18 +19,34 @@ type Claim struct {
 	// Replay tells whether the handler's output messages are stored.
 	Replay bool
 
-	completed     atomic.Bool
-	stopHeartbeat func()
+	completed atomic.Bool
+	stopper   Stopper
 }
+
+// Stopper stops a claim's lease extensions and waits until none is in
+// flight (the engine's lease keeper).
+type Stopper interface{ StopHeartbeat() }
 
 type key struct{}
 
-// With returns ctx carrying c; stopHeartbeat stops the claim's lease
-// extensions and waits until none is in flight.
-func With(ctx context.Context, c *Claim, stopHeartbeat func()) context.Context {
-	c.stopHeartbeat = stopHeartbeat
-	return context.WithValue(ctx, key{}, c)
+// Context is a context carrying a claim, like context.WithValue(Context,
+// key, Claim), but a value that can be part of a larger allocation.
+type Context struct {
+	context.Context
+	Claim *Claim
 }
+
+// Value returns the claim for this package's key, and asks the parent
+// otherwise.
+func (c *Context) Value(k any) any {
+	if _, ok := k.(key); ok {
+		return c.Claim
+	}
+	return c.Context.Value(k)
+}
+
+// SetStopper sets what StopHeartbeat calls.
+func (c *Claim) SetStopper(s Stopper) { c.stopper = s }
 
 // From returns the claim the current handler runs under, if the handler was
 // called by the dedup engine after winning the claim.
@@ -55,7 +71,7 @@ func (c *Claim) Completed() bool { return c.completed.Load() }
 // then runs its normal course: the completion must happen within it. Safe
 // to call more than once.
 func (c *Claim) StopHeartbeat() {
-	if c.stopHeartbeat != nil {
-		c.stopHeartbeat()
+	if c.stopper != nil {
+		c.stopper.StopHeartbeat()
 	}
 }

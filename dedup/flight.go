@@ -1,0 +1,268 @@
+package dedup
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
+)
+
+// flight is one Engine.Do call (or one message of the middleware) from its
+// claim to the end of its record. It holds in one allocation what the
+// lifecycle needs: the call, the lease keeper, the claim the work's context
+// carries and the contexts of the store operations, which would otherwise
+// be a dozen small allocations per call.
+type flight struct {
+	e    *Engine
+	call Call
+	key  string // the scoped key
+
+	// work is the work's context: a context.WithCancelCause of the caller's
+	// context, carrying the claim (claimctx). It is made before the claim,
+	// whose request context is derived from it (see opCtx), so that the
+	// claim can follow the caller's cancellation without a registration of
+	// its own.
+	work       claimctx.Context
+	cancelWork context.CancelCauseFunc
+	hc         claimctx.Claim
+	keeper     leaseKeeper
+
+	// claimCtx and endCtx are the contexts of the claim and of the first
+	// Complete or Release; later attempts get their own. They are never
+	// reused: a store may still hold them after the operation (net/http
+	// cancels a request's context from its read loop).
+	claimCtx, endCtx opCtx
+}
+
+// worker is the work of a flight: Engine.Do's function, or the middleware's
+// handler call (which implements it without a closure).
+type worker interface {
+	work(ctx context.Context) ([]byte, error)
+}
+
+// workFunc is the work of Engine.Do.
+type workFunc func(ctx context.Context) ([]byte, error)
+
+func (f workFunc) work(ctx context.Context) ([]byte, error) { return f(ctx) }
+
+// opCtx is the context of one store operation, bounded by StoreTimeout. It
+// behaves like context.WithTimeout(parent, StoreTimeout) (or, detached,
+// like context.WithTimeout(context.WithoutCancel(parent), StoreTimeout)),
+// ended by end when the operation returns, but costs no allocation and no
+// timer unless the store asks for Done: stores that only read Deadline and
+// Err (or never look) pay nothing for the bound; stores that wait on Done
+// get a pooled timer.
+//
+// Attached (the claim), its parent is the flight's work context: Done is
+// that context's channel, and the deadline cancels it (the work has not
+// started; a claim that still succeeds gets a fresh work context), so a
+// child context of the claim's ends with context.Canceled and the cause
+// context.DeadlineExceeded. A store should not use an operation's context
+// after the operation returned: an attached one is not cancelled then. Detached
+// (Complete and Release, which must run after the caller's context ended),
+// it has a channel of its own and ignores its parent's cancellation.
+type opCtx struct {
+	parent   context.Context
+	detached bool
+	deadline time.Time
+	// cancelParent cancels the parent at the deadline (attached only).
+	cancelParent context.CancelCauseFunc
+
+	mu       sync.Mutex
+	done     chan struct{} // detached: made on the first Done
+	err      error         // set once the operation timed out or ended
+	timedOut bool
+	timer    *timerSlot
+	afters   []*afterFunc // detached: AfterFunc registrations of child contexts
+}
+
+// start readies a new c for an operation of at most timeout.
+func (c *opCtx) start(parent context.Context, detached bool, cancelParent context.CancelCauseFunc, timeout time.Duration) {
+	c.parent, c.detached, c.cancelParent = parent, detached, cancelParent
+	c.deadline = time.Now().Add(timeout)
+}
+
+// end ends the operation: the context is cancelled (context.Canceled) as
+// the cancel function of context.WithTimeout would, and its timer, if any,
+// goes back to the pool. It reports whether the deadline had passed first.
+func (c *opCtx) end() (timedOut bool) {
+	c.mu.Lock()
+	if c.timer != nil {
+		c.timer.stop()
+		c.timer = nil
+	}
+	if c.err == nil {
+		c.err = context.Canceled
+		c.closeLocked()
+	}
+	timedOut = c.timedOut
+	c.mu.Unlock()
+	return timedOut
+}
+
+// closeLocked closes the detached channel and runs the registered
+// AfterFuncs. Called with c.mu held, once.
+func (c *opCtx) closeLocked() {
+	if c.done != nil {
+		close(c.done)
+	}
+	for _, a := range c.afters {
+		if !a.stopped {
+			a.fired = true
+			go a.f()
+		}
+	}
+	c.afters = nil
+}
+
+// timerFired is the deadline.
+func (c *opCtx) timerFired() {
+	c.mu.Lock()
+	if c.err != nil || time.Now().Before(c.deadline) {
+		c.mu.Unlock()
+		return
+	}
+	c.err, c.timedOut = context.DeadlineExceeded, true
+	c.closeLocked()
+	cancel := c.cancelParent
+	c.mu.Unlock()
+	if !c.detached && cancel != nil {
+		cancel(context.DeadlineExceeded)
+	}
+}
+
+// Deadline is the operation's deadline, or the parent's if that is
+// earlier (attached only).
+func (c *opCtx) Deadline() (time.Time, bool) {
+	if !c.detached {
+		if d, ok := c.parent.Deadline(); ok && d.Before(c.deadline) {
+			return d, true
+		}
+	}
+	return c.deadline, true
+}
+
+// Done arms the deadline's timer on first use.
+func (c *opCtx) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.timer == nil && c.err == nil {
+		c.timer = newTimerSlot(c, time.Until(c.deadline))
+	}
+	if !c.detached {
+		return c.parent.Done()
+	}
+	if c.done == nil {
+		c.done = make(chan struct{})
+		if c.err != nil {
+			close(c.done)
+		}
+	}
+	return c.done
+}
+
+func (c *opCtx) Err() error {
+	c.mu.Lock()
+	err := c.err
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if !c.detached {
+		if err := c.parent.Err(); err != nil {
+			return err
+		}
+	}
+	if !time.Now().Before(c.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+func (c *opCtx) Value(key any) any { return c.parent.Value(key) }
+
+// afterFunc is one AfterFunc registration on a detached opCtx.
+type afterFunc struct {
+	f              func()
+	stopped, fired bool
+}
+
+// AfterFunc lets a child context of a detached operation (context.WithCancel
+// of it) be cancelled with it without a goroutine of its own; attached
+// operations hand their children to the work context's cancelCtx.
+func (c *opCtx) AfterFunc(f func()) (stop func() bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a := &afterFunc{f: f}
+	if c.err != nil {
+		a.fired = true
+		go f()
+	} else {
+		c.afters = append(c.afters, a)
+	}
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if a.fired || a.stopped {
+			return false
+		}
+		a.stopped = true
+		return true
+	}
+}
+
+// timerSlot is a reusable wall-clock timer: its function calls whatever
+// owner it serves at the moment, so that the timers of the lease keeper and
+// of store operations cost no allocation once the pool is warm. A slot goes
+// back to the pool only when stop prevented its function from running, so
+// a late firing never reaches the next owner.
+type timerSlot struct {
+	t     *time.Timer
+	mu    sync.Mutex
+	owner timerOwner
+}
+
+type timerOwner interface{ timerFired() }
+
+var timerSlots sync.Pool
+
+// newTimerSlot calls owner.timerFired once d has passed, unless stopped.
+func newTimerSlot(owner timerOwner, d time.Duration) *timerSlot {
+	s, _ := timerSlots.Get().(*timerSlot)
+	if s == nil {
+		s = &timerSlot{owner: owner}
+		s.t = time.AfterFunc(d, s.fire)
+		return s
+	}
+	s.mu.Lock()
+	s.owner = owner
+	s.mu.Unlock()
+	s.t.Reset(d)
+	return s
+}
+
+// reset re-arms a slot whose function is running (from within it).
+func (s *timerSlot) reset(d time.Duration) { s.t.Reset(d) }
+
+func (s *timerSlot) fire() {
+	s.mu.Lock()
+	o := s.owner
+	s.mu.Unlock()
+	if o != nil {
+		o.timerFired()
+	}
+}
+
+// stop stops the timer and reports whether that prevented the call; the
+// slot is then back in the pool and must not be used again.
+func (s *timerSlot) stop() bool {
+	if !s.t.Stop() {
+		return false
+	}
+	s.mu.Lock()
+	s.owner = nil
+	s.mu.Unlock()
+	timerSlots.Put(s)
+	return true
+}
