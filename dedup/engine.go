@@ -111,7 +111,7 @@ func (f *flight) do(ctx context.Context, w worker) (ClaimResult, error) {
 		return ClaimResult{}, err
 	}
 	key := scopedkey.Of(call.Scope, call.Key)
-	f.key = key
+	f.hc.Key = key
 	lease := e.cfg.Lease
 	if call.Lease > 0 && call.Lease < lease {
 		lease = call.Lease
@@ -188,7 +188,7 @@ func (f *flight) claim(ctx context.Context, lease time.Duration) (res ClaimResul
 	op := &f.claimCtx
 	op.start(&f.work, false, f.cancelWork, e.cfg.StoreTimeout)
 	start := time.Now()
-	res, err = e.cfg.Store.Claim(op, f.key, f.call.Fingerprint, lease)
+	res, err = e.cfg.Store.Claim(op, f.hc.Key, f.call.Fingerprint, lease)
 	elapsed := time.Since(start)
 	timedOut := op.end()
 	e.observeOp("claim", elapsed, err)
@@ -222,7 +222,7 @@ func (e *Engine) checkKey(key, transportID string) error {
 func (f *flight) run(ctx context.Context, claim Claim, lease time.Duration, claimedAt time.Time, w worker) (ClaimResult, error) {
 	e, call := f.e, &f.call
 	f.hc.Key, f.hc.Token, f.hc.Retention = claim.Key, claim.Token, e.cfg.Retention
-	keeper := f.keepLease(claim, lease, claimedAt)
+	keeper := f.keepLease(lease, claimedAt)
 	f.hc.SetStopper(keeper)
 	acquired := ClaimResult{Outcome: Acquired, Claim: claim}
 
@@ -255,7 +255,7 @@ func (f *flight) run(ctx context.Context, claim Claim, lease time.Duration, clai
 func (f *flight) release(ctx context.Context, cause error) {
 	e, call, keeper := f.e, &f.call, &f.keeper
 	keeper.finish()
-	claim := keeper.claim
+	claim := keeper.claim()
 	err := f.finishOp(ctx, "release", func(ctx context.Context) error { return e.cfg.Store.Release(ctx, claim) })
 	keeper.stop()
 	elapsed := e.cfg.Clock.Now().Sub(keeper.claimedAt)
@@ -278,7 +278,7 @@ func (f *flight) release(ctx context.Context, cause error) {
 func (f *flight) complete(ctx context.Context, result []byte) {
 	e, call, keeper := f.e, &f.call, &f.keeper
 	keeper.finish()
-	claim := keeper.claim
+	claim := keeper.claim()
 	var err error
 	backoff := e.cfg.CompleteBackoff
 	for attempt := 0; ; attempt++ {

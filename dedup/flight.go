@@ -16,7 +16,6 @@ import (
 type flight struct {
 	e    *Engine
 	call Call
-	key  string // the scoped key
 
 	// work is the work's context: a context.WithCancelCause of the caller's
 	// context, carrying the claim (claimctx). It is made before the claim,
@@ -25,7 +24,7 @@ type flight struct {
 	// its own.
 	work       claimctx.Context
 	cancelWork context.CancelCauseFunc
-	hc         claimctx.Claim
+	hc         claimctx.Claim // hc.Key is the scoped key from the start
 	keeper     leaseKeeper
 
 	// claimCtx and endCtx are the contexts of the claim and of the first
@@ -64,17 +63,36 @@ func (f workFunc) work(ctx context.Context) ([]byte, error) { return f(ctx) }
 // it has a channel of its own and ignores its parent's cancellation.
 type opCtx struct {
 	parent   context.Context
-	detached bool
 	deadline time.Time
 	// cancelParent cancels the parent at the deadline (attached only).
 	cancelParent context.CancelCauseFunc
 
 	mu       sync.Mutex
 	done     chan struct{} // detached: made on the first Done
-	err      error         // set once the operation timed out or ended
-	timedOut bool
 	timer    *timerSlot
-	afters   []*afterFunc // detached: AfterFunc registrations of child contexts
+	afters   *[]*afterFunc // detached: AfterFunc registrations of child contexts
+	ended    opEnd
+	detached bool
+}
+
+// opEnd is how an operation's context ended.
+type opEnd uint8
+
+const (
+	opRunning  opEnd = iota
+	opCanceled       // the operation returned
+	opTimedOut       // the deadline passed first
+)
+
+// err is the context's error for e.
+func (e opEnd) err() error {
+	switch e {
+	case opCanceled:
+		return context.Canceled
+	case opTimedOut:
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // start readies a new c for an operation of at most timeout.
@@ -92,11 +110,11 @@ func (c *opCtx) end() (timedOut bool) {
 		c.timer.stop()
 		c.timer = nil
 	}
-	if c.err == nil {
-		c.err = context.Canceled
+	if c.ended == opRunning {
+		c.ended = opCanceled
 		c.closeLocked()
 	}
-	timedOut = c.timedOut
+	timedOut = c.ended == opTimedOut
 	c.mu.Unlock()
 	return timedOut
 }
@@ -107,23 +125,25 @@ func (c *opCtx) closeLocked() {
 	if c.done != nil {
 		close(c.done)
 	}
-	for _, a := range c.afters {
-		if !a.stopped {
-			a.fired = true
-			go a.f()
+	if c.afters != nil {
+		for _, a := range *c.afters {
+			if !a.stopped {
+				a.fired = true
+				go a.f()
+			}
 		}
+		c.afters = nil
 	}
-	c.afters = nil
 }
 
 // timerFired is the deadline.
 func (c *opCtx) timerFired() {
 	c.mu.Lock()
-	if c.err != nil || time.Now().Before(c.deadline) {
+	if c.ended != opRunning || time.Now().Before(c.deadline) {
 		c.mu.Unlock()
 		return
 	}
-	c.err, c.timedOut = context.DeadlineExceeded, true
+	c.ended = opTimedOut
 	c.closeLocked()
 	cancel := c.cancelParent
 	c.mu.Unlock()
@@ -147,7 +167,7 @@ func (c *opCtx) Deadline() (time.Time, bool) {
 func (c *opCtx) Done() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.timer == nil && c.err == nil {
+	if c.timer == nil && c.ended == opRunning {
 		c.timer = newTimerSlot(c, time.Until(c.deadline))
 	}
 	if !c.detached {
@@ -155,7 +175,7 @@ func (c *opCtx) Done() <-chan struct{} {
 	}
 	if c.done == nil {
 		c.done = make(chan struct{})
-		if c.err != nil {
+		if c.ended != opRunning {
 			close(c.done)
 		}
 	}
@@ -164,7 +184,7 @@ func (c *opCtx) Done() <-chan struct{} {
 
 func (c *opCtx) Err() error {
 	c.mu.Lock()
-	err := c.err
+	err := c.ended.err()
 	c.mu.Unlock()
 	if err != nil {
 		return err
@@ -195,11 +215,14 @@ func (c *opCtx) AfterFunc(f func()) (stop func() bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	a := &afterFunc{f: f}
-	if c.err != nil {
+	if c.ended != opRunning {
 		a.fired = true
 		go f()
 	} else {
-		c.afters = append(c.afters, a)
+		if c.afters == nil {
+			c.afters = new([]*afterFunc)
+		}
+		*c.afters = append(*c.afters, a)
 	}
 	return func() bool {
 		c.mu.Lock()

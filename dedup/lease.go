@@ -21,12 +21,9 @@ import (
 // goroutine exists only while an extension runs. An extension's request is
 // bounded by the deadline too.
 type leaseKeeper struct {
-	e         *Engine
-	call      *Call
-	claim     Claim
+	f         *flight // the call, the claim (f.hc), the work's cancel func
 	lease     time.Duration
 	claimedAt time.Time
-	lost      context.CancelCauseFunc // cancels the work's context
 
 	mu         sync.Mutex
 	stopped    bool
@@ -51,15 +48,18 @@ func deadlineMargin(lease time.Duration) time.Duration {
 
 // keepLease starts keeping the flight's claim, acquired at claimedAt (read
 // before the Claim request was sent).
-func (f *flight) keepLease(claim Claim, lease time.Duration, claimedAt time.Time) *leaseKeeper {
+func (f *flight) keepLease(lease time.Duration, claimedAt time.Time) *leaseKeeper {
 	k := &f.keeper
-	k.e, k.call, k.claim, k.lease, k.claimedAt, k.lost = f.e, &f.call, claim, lease, claimedAt, f.cancelWork
+	k.f, k.lease, k.claimedAt = f, lease, claimedAt
 	k.leaseEnd, k.lastBeat = claimedAt.Add(lease), claimedAt
 	k.mu.Lock()
 	k.arm()
 	k.mu.Unlock()
 	return k
 }
+
+// claim is the claim kept.
+func (k *leaseKeeper) claim() Claim { return Claim{Key: k.f.hc.Key, Token: k.f.hc.Token} }
 
 // deadline is when the work's context is cancelled unless an extension
 // succeeds first. Called with k.mu held.
@@ -69,19 +69,19 @@ func (k *leaseKeeper) deadline() time.Time { return k.leaseEnd.Add(-deadlineMarg
 // first. Called with k.mu held.
 func (k *leaseKeeper) arm() {
 	at := k.deadline()
-	if !k.e.cfg.DisableHeartbeat {
-		if beat := k.lastBeat.Add(k.e.heartbeat(k.lease)); beat.Before(at) {
+	if !k.f.e.cfg.DisableHeartbeat {
+		if beat := k.lastBeat.Add(k.f.e.heartbeat(k.lease)); beat.Before(at) {
 			at = beat
 		}
 	}
-	d := at.Sub(k.e.cfg.Clock.Now())
+	d := at.Sub(k.f.e.cfg.Clock.Now())
 	switch {
 	case k.slot != nil: // re-armed from its own firing
 		k.slot.reset(d)
-	case k.e.wallClock:
+	case k.f.e.wallClock:
 		k.slot = newTimerSlot(k, d)
 	default:
-		k.stopTimer = k.e.cfg.Clock.AfterFunc(d, k.fire)
+		k.stopTimer = k.f.e.cfg.Clock.AfterFunc(d, k.fire)
 	}
 }
 
@@ -94,7 +94,7 @@ func (k *leaseKeeper) timerFired() { k.fire() }
 // and is not reported. Without a heartbeat nothing is left to do: the
 // keeper stops.
 func (k *leaseKeeper) finish() {
-	if k.e.cfg.DisableHeartbeat {
+	if k.f.e.cfg.DisableHeartbeat {
 		k.stop()
 		return
 	}
@@ -143,7 +143,7 @@ func (k *leaseKeeper) fire() {
 		k.mu.Unlock()
 		return
 	}
-	if !k.e.cfg.Clock.Now().Before(k.deadline()) {
+	if !k.f.e.cfg.Clock.Now().Before(k.deadline()) {
 		k.mu.Unlock()
 		k.expire()
 		return
@@ -153,7 +153,7 @@ func (k *leaseKeeper) fire() {
 	// own: a store that ignores the request's context (go-redis without
 	// ContextTimeoutEnabled waits for its ReadTimeout) must not delay the
 	// cancellation.
-	k.stopExpiry = k.e.cfg.Clock.AfterFunc(k.deadline().Sub(k.e.cfg.Clock.Now()), k.expire)
+	k.stopExpiry = k.f.e.cfg.Clock.AfterFunc(k.deadline().Sub(k.f.e.cfg.Clock.Now()), k.expire)
 	k.mu.Unlock()
 	defer k.extensions.Done()
 
@@ -168,7 +168,7 @@ func (k *leaseKeeper) fire() {
 		return
 	}
 	k.mu.Lock()
-	expired := !k.stopped && !k.expired && !k.e.cfg.Clock.Now().Before(k.deadline())
+	expired := !k.stopped && !k.expired && !k.f.e.cfg.Clock.Now().Before(k.deadline())
 	if !k.stopped && !k.expired && !expired {
 		k.arm()
 	}
@@ -192,22 +192,22 @@ func (k *leaseKeeper) expire() {
 		k.cancelExt() // a hung extension must not hold up the release
 	}
 	k.mu.Unlock()
-	err := fmt.Errorf("%w: the lease of %q ends at %s and no extension succeeded", ErrClaimLost, k.claim.Key, end.Format(time.RFC3339Nano))
-	k.e.decide(k.call, Decision{Event: EventClaimLost, Op: "extend", Key: k.claim.Key, Elapsed: k.e.cfg.Clock.Now().Sub(k.claimedAt), Err: err})
-	k.lost(err)
+	err := fmt.Errorf("%w: the lease of %q ends at %s and no extension succeeded", ErrClaimLost, k.f.hc.Key, end.Format(time.RFC3339Nano))
+	k.f.e.decide(&k.f.call, Decision{Event: EventClaimLost, Op: "extend", Key: k.f.hc.Key, Elapsed: k.f.e.cfg.Clock.Now().Sub(k.claimedAt), Err: err})
+	k.f.cancelWork(err)
 }
 
 // extend extends the lease once, within StoreTimeout and before the
 // deadline; it reports whether the claim may still be held.
 func (k *leaseKeeper) extend() bool {
-	e, claim := k.e, k.claim
+	e, claim := k.f.e, k.claim()
 	sent := e.cfg.Clock.Now()
 	k.mu.Lock()
 	k.lastBeat = sent
 	left := k.deadline().Sub(sent)
 	k.mu.Unlock()
 	lease := k.lease
-	if d := k.call.Deadline; !d.IsZero() && d.Sub(sent) < lease {
+	if d := k.f.call.Deadline; !d.IsZero() && d.Sub(sent) < lease {
 		// The lease must not reach past the call's deadline.
 		if lease = d.Sub(sent); lease <= 0 {
 			return true // nothing to extend; the deadline timer decides
@@ -234,13 +234,13 @@ func (k *leaseKeeper) extend() bool {
 			return false // the completion got there first; it reports
 		}
 		err = fmt.Errorf("extending the lease of %q: %w", claim.Key, err)
-		e.decide(k.call, Decision{Event: EventClaimLost, Op: "extend", Key: claim.Key, Elapsed: sent.Sub(k.claimedAt), Err: err})
-		k.lost(err)
+		e.decide(&k.f.call, Decision{Event: EventClaimLost, Op: "extend", Key: claim.Key, Elapsed: sent.Sub(k.claimedAt), Err: err})
+		k.f.cancelWork(err)
 		return false
 	default:
 		// The deadline cancels the work if the lease ends before an
 		// extension succeeds; until then, keep trying.
-		e.decide(k.call, Decision{Event: EventStoreError, Op: "extend", Key: claim.Key, Elapsed: sent.Sub(k.claimedAt),
+		e.decide(&k.f.call, Decision{Event: EventStoreError, Op: "extend", Key: claim.Key, Elapsed: sent.Sub(k.claimedAt),
 			Err: &StoreError{Op: "extend", Key: claim.Key, Err: err}})
 		return true
 	}

@@ -10,6 +10,7 @@
 //	go run ./cmd/dedup-bench -stores memory,redis -c 16 -reps 3 -duration 2s
 //	go run ./cmd/dedup-bench -redis-records 10000,100000,1000000
 //	go run ./cmd/dedup-bench -cpuprofile redis-happy.pprof
+//	go run ./cmd/dedup-bench -memprofile redis-allocs.pprof -profile-store memory
 //
 // Exit status 1 when a run fails (a server does not start, a handler errs
 // or a path does not deduplicate), 2 on bad flags.
@@ -48,8 +49,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		warmup      = fs.Duration("warmup", 0, "warm-up of each variant at the highest c (default 300ms; negative: none)")
 		allocMsgs   = fs.Int("alloc-messages", 0, "messages per allocation sample (default 1000; negative: none)")
 		allocC      = fs.Int("alloc-c", 0, "concurrency of the allocation samples (default 16)")
-		redisRecs   = fs.String("redis-records", "10000,100000", "record counts for Redis used_memory growth, comma-separated; add 1000000 for the 1M step (about a minute more); \"none\" to skip")
-		cpuprofile  = fs.String("cpuprofile", "", "write a CPU profile of the Redis router happy path to this file and measure nothing else")
+		redisRecs   = fs.String("redis-records", "10000,100000,1000000", "record counts for Redis used_memory growth, comma-separated (the 1M step takes about a minute); \"none\" to skip")
+		cpuprofile  = fs.String("cpuprofile", "", "write a CPU profile of the router happy path (of -profile-store) to this file and measure nothing else")
+		memprofile  = fs.String("memprofile", "", "write an allocation profile (every allocation) of the router happy path to this file and measure nothing else")
+		profStore   = fs.String("profile-store", "redis", "the store of -cpuprofile and -memprofile")
 		profileDur  = fs.Duration("profile-duration", 0, "how long -cpuprofile runs (default 10s)")
 		profileConc = fs.Int("profile-c", 0, "concurrency of -cpuprofile (default 16)")
 		quiet       = fs.Bool("q", false, "no progress lines on stderr")
@@ -74,7 +77,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	opts := routerbench.Options{
 		Stores: split(*stores), Concurrency: cs, Repetitions: *reps, Duration: *duration, Warmup: *warmup,
 		AllocMessages: *allocMsgs, AllocConcurrency: *allocC,
-		CPUProfile: *cpuprofile, ProfileDuration: *profileDur, ProfileConcurrency: *profileConc,
+		CPUProfile: *cpuprofile, MemProfile: *memprofile, ProfileStore: *profStore, ProfileDuration: *profileDur, ProfileConcurrency: *profileConc,
 		Out: stdout, Progress: stderr,
 	}
 	if *quiet {

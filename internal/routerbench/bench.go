@@ -52,12 +52,18 @@ type Options struct {
 	AllocConcurrency int
 	// RedisRecords are the record counts at which Redis used_memory growth
 	// per completed record is reported, measured on a fresh redis-server.
-	// Defaults to 10 000 and 100 000; set []int{} for none.
+	// Defaults to 10 000, 100 000 and 1 000 000; set []int{} for none.
 	RedisRecords []int
 	// CPUProfile, when set, switches Run to profiling: it writes a CPU
 	// profile of the Redis router happy path at ProfileConcurrency for
 	// ProfileDuration to this file and measures nothing else.
 	CPUProfile string
+	// MemProfile, like CPUProfile, switches Run to profiling: it writes an
+	// allocation profile (every allocation sampled) of the same path to this
+	// file.
+	MemProfile string
+	// ProfileStore is the store of the profiles. Defaults to redis.
+	ProfileStore string
 	// ProfileDuration defaults to 10s; ProfileConcurrency to 16.
 	ProfileDuration    time.Duration
 	ProfileConcurrency int
@@ -89,7 +95,10 @@ func (o *Options) setDefaults() {
 		o.AllocConcurrency = 16
 	}
 	if o.RedisRecords == nil {
-		o.RedisRecords = []int{10_000, 100_000}
+		o.RedisRecords = []int{10_000, 100_000, 1_000_000}
+	}
+	if o.ProfileStore == "" {
+		o.ProfileStore = StoreRedis
 	}
 	if o.ProfileDuration == 0 {
 		o.ProfileDuration = 10 * time.Second
@@ -130,7 +139,10 @@ func (o Options) Validate() error {
 			errs = append(errs, fmt.Errorf("routerbench: Redis record counts must be positive, got %d", n))
 		}
 	}
-	if o.CPUProfile != "" && (o.ProfileDuration < 0 || o.ProfileConcurrency < 1) {
+	if !slices.Contains(AllStores, o.ProfileStore) {
+		errs = append(errs, fmt.Errorf("routerbench: unknown profile store %q", o.ProfileStore))
+	}
+	if (o.CPUProfile != "" || o.MemProfile != "") && (o.ProfileDuration < 0 || o.ProfileConcurrency < 1) {
 		errs = append(errs, errors.New("routerbench: the profile needs a positive duration and concurrency"))
 	}
 	return errors.Join(errs...)
@@ -251,7 +263,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	opts.setDefaults()
-	if opts.CPUProfile != "" {
+	if opts.CPUProfile != "" || opts.MemProfile != "" {
 		return profile(ctx, opts)
 	}
 	progress := func(format string, args ...any) { fmt.Fprintf(opts.Progress, format+"\n", args...) }
@@ -328,7 +340,7 @@ func Run(ctx context.Context, opts Options) error {
 	if len(opts.RedisRecords) > 0 && slices.Contains(opts.Stores, StoreRedis) {
 		progress("Redis used_memory at %v records", opts.RedisRecords)
 		var err error
-		if mem, memDescribe, err = redisMemory(ctx, id, opts.RedisRecords); err != nil {
+		if mem, memDescribe, err = redisMemory(ctx, opts.RedisRecords); err != nil {
 			return err
 		}
 	}
@@ -368,10 +380,11 @@ func (s *suite) measureAllocs(ctx context.Context, c int, total int64) error {
 	return nil
 }
 
-// profile writes the CPU profile of the Redis router happy path.
+// profile writes the CPU and/or allocation profile of the router happy
+// path of opts.ProfileStore.
 func profile(ctx context.Context, opts Options) error {
-	fmt.Fprintf(opts.Progress, "starting redis\n")
-	s, err := newSuite(ctx, StoreRedis, runID(), opts.ProfileConcurrency)
+	fmt.Fprintf(opts.Progress, "starting %s\n", opts.ProfileStore)
+	s, err := newSuite(ctx, opts.ProfileStore, runID(), opts.ProfileConcurrency)
 	if err != nil {
 		return err
 	}
@@ -380,25 +393,46 @@ func profile(ctx context.Context, opts Options) error {
 	if _, _, err := s.measure(ctx, v, opts.ProfileConcurrency, time.Second, 0); err != nil { // warm-up
 		return err
 	}
-	f, err := os.Create(opts.CPUProfile)
-	if err != nil {
-		return err
+	var cpu *os.File
+	if opts.CPUProfile != "" {
+		if cpu, err = os.Create(opts.CPUProfile); err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(cpu); err != nil {
+			_ = cpu.Close()
+			return err
+		}
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		_ = f.Close()
-		return err
+	if opts.MemProfile != "" {
+		runtime.MemProfileRate = 1
 	}
 	rate, _, err := s.measure(ctx, v, opts.ProfileConcurrency, opts.ProfileDuration, 0)
-	pprof.StopCPUProfile()
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	if cpu != nil {
+		pprof.StopCPUProfile()
+		if cerr := cpu.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if opts.MemProfile != "" && err == nil {
+		runtime.GC() // the profile shows allocations up to the last GC
+		var f *os.File
+		if f, err = os.Create(opts.MemProfile); err == nil {
+			err = pprof.Lookup("allocs").WriteTo(f, 0)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
 	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(opts.Out, "CPU profile of the Redis %s path at c=%d for %v: %.0f msg/s, written to %s (load %s, nproc %d)\n"+
-		"inspect it with: go tool pprof -top %s\n",
-		vHappy, opts.ProfileConcurrency, opts.ProfileDuration, rate, opts.CPUProfile, loadavg(), runtime.NumCPU(), opts.CPUProfile)
+	for _, p := range []string{opts.CPUProfile, opts.MemProfile} {
+		if p != "" {
+			fmt.Fprintf(opts.Out, "profile of the %s %s path at c=%d for %v: %.0f msg/s, written to %s (load %s, nproc %d)\n"+
+				"inspect it with: go tool pprof -top %s\n",
+				opts.ProfileStore, vHappy, opts.ProfileConcurrency, opts.ProfileDuration, rate, p, loadavg(), runtime.NumCPU(), p)
+		}
+	}
 	return nil
 }
 

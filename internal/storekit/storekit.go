@@ -6,20 +6,46 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 )
 
-// NewToken returns a fresh owner token: 16 bytes from crypto/rand, hex
-// encoded (32 characters). It panics only if the operating system's random
-// source fails, as crypto/rand itself does.
+// NewToken returns a fresh owner token: 16 bytes from crypto/rand (see
+// RawToken), hex encoded (32 characters).
 func NewToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error; it crashes the program instead.
-	return hex.EncodeToString(b[:])
+	t := RawToken()
+	var b [32]byte
+	return string(hex.AppendEncode(b[:0], t[:]))
 }
+
+// RawToken returns 16 fresh bytes from crypto/rand. The bytes are read a
+// kilobyte at a time into per-processor buffers (a sync.Pool), and each is
+// handed out once: one read of the operating system's random source per 64
+// tokens instead of one per token (a getrandom system call where the vDSO
+// lacks it). It panics only if that source fails, as crypto/rand itself
+// does.
+func RawToken() (t [16]byte) {
+	b := randomBytes.Get().(*randomBuffer)
+	if b.next == len(b.buf) {
+		_, _ = rand.Read(b.buf[:]) // crypto/rand.Read never returns an error; it crashes the program instead.
+		b.next = 0
+	}
+	copy(t[:], b.buf[b.next:])
+	clear(b.buf[b.next : b.next+len(t)]) // never handed out twice, even by a buffer copied by mistake
+	b.next += len(t)
+	randomBytes.Put(b)
+	return t
+}
+
+type randomBuffer struct {
+	buf  [1024]byte
+	next int // the first byte not handed out; len(buf): none left
+}
+
+var randomBytes = sync.Pool{New: func() any { return &randomBuffer{next: 1024} }}
 
 // CheckDuration returns an error wrapping dedup.ErrInvalidDuration when d is
 // not positive. Stores call it on every lease and retention they receive.

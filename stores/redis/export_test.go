@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -32,13 +31,10 @@ func (s LuaClaimStore) Claim(ctx context.Context, key, fingerprint string, lease
 	if err := storekit.CheckDuration("lease", lease); err != nil {
 		return dedup.ClaimResult{}, err
 	}
-	token := storekit.NewToken()
-	var raw [tokenLen]byte
-	if _, err := hex.Decode(raw[:], []byte(token)); err != nil {
-		return dedup.ClaimResult{}, err
-	}
+	raw := storekit.RawToken()
+	token := string(raw[:])
 	fp := fingerprintDigest(fingerprint)
-	old, err := claimScript.Run(ctx, s.client, []string{s.prefix + key}, encodeInProgress(raw, fp), millis(lease)).Text()
+	old, err := claimScript.Run(ctx, s.client, []string{s.prefix + key}, appendInProgress(nil, &raw, fp), millis(lease)).Text()
 	if errors.Is(err, goredis.Nil) {
 		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil
 	}
@@ -53,8 +49,9 @@ func (s LuaClaimStore) Claim(ctx context.Context, key, fingerprint string, lease
 // first attempt had reached the server (the record carries its own token).
 func (s *Store) ClaimAs(ctx context.Context, key, token string, lease time.Duration) (dedup.ClaimResult, error) {
 	var raw [tokenLen]byte
-	if _, err := hex.Decode(raw[:], []byte(token)); err != nil {
-		return dedup.ClaimResult{}, err
+	if len(token) != tokenLen {
+		return dedup.ClaimResult{}, fmt.Errorf("token of %d bytes", len(token))
 	}
+	copy(raw[:], token)
 	return s.claimWait(ctx, key, raw, fingerprintDigest(""), token, lease)
 }

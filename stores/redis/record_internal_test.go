@@ -3,18 +3,24 @@ package redis
 import (
 	"bytes"
 	"errors"
+	"strconv"
 	"testing"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 )
 
-func TestRecordLayout(t *testing.T) {
+func testToken() *[tokenLen]byte {
 	var token [tokenLen]byte
 	for i := range token {
 		token[i] = byte(0xf0 + i)
 	}
-	v := encodeInProgress(token, nil)
-	want := append(append([]byte{1, 'P'}, token[:]...), 0)
+	return &token
+}
+
+func TestRecordLayout(t *testing.T) {
+	token := testToken()
+	v := appendInProgress(nil, token, nil)
+	want := append(append([]byte{2, 'P'}, token[:]...), 0)
 	if !bytes.Equal(v, want) {
 		t.Fatalf("in-progress record without fingerprint = %x, want %x", v, want)
 	}
@@ -26,17 +32,22 @@ func TestRecordLayout(t *testing.T) {
 	if len(fp) != 16 {
 		t.Fatalf("fingerprint digest is %d bytes, want 16", len(fp))
 	}
-	v = encodeInProgress(token, fp)
+	v = appendInProgress(nil, token, fp)
+	if len(v) != maxInProgress {
+		t.Fatalf("in-progress record with fingerprint is %d bytes, want %d", len(v), maxInProgress)
+	}
 	r, err := decodeRecord(v)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.state != stateInProgress || r.token != token || !bytes.Equal(r.fp, fp) || r.result != nil {
+	if r.state != stateInProgress || r.token != *token || !bytes.Equal(r.fp, fp) || r.result != nil {
 		t.Fatalf("decoded %+v", r)
 	}
 
-	// What the Complete script builds: state C, result appended.
-	completed := append(append([]byte{1, 'C'}, v[2:]...), "result\x00\xff"...)
+	// What the Complete script builds from it: state C, the first 8 token
+	// bytes, the fields, the result.
+	completed := append(append([]byte{2, 'C'}, token[:8]...), v[18:]...)
+	completed = append(completed, "result\x00\xff"...)
 	r, err = decodeRecord(completed)
 	if err != nil {
 		t.Fatal(err)
@@ -44,18 +55,69 @@ func TestRecordLayout(t *testing.T) {
 	if r.state != stateCompleted || !bytes.Equal(r.fp, fp) || string(r.result) != "result\x00\xff" {
 		t.Fatalf("decoded %+v", r)
 	}
+
+	// The compact completed record: decimal digits, read as a completed
+	// record without fingerprint or result.
+	compact := appendCompact(nil, token)
+	if n, err := strconv.ParseInt(string(compact), 10, 64); err != nil || strconv.FormatInt(n, 10) != string(compact) {
+		t.Fatalf("compact record %q is not a canonical int64 (Redis would not keep it as an integer)", compact)
+	}
+	r, err = decodeRecord(compact)
+	if err != nil || r.state != stateCompleted || r.fp != nil || r.result != nil {
+		t.Fatalf("compact %q decoded %+v %v", compact, r, err)
+	}
+}
+
+// A field a later version adds (unknown tag) is skipped; the fingerprint
+// is found after it.
+func TestUnknownFieldsAreSkipped(t *testing.T) {
+	token := testToken()
+	fp := fingerprintDigest("x")
+	fields := append([]byte{9, 3, 'a', 'b', 'c', fieldFingerprint, 16}, fp...)
+	fields = append(fields, 10, 0) // an empty field
+	v := append(append([]byte{2, 'C'}, token[:8]...), byte(len(fields)))
+	v = append(append(v, fields...), "out"...)
+	r, err := decodeRecord(v)
+	if err != nil || r.state != stateCompleted || !bytes.Equal(r.fp, fp) || string(r.result) != "out" {
+		t.Fatalf("decoded %+v %v", r, err)
+	}
+}
+
+// Records of format version 1, written by the previous version, are read
+// as before (a rolling upgrade meets them until their TTL ends).
+func TestDecodeVersion1(t *testing.T) {
+	token := testToken()
+	fp := fingerprintDigest("x")
+	inProgress := append(append(append([]byte{1, 'P'}, token[:]...), 16), fp...)
+	r, err := decodeRecord(inProgress)
+	if err != nil || r.state != stateInProgress || r.token != *token || !bytes.Equal(r.fp, fp) || r.result != nil {
+		t.Fatalf("version 1 in progress: %+v %v", r, err)
+	}
+	completed := append(append(append([]byte{1, 'C'}, token[:]...), 0), "result"...)
+	r, err = decodeRecord(completed)
+	if err != nil || r.state != stateCompleted || r.fp != nil || string(r.result) != "result" {
+		t.Fatalf("version 1 completed: %+v %v", r, err)
+	}
 }
 
 func TestDecodeRefusesOtherFormats(t *testing.T) {
-	var token [tokenLen]byte
-	good := encodeInProgress(token, fingerprintDigest("x"))
+	token := testToken()
+	good := appendInProgress(nil, token, fingerprintDigest("x"))
+	goodV1 := append(append(append([]byte{1, 'P'}, token[:]...), 16), fingerprintDigest("x")...)
 	for name, v := range map[string][]byte{
-		"nil":             nil,
-		"version 0":       append([]byte{0}, good[1:]...),
-		"version 2":       append([]byte{2}, good[1:]...),
-		"truncated":       good[:18],
-		"state":           append([]byte{1, 'x'}, good[2:]...),
-		"fingerprint cut": good[:len(good)-1],
+		"nil":                nil,
+		"version 0":          append([]byte{0}, good[1:]...),
+		"version 3":          append([]byte{3}, good[1:]...),
+		"truncated":          good[:18],
+		"truncated v1":       goodV1[:18],
+		"state":              append([]byte{2, 'x'}, good[2:]...),
+		"state v1":           append([]byte{1, 'x'}, goodV1[2:]...),
+		"fields cut":         good[:len(good)-1],
+		"fingerprint cut v1": goodV1[:len(goodV1)-1],
+		"field runs past":    append(append([]byte{2, 'C'}, token[:8]...), 3, 1, 5, 0),
+		"result in progress": append(append([]byte(nil), good...), 'r'),
+		"digits then junk":   []byte("12a"),
+		"completed cut":      append([]byte{2, 'C'}, token[:8]...),
 	} {
 		if _, err := decodeRecord(v); !errors.Is(err, ErrUnknownFormat) {
 			t.Errorf("%s: %v, want ErrUnknownFormat", name, err)
@@ -70,29 +132,57 @@ func TestOutcomeOfOwnRecord(t *testing.T) {
 	var mine, other [tokenLen]byte
 	mine[0], other[0] = 1, 2
 	fp := fingerprintDigest("a")
-	res, err := outcomeOf(encodeInProgress(mine, fp), mine, fp, "k", "01")
+	res, err := outcomeOf(appendInProgress(nil, &mine, fp), mine, fp, "k", "01")
 	if err != nil || res.Outcome != dedup.Acquired || res.Claim != (dedup.Claim{Key: "k", Token: "01"}) {
 		t.Fatalf("own record: %+v %v, want acquired", res, err)
 	}
-	res, err = outcomeOf(encodeInProgress(other, fp), mine, fp, "k", "01")
+	res, err = outcomeOf(appendInProgress(nil, &other, fp), mine, fp, "k", "01")
 	if err != nil || res.Outcome != dedup.InProgress {
 		t.Fatalf("another's record: %+v %v, want in progress", res, err)
 	}
-	res, err = outcomeOf(encodeInProgress(other, fp), mine, fingerprintDigest("b"), "k", "01")
+	res, err = outcomeOf(appendInProgress(nil, &other, fp), mine, fingerprintDigest("b"), "k", "01")
 	if err != nil || res.Outcome != dedup.Conflict {
 		t.Fatalf("another fingerprint: %+v %v, want conflict", res, err)
+	}
+	res, err = outcomeOf(appendCompact(nil, &mine), mine, fp, "k", "01")
+	if err != nil || res.Outcome != dedup.Duplicate || res.Result != nil {
+		t.Fatalf("compact completed: %+v %v, want duplicate", res, err)
+	}
+}
+
+func TestParseBulkReply(t *testing.T) {
+	for raw, want := range map[string]struct {
+		v         string
+		found, ok bool
+	}{
+		"_\r\n":                 {"", false, true},
+		"$-1\r\n":               {"", false, true},
+		"$0\r\n\r\n":            {"", true, true},
+		"$5\r\nab\r\nc\r\n":     {"ab\r\nc", true, true},
+		"$5\r\nabc\r\n":         {"", false, false},
+		"-MOVED 1 a:1\r\n":      {"", false, false},
+		"!5\r\nERROR\r\n":       {"", false, false},
+		"+OK\r\n":               {"", false, false},
+		"$99999999999\r\nx\r\n": {"", false, false},
+	} {
+		v, found, ok := parseBulkReply([]byte(raw))
+		if string(v) != want.v || found != want.found || ok != want.ok {
+			t.Errorf("%q: %q %v %v, want %q %v %v", raw, v, found, ok, want.v, want.found, want.ok)
+		}
 	}
 }
 
 func FuzzDecodeRecord(f *testing.F) {
-	var token [tokenLen]byte
-	f.Add(encodeInProgress(token, nil))
-	f.Add(encodeInProgress(token, fingerprintDigest("x")))
+	token := testToken()
+	f.Add(appendInProgress(nil, token, nil))
+	f.Add(appendInProgress(nil, token, fingerprintDigest("x")))
+	f.Add(appendCompact(nil, token))
 	f.Add([]byte{1, 'C'})
+	f.Add(append(append([]byte{2, 'C'}, token[:8]...), 0, 'r'))
 	f.Fuzz(func(t *testing.T, v []byte) {
 		r, err := decodeRecord(v) // must not panic
-		if err == nil && headerLen+len(r.fp)+len(r.result) != len(v) {
-			t.Fatalf("decoded %d+%d+%d bytes of %d", headerLen, len(r.fp), len(r.result), len(v))
+		if err == nil && len(r.fp)+len(r.result) > len(v) {
+			t.Fatalf("decoded %d+%d bytes of %d", len(r.fp), len(r.result), len(v))
 		}
 	})
 }

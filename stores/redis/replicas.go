@@ -11,17 +11,27 @@ import (
 )
 
 // touchScript re-propagates a record this claim owns, in progress or
-// completed (KEYS[1] the record, ARGV[1] the raw token), by setting its TTL
-// to what is left of it: a write that changes nothing but puts the record in
-// the replication stream again, so that WAIT on this connection covers it.
-// It is needed when go-redis retried a write on a new connection after the
-// first attempt had reached the server: the retry then writes nothing, and
-// WAIT would count replicas of this connection's earlier writes only.
+// completed (KEYS[1] the record, ARGV[1] the raw token, ARGV[2] the claim's
+// compact completed record), by setting its TTL to what is left of it: a
+// write that changes nothing but puts the record in the replication stream
+// again, so that WAIT on this connection covers it. It is needed when
+// go-redis retried a write on a new connection after the first attempt had
+// reached the server: the retry then writes nothing, and WAIT would count
+// replicas of this connection's earlier writes only.
 var touchScript = goredis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if not v then return 1 end
-if string.byte(v, 1) ~= 1 or string.len(v) < 19 then return 4 end
-if string.sub(v, 3, 18) ~= ARGV[1] then return 2 end
+local f = string.byte(v, 1) or 0
+local s = string.sub(v, 2, 2)
+if f == 2 and s == 'C' and string.len(v) >= 11 then
+  if string.sub(v, 3, 10) ~= string.sub(ARGV[1], 1, 8) then return 2 end
+elseif (f == 1 or f == 2) and string.len(v) >= 19 then
+  if string.sub(v, 3, 18) ~= ARGV[1] then return 2 end
+elseif f >= 48 and f <= 57 then
+  if v ~= ARGV[2] then return 2 end
+else
+  return 4
+end
 local t = redis.call('PTTL', KEYS[1])
 if t > 0 then redis.call('PEXPIRE', KEYS[1], t) end
 return 0
@@ -130,10 +140,10 @@ func (s *Store) confirm(op, key string, got int64) error {
 
 // touch re-propagates the record a claim owns and waits for it (see
 // touchScript). It returns nil when WaitReplicas replicas have it.
-func (s *Store) touch(ctx context.Context, op, key string, raw []byte) error {
+func (s *Store) touch(ctx context.Context, op, key string, raw *[tokenLen]byte) error {
 	var cmd *goredis.Cmd
 	n, err := s.withWait(ctx, s.prefix+key, touchScript, func(p goredis.Pipeliner) goredis.Cmder {
-		cmd = touchScript.EvalSha(ctx, p, []string{s.prefix + key}, raw)
+		cmd = touchScript.EvalSha(ctx, p, []string{s.prefix + key}, raw[:], appendCompact(nil, raw))
 		return cmd
 	})
 	if err != nil {
@@ -148,8 +158,8 @@ func (s *Store) touch(ctx context.Context, op, key string, raw []byte) error {
 // releaseRefused deletes a claim that WAIT did not confirm, best effort and
 // bounded by WaitTimeout even when ctx is done: if it fails, the record
 // stays until its lease ends, as after a crash.
-func (s *Store) releaseRefused(ctx context.Context, key string, raw []byte) {
+func (s *Store) releaseRefused(ctx context.Context, key string, raw *[tokenLen]byte) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.waitTimeout)
 	defer cancel()
-	_ = releaseScript.Run(ctx, s.client, []string{s.prefix + key}, raw).Err()
+	_ = releaseOp.script.Run(ctx, s.client, []string{s.prefix + key}, raw[:], appendCompact(nil, raw)).Err()
 }

@@ -115,7 +115,8 @@ func millis(d time.Duration) int64 {
 // and replies nil (Acquired); when a live record exists it changes nothing and
 // replies with the old value, decoded here into Duplicate (with its result),
 // InProgress or Conflict. One round trip in every case; an expired record is
-// absent for Redis, so it is taken over by the same command.
+// absent for Redis, so it is taken over by the same command. The claim's
+// token (Claim.Token) is 16 random bytes, as they are stored.
 //
 // With Config.WaitReplicas the SET and a WAIT go in one pipeline to the
 // key's master; an acquired claim that WAIT does not confirm is released
@@ -130,23 +131,90 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 	if err := storekit.CheckDuration("lease", lease); err != nil {
 		return dedup.ClaimResult{}, err
 	}
-	token := storekit.NewToken()
-	var raw [tokenLen]byte
-	if _, err := hex.Decode(raw[:], []byte(token)); err != nil {
-		return dedup.ClaimResult{}, fmt.Errorf("dedup/redis: decoding a new token: %w", err)
-	}
+	raw := storekit.RawToken()
 	fp := fingerprintDigest(fingerprint)
+	token := string(raw[:])
 	if s.waitReplicas > 0 {
 		return s.claimWait(ctx, key, raw, fp, token, lease)
 	}
-	old, err := s.client.Do(ctx, "set", s.prefix+key, encodeInProgress(raw, fp), "nx", "px", millis(lease), "get").Text()
-	if errors.Is(err, goredis.Nil) {
-		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil
-	}
+	a := &claimArgs{key: s.prefix + key, ms: millis(lease)}
+	a.value.len = uint8(len(appendInProgress(a.value.b[:0], &raw, fp)))
+	a.args = [...]any{"set", &a.key, &a.value, "nx", "px", &a.ms, "get"}
+	old, found, err := s.setNXGet(ctx, a.args[:])
 	if err != nil {
 		return dedup.ClaimResult{}, fmt.Errorf("dedup/redis: claim: %w", err)
 	}
-	return outcomeOf([]byte(old), raw, fp, key, token)
+	if !found {
+		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil
+	}
+	return outcomeOf(old, raw, fp, key, token)
+}
+
+// claimArgs are a claim's command arguments, held where go-redis can take
+// pointers to them: no allocation per argument.
+type claimArgs struct {
+	key   string
+	value recordArg
+	ms    int64
+	args  [7]any
+}
+
+// recordArg is an in-progress record passed by pointer (go-redis writes an
+// encoding.BinaryMarshaler's bytes as they are).
+type recordArg struct {
+	b   [maxInProgress]byte
+	len uint8
+}
+
+func (a *recordArg) MarshalBinary() ([]byte, error) { return a.b[:a.len], nil }
+
+// setNXGet sends SET NX PX GET and returns the old value, if found. The
+// reply is read raw: go-redis turns the nil reply of an acquiring claim
+// into an error (redis.Nil) and classifies it for a retry, which costs
+// more than the command. An error reply (MOVED on a Cluster, READONLY,
+// LOADING: the command did not run) is answered by sending the command
+// again the ordinary way, which follows redirections and retries.
+func (s *Store) setNXGet(ctx context.Context, args []any) (old []byte, found bool, err error) {
+	cmd := goredis.NewRawCmd(ctx, args...)
+	if err := s.client.Process(ctx, cmd); err != nil {
+		return nil, false, err
+	}
+	old, found, ok := parseBulkReply(cmd.Val())
+	if ok {
+		return old, found, nil
+	}
+	v, err := s.client.Do(ctx, args...).Text()
+	if errors.Is(err, goredis.Nil) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return []byte(v), true, nil
+}
+
+// parseBulkReply reads a RESP2 or RESP3 bulk string or null reply; ok is
+// false for anything else (an error reply).
+func parseBulkReply(raw []byte) (v []byte, found, ok bool) {
+	switch {
+	case len(raw) >= 3 && raw[0] == '_': // RESP3 null
+		return nil, false, true
+	case len(raw) < 4 || raw[0] != '$':
+		return nil, false, false
+	case raw[1] == '-': // RESP2 null bulk string: $-1
+		return nil, false, true
+	}
+	n, i := 0, 1
+	for ; i < len(raw) && raw[i] >= '0' && raw[i] <= '9'; i++ {
+		n = n*10 + int(raw[i]-'0')
+		if n > len(raw) {
+			return nil, false, false
+		}
+	}
+	if i+2+n+2 != len(raw) || raw[i] != '\r' || raw[i+1] != '\n' {
+		return nil, false, false
+	}
+	return raw[i+2 : i+2+n], true, true
 }
 
 // claimWait is Claim with Config.WaitReplicas: SET NX PX GET and WAIT in
@@ -154,21 +222,22 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 // confirm is released (best effort) and refused with a *ReplicationError.
 func (s *Store) claimWait(ctx context.Context, key string, raw [tokenLen]byte, fp []byte, token string, lease time.Duration) (dedup.ClaimResult, error) {
 	var cmd *goredis.Cmd
+	value := appendInProgress(nil, &raw, fp)
 	n, err := s.withWait(ctx, s.prefix+key, nil, func(p goredis.Pipeliner) goredis.Cmder {
-		cmd = p.Do(ctx, "set", s.prefix+key, encodeInProgress(raw, fp), "nx", "px", millis(lease), "get")
+		cmd = p.Do(ctx, "set", s.prefix+key, value, "nx", "px", millis(lease), "get")
 		return cmd
 	})
 	if err != nil {
 		if cmd != nil && errors.Is(cmd.Err(), goredis.Nil) {
 			// The SET took the key but WAIT did not answer.
-			s.releaseRefused(ctx, key, raw[:])
+			s.releaseRefused(ctx, key, &raw)
 		}
 		return dedup.ClaimResult{}, fmt.Errorf("dedup/redis: claim: %w", err)
 	}
 	old, err := cmd.Text()
 	if errors.Is(err, goredis.Nil) {
 		if err := s.confirm("claim", key, n); err != nil {
-			s.releaseRefused(ctx, key, raw[:])
+			s.releaseRefused(ctx, key, &raw)
 			return dedup.ClaimResult{}, err
 		}
 		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil
@@ -182,22 +251,22 @@ func (s *Store) claimWait(ctx context.Context, key string, raw [tokenLen]byte, f
 	}
 	// Our own record, written by an earlier attempt on another connection:
 	// this connection wrote nothing, so make it write the record again.
-	if err := s.touch(ctx, "claim", key, raw[:]); err != nil {
-		s.releaseRefused(ctx, key, raw[:])
+	if err := s.touch(ctx, "claim", key, &raw); err != nil {
+		s.releaseRefused(ctx, key, &raw)
 		return dedup.ClaimResult{}, err
 	}
 	return res, nil
 }
 
 // outcomeOf decodes the value a claim found and classifies it.
-func outcomeOf(old []byte, token [tokenLen]byte, fp []byte, key, hexToken string) (dedup.ClaimResult, error) {
+func outcomeOf(old []byte, token [tokenLen]byte, fp []byte, key, claimToken string) (dedup.ClaimResult, error) {
 	r, err := decodeRecord(old)
 	if err != nil {
 		return dedup.ClaimResult{}, fmt.Errorf("dedup/redis: claim: %w", err)
 	}
-	if r.token == token {
+	if r.state == stateInProgress && r.token == token {
 		// Our own record, written by an earlier attempt of this command.
-		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: hexToken}}, nil
+		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: claimToken}}, nil
 	}
 	if len(fp) > 0 && len(r.fp) > 0 && string(fp) != string(r.fp) {
 		return dedup.ClaimResult{Outcome: dedup.Conflict}, nil
@@ -220,7 +289,7 @@ func (s *Store) Complete(ctx context.Context, claim dedup.Claim, result []byte, 
 	if err := storekit.CheckDuration("retention", retention); err != nil {
 		return err
 	}
-	return s.run(ctx, "complete", completeScript, claim, millis(retention), result)
+	return s.run(ctx, "complete", completeOp, claim, millis(retention), result)
 }
 
 // Release implements dedup.Store.Release with one script run
@@ -231,7 +300,7 @@ func (s *Store) Complete(ctx context.Context, claim dedup.Claim, result []byte, 
 // with Config.WaitReplicas: a release a promoted replica lacks only delays
 // the next copy until the lease ends.
 func (s *Store) Release(ctx context.Context, claim dedup.Claim) error {
-	return s.run(ctx, "release", releaseScript, claim)
+	return s.run(ctx, "release", releaseOp, claim, 0, nil)
 }
 
 // Extend implements dedup.Store.Extend with one script run
@@ -245,45 +314,102 @@ func (s *Store) Extend(ctx context.Context, claim dedup.Claim, lease time.Durati
 	if err := storekit.CheckDuration("lease", lease); err != nil {
 		return err
 	}
-	return s.run(ctx, "extend", extendScript, claim, millis(lease))
+	return s.run(ctx, "extend", extendOp, claim, millis(lease), nil)
 }
 
-// run runs one of the token-checking scripts with ARGV[1] = the raw token
-// followed by args, and maps its reply.
-func (s *Store) run(ctx context.Context, op string, script *goredis.Script, claim dedup.Claim, args ...any) error {
+// scriptArgs are a token-checking script's arguments (EVALSHA sha 1 key
+// token compact [ms [result]]), held where go-redis can take pointers to
+// them: no allocation per argument.
+type scriptArgs struct {
+	key, token string
+	compact    compactArg
+	ms         int64
+	result     sliceArg
+	args       [8]any
+}
+
+// compactArg holds a compact completed record (at most 20 digits).
+type compactArg struct {
+	b   [20]byte
+	len uint8
+}
+
+func (a *compactArg) MarshalBinary() ([]byte, error) { return a.b[:a.len], nil }
+
+// sliceArg is a []byte argument passed by pointer.
+type sliceArg []byte
+
+func (a *sliceArg) MarshalBinary() ([]byte, error) { return *a, nil }
+
+// ownedScript is a token-checking script: its source and SHA1, kept as
+// strings that go-redis can take pointers to.
+type ownedScript struct {
+	script   *goredis.Script
+	src, sha string
+}
+
+func newOwnedScript(src string) *ownedScript {
+	return &ownedScript{script: goredis.NewScript(src), src: src, sha: goredis.NewScript(src).Hash()}
+}
+
+var (
+	completeOp = newOwnedScript(completeSrc)
+	releaseOp  = newOwnedScript(releaseSrc)
+	extendOp   = newOwnedScript(extendSrc)
+)
+
+// run runs one of the token-checking scripts with ARGV[1] the raw token,
+// ARGV[2] the claim's compact completed record, then ms (when positive)
+// and result (Complete), and maps its reply.
+func (s *Store) run(ctx context.Context, op string, script *ownedScript, claim dedup.Claim, ms int64, result []byte) error {
 	var raw [tokenLen]byte
-	if len(claim.Token) != 2*tokenLen {
+	token := claim.Token
+	switch len(token) {
+	case tokenLen:
+		copy(raw[:], token)
+	case 2 * tokenLen: // the hex form of earlier versions and of storekit.NewToken
+		if _, err := hex.Decode(raw[:], []byte(token)); err != nil {
+			return lost(op, claim.Key, ErrNotOwner, "the token was not issued by this store")
+		}
+		token = string(raw[:])
+	default:
 		return lost(op, claim.Key, ErrNotOwner, "the token was not issued by this store")
 	}
-	if _, err := hex.Decode(raw[:], []byte(claim.Token)); err != nil {
-		return lost(op, claim.Key, ErrNotOwner, "the token was not issued by this store")
+	a := &scriptArgs{key: s.prefix + claim.Key, token: token, ms: ms}
+	a.compact.len = uint8(len(appendCompact(a.compact.b[:0], &raw)))
+	a.result = result
+	a.args = [...]any{"evalsha", &script.sha, 1, &a.key, &a.token, &a.compact, &a.ms, &a.result}
+	args := a.args[:]
+	switch {
+	case ms == 0: // Release
+		args = args[:6]
+	case script != completeOp: // Extend
+		args = args[:7]
 	}
-	argv := make([]any, 0, 1+len(args))
-	argv = append(argv, raw[:])
-	argv = append(argv, args...)
 	var (
 		reply int64
 		err   error
 		acks  int64
 	)
-	if s.waitReplicas > 0 && script != releaseScript {
+	if s.waitReplicas > 0 && script != releaseOp {
 		var cmd *goredis.Cmd
-		acks, err = s.withWait(ctx, s.prefix+claim.Key, script, func(p goredis.Pipeliner) goredis.Cmder {
-			cmd = script.EvalSha(ctx, p, []string{s.prefix + claim.Key}, argv...)
+		acks, err = s.withWait(ctx, a.key, script.script, func(p goredis.Pipeliner) goredis.Cmder {
+			cmd = goredis.NewCmd(ctx, args...)
+			_ = p.Process(ctx, cmd)
 			return cmd
 		})
 		if err == nil {
 			reply, err = cmd.Int64()
 		}
 	} else {
-		reply, err = script.Run(ctx, s.client, []string{s.prefix + claim.Key}, argv...).Int64()
+		reply, err = s.evalOwned(ctx, script, args)
 	}
 	if err != nil {
 		return fmt.Errorf("dedup/redis: %s: %w", op, err)
 	}
 	switch reply {
 	case replyOK:
-		if s.waitReplicas > 0 && script != releaseScript {
+		if s.waitReplicas > 0 && script != releaseOp {
 			return s.confirm(op, claim.Key, acks)
 		}
 		return nil
@@ -292,10 +418,10 @@ func (s *Store) run(ctx context.Context, op string, script *goredis.Script, clai
 	case replyNotOwner:
 		return lost(op, claim.Key, ErrNotOwner, "")
 	case replyAlreadyCompleted:
-		if s.waitReplicas > 0 && script == completeScript {
+		if s.waitReplicas > 0 && script == completeOp {
 			// An earlier attempt on another connection completed it (go-redis
 			// retried): confirm that write before reporting it done.
-			if err := s.touch(ctx, op, claim.Key, raw[:]); err != nil {
+			if err := s.touch(ctx, op, claim.Key, &raw); err != nil {
 				return err
 			}
 		}
@@ -305,6 +431,20 @@ func (s *Store) run(ctx context.Context, op string, script *goredis.Script, clai
 	default:
 		return fmt.Errorf("dedup/redis: %s: unexpected script reply %d", op, reply)
 	}
+}
+
+// evalOwned runs EVALSHA with args (args[1] the script's SHA1), and EVAL
+// when the server does not know the script (NOSCRIPT), as
+// goredis.Script.Run does.
+func (s *Store) evalOwned(ctx context.Context, script *ownedScript, args []any) (int64, error) {
+	cmd := goredis.NewCmd(ctx, args...)
+	_ = s.client.Process(ctx, cmd)
+	if goredis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		args[0], args[1] = "eval", &script.src
+		cmd = goredis.NewCmd(ctx, args...)
+		_ = s.client.Process(ctx, cmd)
+	}
+	return cmd.Int64()
 }
 
 func lost(op, key string, why error, detail string) error {

@@ -150,7 +150,7 @@ func TestForeignValue(t *testing.T) {
 	for name, value := range map[string][]byte{
 		"empty":          {},
 		"text":           []byte("hello"),
-		"future version": append([]byte{2, 'C'}, make([]byte, 40)...),
+		"future version": append([]byte{3, 'C'}, make([]byte, 40)...),
 		"short":          {1, 'P', 1, 2, 3},
 		"bad state":      append([]byte{1, 'X'}, make([]byte, 17)...),
 		"long fp length": append(append([]byte{1, 'C'}, make([]byte, 16)...), 200, 1, 2),

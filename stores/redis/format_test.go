@@ -1,0 +1,130 @@
+package redis_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
+	"github.com/watermill-dedup/watermill-dedup/stores/redis"
+)
+
+// v1Record builds a record of format version 1, as the previous version of
+// the store wrote it.
+func v1Record(state byte, token string, fingerprint string, result string) string {
+	v := []byte{1, state}
+	v = append(v, token...)
+	if fingerprint == "" {
+		v = append(v, 0)
+	} else {
+		sum := sha256.Sum256([]byte(fingerprint))
+		v = append(append(v, 16), sum[:16]...)
+	}
+	return string(append(v, result...))
+}
+
+// TestVersion1RecordsAreRead: during a rolling upgrade the store meets
+// records of format version 1 written by the previous version. A claim
+// reads them (Duplicate with the stored result, InProgress, Conflict on
+// another fingerprint), and the token-checking scripts classify them (an
+// in-progress record of this token is completed into the new format;
+// another's is not touched).
+func TestVersion1RecordsAreRead(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := newClient(t)
+	store := newStore(t, client, redis.Config{KeyPrefix: "v1compat:"})
+	other := string(make([]byte, 16))
+	set := func(key, value string) {
+		t.Helper()
+		if err := client.Set(ctx, store.RedisKey(admin.ScopedKey("s", key)), value, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	set("done", v1Record('C', other, "fp", "stored result"))
+	res, err := store.Claim(ctx, admin.ScopedKey("s", "done"), "fp", time.Minute)
+	if err != nil || res.Outcome != dedup.Duplicate || string(res.Result) != "stored result" {
+		t.Fatalf("claim of a version 1 completed record: %+v %v, want Duplicate with its result", res, err)
+	}
+	res, err = store.Claim(ctx, admin.ScopedKey("s", "done"), "another fp", time.Minute)
+	if err != nil || res.Outcome != dedup.Conflict {
+		t.Fatalf("claim with another fingerprint: %+v %v, want Conflict", res, err)
+	}
+
+	set("busy", v1Record('P', other, "", ""))
+	res, err = store.Claim(ctx, admin.ScopedKey("s", "busy"), "", time.Minute)
+	if err != nil || res.Outcome != dedup.InProgress {
+		t.Fatalf("claim of a version 1 in-progress record: %+v %v, want InProgress", res, err)
+	}
+	if err := store.Complete(ctx, dedup.Claim{Key: admin.ScopedKey("s", "busy"), Token: "0123456789abcdef"}, nil, time.Hour); !errors.Is(err, redis.ErrNotOwner) {
+		t.Fatalf("complete of another's version 1 record: %v, want ErrNotOwner", err)
+	}
+	if err := store.Release(ctx, dedup.Claim{Key: admin.ScopedKey("s", "done"), Token: other}); !errors.Is(err, redis.ErrAlreadyCompleted) {
+		t.Fatalf("release of a version 1 completed record of the same token: %v, want ErrAlreadyCompleted", err)
+	}
+
+	// A version 1 in-progress record with a fingerprint, completed with its
+	// token by this version: the fingerprint survives into the new format.
+	const mine = "fedcba9876543210"
+	set("mine", v1Record('P', mine, "fp", ""))
+	claim := dedup.Claim{Key: admin.ScopedKey("s", "mine"), Token: mine}
+	if err := store.Extend(ctx, claim, time.Minute); err != nil {
+		t.Fatalf("extend of an own version 1 record: %v", err)
+	}
+	if err := store.Complete(ctx, claim, []byte("r"), time.Hour); err != nil {
+		t.Fatalf("complete of an own version 1 record: %v", err)
+	}
+	res, err = store.Claim(ctx, admin.ScopedKey("s", "mine"), "another fp", time.Minute)
+	if err != nil || res.Outcome != dedup.Conflict {
+		t.Fatalf("claim with another fingerprint after the upgrade: %+v %v, want Conflict", res, err)
+	}
+	if err := store.Complete(ctx, claim, []byte("r"), time.Hour); !errors.Is(err, dedup.ErrAlreadyCompleted) {
+		t.Fatalf("second complete: %v, want ErrAlreadyCompleted", err)
+	}
+	rec, err := store.Inspect(ctx, admin.ScopedKey("s", "mine"))
+	if err != nil || rec.State != admin.StateCompleted || rec.ResultSize != 1 || rec.Fingerprint == "" {
+		t.Fatalf("inspect: %+v %v", rec, err)
+	}
+}
+
+// TestCompletedRecordIsAnInteger: a completed record without fingerprint
+// or result is stored as a decimal integer, which Redis keeps in its object
+// header (OBJECT ENCODING int): what makes a record 16 bytes smaller. The
+// same claim's retry recognises it (ErrAlreadyCompleted), another claim's
+// does not (ErrNotOwner), and a claim of the key is a Duplicate.
+func TestCompletedRecordIsAnInteger(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := newClient(t)
+	store := newStore(t, client, redis.Config{KeyPrefix: "compact:"})
+	key := admin.ScopedKey("s", "k")
+	res, err := store.Claim(ctx, key, "", time.Minute)
+	if err != nil || res.Outcome != dedup.Acquired {
+		t.Fatalf("claim: %+v %v", res, err)
+	}
+	if err := store.Complete(ctx, res.Claim, nil, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if enc, err := client.ObjectEncoding(ctx, store.RedisKey(key)).Result(); err != nil || enc != "int" {
+		t.Fatalf("OBJECT ENCODING of a completed record: %q %v, want int", enc, err)
+	}
+	if err := store.Complete(ctx, res.Claim, nil, time.Hour); !errors.Is(err, dedup.ErrAlreadyCompleted) {
+		t.Fatalf("retried complete: %v, want ErrAlreadyCompleted", err)
+	}
+	stranger := dedup.Claim{Key: key, Token: string(append([]byte{^res.Claim.Token[0]}, res.Claim.Token[1:]...))}
+	if err := store.Release(ctx, stranger); !errors.Is(err, redis.ErrNotOwner) {
+		t.Fatalf("release by another token: %v, want ErrNotOwner", err)
+	}
+	again, err := store.Claim(ctx, key, "any fp", time.Minute)
+	if err != nil || again.Outcome != dedup.Duplicate || again.Result != nil {
+		t.Fatalf("claim of a completed key: %+v %v, want Duplicate without result", again, err)
+	}
+	rec, err := store.Inspect(ctx, key)
+	if err != nil || rec.State != admin.StateCompleted || rec.Fingerprint != "" || rec.ResultSize != 0 {
+		t.Fatalf("inspect: %+v %v", rec, err)
+	}
+}
