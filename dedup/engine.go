@@ -9,6 +9,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/ThreeDotsLabs/watermill"
+
 	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
 	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
 )
@@ -27,12 +29,20 @@ type Engine struct {
 	claims chan struct{}
 	// wallClock: cfg.Clock is the wall clock, whose timers can be pooled.
 	wallClock bool
+	// quiet: no Observer and the NopLogger: decisions go nowhere.
+	quiet bool
 }
 
 // newEngine returns the engine of a validated config with its defaults set.
 func newEngine(config Config) *Engine {
 	_, wall := config.Clock.(realClock)
-	return &Engine{cfg: config, claims: make(chan struct{}, config.MaxClaimsInFlight), wallClock: wall}
+	quiet := config.Observer == nil
+	switch config.Logger.(type) {
+	case watermill.NopLogger, *watermill.NopLogger:
+	default:
+		quiet = false
+	}
+	return &Engine{cfg: config, claims: make(chan struct{}, config.MaxClaimsInFlight), wallClock: wall, quiet: quiet}
 }
 
 // NewEngine validates config, applies its defaults and returns an Engine.
@@ -107,7 +117,7 @@ func (f *flight) do(ctx context.Context, w worker) (ClaimResult, error) {
 		return ClaimResult{}, ErrNoScope
 	}
 	if err := e.checkKey(call.Key, call.MessageUUID); err != nil {
-		e.decide(call, Decision{Event: EventKeyMissing, Err: err})
+		e.event(call, EventKeyMissing, "", "", 0, err)
 		return ClaimResult{}, err
 	}
 	key := scopedkey.Of(call.Scope, call.Key)
@@ -135,29 +145,29 @@ func (f *flight) do(ctx context.Context, w worker) (ClaimResult, error) {
 	}
 	if err != nil {
 		err = &StoreError{Op: "claim", Key: key, Err: err}
-		e.decide(call, Decision{Event: EventStoreError, Op: "claim", Key: key, Elapsed: elapsed, Err: err})
+		e.event(call, EventStoreError, "claim", key, elapsed, err)
 		if !e.cfg.FailOpen || ctx.Err() != nil {
 			return ClaimResult{}, err
 		}
-		e.decide(call, Decision{Event: EventFailOpen, Op: "claim", Key: key, Err: err})
+		e.event(call, EventFailOpen, "claim", key, 0, err)
 		result, err := w.work(ctx)
 		return ClaimResult{Result: result}, err
 	}
 
 	switch res.Outcome {
 	case Acquired:
-		e.decide(call, Decision{Event: EventClaimWon, Op: "claim", Key: key, Elapsed: elapsed})
+		e.event(call, EventClaimWon, "claim", key, elapsed, nil)
 		return f.run(ctx, res.Claim, lease, claimedAt, w)
 	case Duplicate:
-		e.decide(call, Decision{Event: EventSkipDuplicate, Op: "claim", Key: key, Elapsed: elapsed})
+		e.event(call, EventSkipDuplicate, "claim", key, elapsed, nil)
 		return res, nil
 	case InProgress:
 		err := fmt.Errorf("%w: %q", ErrInProgress, key)
-		e.decide(call, Decision{Event: EventInProgress, Op: "claim", Key: key, Elapsed: elapsed, Err: err})
+		e.event(call, EventInProgress, "claim", key, elapsed, err)
 		return res, err
 	default: // Conflict
 		err := fmt.Errorf("%w: %q", ErrKeyReuse, key)
-		e.decide(call, Decision{Event: EventKeyReuse, Op: "claim", Key: key, Elapsed: elapsed, Err: err})
+		e.event(call, EventKeyReuse, "claim", key, elapsed, err)
 		return res, err
 	}
 }
@@ -243,7 +253,7 @@ func (f *flight) run(ctx context.Context, claim Claim, lease time.Duration, clai
 		return acquired, err
 	case f.hc.Completed():
 		keeper.stop()
-		e.decide(call, Decision{Event: EventCompleted, Op: "complete", Key: claim.Key, Elapsed: e.cfg.Clock.Now().Sub(claimedAt)})
+		e.event(call, EventCompleted, "complete", claim.Key, e.cfg.Clock.Now().Sub(claimedAt), nil)
 	default:
 		f.complete(ctx, result)
 	}
@@ -261,15 +271,13 @@ func (f *flight) release(ctx context.Context, cause error) {
 	elapsed := e.cfg.Clock.Now().Sub(keeper.claimedAt)
 	switch {
 	case err == nil:
-		e.decide(call, Decision{Event: EventReleased, Op: "release", Key: claim.Key, Elapsed: elapsed, Err: cause})
+		e.event(call, EventReleased, "release", claim.Key, elapsed, cause)
 	case errors.Is(err, ErrClaimLost):
-		e.decide(call, Decision{Event: EventClaimLost, Op: "release", Key: claim.Key, Elapsed: elapsed,
-			Err: fmt.Errorf("releasing after a failure (%v): %w", cause, err)})
+		e.event(call, EventClaimLost, "release", claim.Key, elapsed, fmt.Errorf("releasing after a failure (%v): %w", cause, err))
 	default:
 		// The record stays in progress until its lease ends; retries get
 		// ErrInProgress until then.
-		e.decide(call, Decision{Event: EventStoreError, Op: "release", Key: claim.Key, Elapsed: elapsed,
-			Err: &StoreError{Op: "release", Key: claim.Key, Err: err}})
+		e.event(call, EventStoreError, "release", claim.Key, elapsed, &StoreError{Op: "release", Key: claim.Key, Err: err})
 	}
 }
 
@@ -290,8 +298,7 @@ func (f *flight) complete(ctx context.Context, result []byte) {
 			// key in progress (which would run the effect again after the
 			// lease): the replay is lost, the effect is not repeated. Op is
 			// empty: the claim is not over yet.
-			e.decide(call, Decision{Event: EventStoreError, Key: claim.Key,
-				Err: fmt.Errorf("storing the result for replay (%d bytes); completing without it: %w", len(result), err)})
+			e.event(call, EventStoreError, "", claim.Key, 0, fmt.Errorf("storing the result for replay (%d bytes); completing without it: %w", len(result), err))
 			result = nil
 			continue
 		}
@@ -307,15 +314,13 @@ func (f *flight) complete(ctx context.Context, result []byte) {
 	case err == nil || errors.Is(err, ErrAlreadyCompleted):
 		// ErrAlreadyCompleted: an earlier attempt whose reply was lost
 		// completed the record with this claim.
-		e.decide(call, Decision{Event: EventCompleted, Op: "complete", Key: claim.Key, Elapsed: elapsed})
+		e.event(call, EventCompleted, "complete", claim.Key, elapsed, nil)
 	case errors.Is(err, ErrClaimLost):
-		e.decide(call, Decision{Event: EventClaimLost, Op: "complete", Key: claim.Key, Elapsed: elapsed,
-			Err: fmt.Errorf("the work ran but the record was taken over before completing: %w", err)})
+		e.event(call, EventClaimLost, "complete", claim.Key, elapsed, fmt.Errorf("the work ran but the record was taken over before completing: %w", err))
 	default:
 		// Reported as success anyway: the record stays in progress until its
 		// lease ends, then a retry (if any) would run the work again.
-		e.decide(call, Decision{Event: EventStoreError, Op: "complete", Key: claim.Key, Elapsed: elapsed,
-			Err: &StoreError{Op: "complete", Key: claim.Key, Err: err}})
+		e.event(call, EventStoreError, "complete", claim.Key, elapsed, &StoreError{Op: "complete", Key: claim.Key, Err: err})
 	}
 }
 
@@ -353,6 +358,20 @@ func (e *Engine) heartbeat(lease time.Duration) time.Duration {
 		return lease / 3
 	}
 	return e.cfg.Heartbeat
+}
+
+// event is decide for the fields of a Decision. It builds the Decision
+// only when there is someone to tell (an Observer, a logger that is not
+// the NopLogger), and keeps the callers' stack frames small: a message
+// runs in a fresh goroutine whose stack grows (and is copied) to fit the
+// deepest call.
+//
+//go:noinline
+func (e *Engine) event(call *Call, ev Event, op, key string, elapsed time.Duration, err error) {
+	if e.quiet {
+		return
+	}
+	e.decide(call, Decision{Event: ev, Op: op, Key: key, Elapsed: elapsed, Err: err})
 }
 
 func (e *Engine) decide(call *Call, dec Decision) {

@@ -193,7 +193,7 @@ func (k *leaseKeeper) expire() {
 	}
 	k.mu.Unlock()
 	err := fmt.Errorf("%w: the lease of %q ends at %s and no extension succeeded", ErrClaimLost, k.f.hc.Key, end.Format(time.RFC3339Nano))
-	k.f.e.decide(&k.f.call, Decision{Event: EventClaimLost, Op: "extend", Key: k.f.hc.Key, Elapsed: k.f.e.cfg.Clock.Now().Sub(k.claimedAt), Err: err})
+	k.f.e.event(&k.f.call, EventClaimLost, "extend", k.f.hc.Key, k.f.e.cfg.Clock.Now().Sub(k.claimedAt), err)
 	k.f.cancelWork(err)
 }
 
@@ -234,14 +234,13 @@ func (k *leaseKeeper) extend() bool {
 			return false // the completion got there first; it reports
 		}
 		err = fmt.Errorf("extending the lease of %q: %w", claim.Key, err)
-		e.decide(&k.f.call, Decision{Event: EventClaimLost, Op: "extend", Key: claim.Key, Elapsed: sent.Sub(k.claimedAt), Err: err})
+		e.event(&k.f.call, EventClaimLost, "extend", claim.Key, sent.Sub(k.claimedAt), err)
 		k.f.cancelWork(err)
 		return false
 	default:
 		// The deadline cancels the work if the lease ends before an
 		// extension succeeds; until then, keep trying.
-		e.decide(&k.f.call, Decision{Event: EventStoreError, Op: "extend", Key: claim.Key, Elapsed: sent.Sub(k.claimedAt),
-			Err: &StoreError{Op: "extend", Key: claim.Key, Err: err}})
+		e.event(&k.f.call, EventStoreError, "extend", claim.Key, sent.Sub(k.claimedAt), &StoreError{Op: "extend", Key: claim.Key, Err: err})
 		return true
 	}
 }

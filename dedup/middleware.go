@@ -90,13 +90,13 @@ func (d *Deduplicator) handle(h message.HandlerFunc, msg *message.Message) ([]*m
 	}
 	var err error
 	if call.Key, err = d.businessKey(msg); err != nil {
-		d.engine.decide(call, Decision{Event: EventKeyMissing, Err: err})
+		d.engine.event(call, EventKeyMissing, "", "", 0, err)
 		return nil, err
 	}
 	if d.cfg.Fingerprint != nil {
 		if call.Fingerprint, err = d.cfg.Fingerprint(msg); err != nil {
 			err = &KeyError{Field: "fingerprint", Reason: "fingerprint failed", MessageUUID: msg.UUID, Err: err}
-			d.engine.decide(call, Decision{Event: EventKeyMissing, Key: scopedkey.Of(call.Scope, call.Key), Err: err})
+			d.engine.event(call, EventKeyMissing, "", scopedkey.Of(call.Scope, call.Key), 0, err)
 			return nil, err
 		}
 	}

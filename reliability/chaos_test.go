@@ -243,7 +243,7 @@ func countCompleted(t testing.TB, admin *goredis.Client, prefix string) int {
 			t.Fatalf("MGET: %v", err)
 		}
 		for _, v := range vals {
-			if s, ok := v.(string); ok && len(s) > 1 && s[1] == 'C' {
+			if s, ok := v.(string); ok && redisRecordState(s) == 'C' {
 				n++
 			}
 		}

@@ -232,8 +232,8 @@ func runCrashTakeover(t *testing.T, effectFirst bool, wantEffects int64) {
 	}
 	final, _ := rdb.Get(ctx, recordKey).Bytes()
 	state := "absent"
-	if len(final) > 1 {
-		state = map[byte]string{'P': "in_progress", 'C': "completed"}[final[1]]
+	if len(final) > 0 {
+		state = map[byte]string{'P': "in_progress", 'C': "completed"}[redisRecordState(final)]
 	}
 	figures(t, "crash-takeover/"+map[bool]string{true: "killed-after-effect", false: "killed-before-effect"}[effectFirst],
 		"lease", lease, "redeliveries_refused_in_progress", refusals,

@@ -91,7 +91,7 @@ func TestLostCompleteReplyIsNotClaimLost(t *testing.T) {
 	}
 
 	v, err := rdb.Get(ctx, prefix+admin.ScopedKey("charge-orders", orderID)).Bytes()
-	if err != nil || len(v) < 2 || v[1] != 'C' {
+	if err != nil || redisRecordState(v) != 'C' {
 		t.Fatalf("record: %q %v, want completed (the first Complete ran on the server)", v, err)
 	}
 	lost := logs.find(string(dedup.EventClaimLost), "complete")

@@ -52,9 +52,9 @@ var storeKinds = []storeKind{
 					return "absent"
 				case err != nil:
 					return "error: " + err.Error()
-				case len(v) > 1 && v[1] == 'C':
+				case redisRecordState(v) == 'C':
 					return "completed"
-				case len(v) > 1 && v[1] == 'P':
+				case redisRecordState(v) == 'P':
 					return "in_progress"
 				}
 				return "unknown"

@@ -34,12 +34,15 @@ import (
 const (
 	StoreMemory   = "memory"
 	StoreRedis    = "redis"
+	// StoreRedisPipelined is the Redis store with Config.AutoPipeline,
+	// against the same unpipelined SET NX PX.
+	StoreRedisPipelined = "redis-ap"
 	StoreDynamo   = "dynamo"
 	StorePostgres = "postgres"
 )
 
 // AllStores lists every store the harness knows, in print order.
-var AllStores = []string{StoreMemory, StoreRedis, StoreDynamo, StorePostgres}
+var AllStores = []string{StoreMemory, StoreRedis, StoreRedisPipelined, StoreDynamo, StorePostgres}
 
 // rawLease is the lease of the raw baselines' records: SET … PX 30000, an
 // expiry 30 s ahead, like the middleware's default lease.
@@ -58,6 +61,11 @@ type backend struct {
 	// raw writes key if absent, with an expiry: the least a claim can cost
 	// on this store (one round trip, no token check, no Lua).
 	raw func(ctx context.Context, key string) error
+	// floor, when set, is the least Claim+Complete can cost on this store:
+	// the raw write followed by a raw conditional update of the same item
+	// (DynamoDB: PutItem + UpdateItem with prebuilt expressions), the floor
+	// of the claim+complete/raw ratio on an emulator.
+	floor func(ctx context.Context, key string) error
 	// redis is the go-redis client, for the Redis store only.
 	redis *goredis.Client
 
@@ -84,7 +92,9 @@ func openBackend(ctx context.Context, name, id string) (*backend, error) {
 	case StoreMemory:
 		return openMemory(), nil
 	case StoreRedis:
-		return openRedis(ctx, id)
+		return openRedis(ctx, id, false)
+	case StoreRedisPipelined:
+		return openRedis(ctx, id, true)
 	case StoreDynamo:
 		return openDynamo(ctx, id)
 	case StorePostgres:
@@ -124,16 +134,20 @@ func openMemory() *backend {
 // connections per CPU): the raw baseline and the store share the client.
 const redisPoolSize = 128
 
-func openRedis(ctx context.Context, id string) (*backend, error) {
+func openRedis(ctx context.Context, id string, autoPipeline bool) (*backend, error) {
 	srv, err := testserver.StartRedis()
 	if err != nil {
 		return nil, err
 	}
-	b := &backend{name: StoreRedis, closers: []func(){func() { _ = srv.Close() }}}
+	name := StoreRedis
+	if autoPipeline {
+		name = StoreRedisPipelined
+	}
+	b := &backend{name: name, closers: []func(){func() { _ = srv.Close() }}}
 	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr, PoolSize: redisPoolSize})
 	b.closers = append(b.closers, func() { _ = client.Close() })
 	b.redis = client
-	store, err := redisstore.New(ctx, client, redisstore.Config{KeyPrefix: "dedup-bench-" + id + ":"})
+	store, err := redisstore.New(ctx, client, redisstore.Config{KeyPrefix: "dedup-bench-" + id + ":", AutoPipeline: autoPipeline})
 	if err != nil {
 		b.close()
 		return nil, err
@@ -143,7 +157,7 @@ func openRedis(ctx context.Context, id string) (*backend, error) {
 	if info, err := client.InfoMap(ctx, "server").Result(); err == nil {
 		version = info["Server"]["redis_version"]
 	}
-	b.describe = fmt.Sprintf("redis-server %s on %s, go-redis PoolSize %d; raw: SET key value NX PX 30000, unpipelined", version, srv.Addr, redisPoolSize)
+	b.describe = fmt.Sprintf("redis-server %s on %s, go-redis PoolSize %d, store AutoPipeline %v; raw: SET key value NX PX 30000, unpipelined", version, srv.Addr, redisPoolSize, autoPipeline)
 	rawPrefix := "dedup-bench-raw-" + id + ":"
 	b.raw = func(ctx context.Context, key string) error {
 		return client.Do(ctx, "set", rawPrefix+key, rawToken, "nx", "px", rawLease.Milliseconds()).Err()
@@ -187,7 +201,7 @@ func openDynamo(ctx context.Context, id string) (*backend, error) {
 		return nil, err
 	}
 	rawPrefix := "raw#" + id + "#"
-	b.raw = func(ctx context.Context, key string) error {
+	put := func(ctx context.Context, key string) error {
 		deadline := time.Now().Add(rawLease).UnixMilli()
 		_, err := client.PutItem(ctx, &dynamodb.PutItemInput{
 			TableName: aws.String(table),
@@ -204,6 +218,32 @@ func openDynamo(ctx context.Context, id string) (*backend, error) {
 		if errors.As(err, &failed) { // the key exists: what NX answers with nil
 			return nil
 		}
+		return err
+	}
+	b.raw = put
+	// The floor's update: what Complete's UpdateItem does, with the token
+	// condition, prebuilt.
+	upd, err := expression.NewBuilder().
+		WithCondition(expression.Name(dynamo.DefaultTokenAttribute).Equal(expression.Value(rawToken))).
+		WithUpdate(expression.Set(expression.Name(dynamo.DefaultDeadlineAttribute), expression.Value(time.Now().Add(24*time.Hour).UnixMilli()))).
+		Build()
+	if err != nil {
+		b.close()
+		return nil, err
+	}
+	floorPrefix := "floor#" + id + "#"
+	b.floor = func(ctx context.Context, key string) error {
+		if err := put(ctx, floorPrefix+key); err != nil { // pk = rawPrefix + floorPrefix + key
+			return err
+		}
+		_, err := client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(table),
+			Key:                       map[string]types.AttributeValue{dynamo.DefaultPartitionKey: &types.AttributeValueMemberS{Value: rawPrefix + floorPrefix + key}},
+			UpdateExpression:          upd.Update(),
+			ConditionExpression:       upd.Condition(),
+			ExpressionAttributeNames:  upd.Names(),
+			ExpressionAttributeValues: upd.Values(),
+		})
 		return err
 	}
 	return b, nil

@@ -183,6 +183,9 @@ func newSuite(ctx context.Context, name, id string, maxC int) (*suite, error) {
 	s := &suite{b: b, rig: r, id: id, rates: map[int]map[string][]float64{}, cpu: map[int]map[string][]float64{}, allocs: map[string][][2]float64{},
 		ops: map[string]func(context.Context, int) error{}}
 	s.variants = []variant{{name: vRaw}, {name: vStore}}
+	if b.floor != nil {
+		s.variants = append(s.variants, variant{name: vFloor})
+	}
 	for _, n := range []string{vRouter, vHappy, vDup, vWMHappy, vWMDup} {
 		if l, ok := r.lanes[n]; ok {
 			s.variants = append(s.variants, variant{name: n, lane: l})
@@ -206,6 +209,9 @@ func (s *suite) workload(v variant) func(ctx context.Context, worker int) error 
 	case vRaw:
 		seq := newAtomicSeq("RAW-" + s.id + "-")
 		return func(ctx context.Context, _ int) error { return s.b.raw(ctx, admin.ScopedKey(scope, seq())) }
+	case vFloor:
+		seq := newAtomicSeq("FLOOR-" + s.id + "-")
+		return func(ctx context.Context, _ int) error { return s.b.floor(ctx, admin.ScopedKey(scope, seq())) }
 	case vStore:
 		seq := newAtomicSeq("STORE-" + s.id + "-")
 		return func(ctx context.Context, _ int) error {

@@ -24,6 +24,8 @@ type report struct {
 // names, each ratio taken within one repetition.
 var ratioCols = []struct{ num, den, title string }{
 	{vStore, vRaw, "claim+complete/raw"},
+	{vFloor, vRaw, "put+update/raw"},
+	{vStore, vFloor, "claim+complete/put+update"},
 	{vRouter, vRaw, "router/raw"},
 	{vHappy, vRaw, "router+dedup/raw"},
 	{vDup, vRaw, "dup/raw"},
@@ -33,7 +35,7 @@ var ratioCols = []struct{ num, den, title string }{
 	{vDup, vWMDup, "dup/wm-dup"},
 }
 
-var allVariants = []string{vRaw, vStore, vRouter, vHappy, vDup, vWMHappy, vWMDup}
+var allVariants = []string{vRaw, vStore, vFloor, vRouter, vHappy, vDup, vWMHappy, vWMDup}
 
 func (r report) print(w io.Writer) {
 	o := r.opts

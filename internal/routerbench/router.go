@@ -22,6 +22,7 @@ import (
 const (
 	vRaw     = "raw"
 	vStore   = "claim+complete"
+	vFloor   = "put+update"
 	vRouter  = "router"
 	vHappy   = "router+dedup"
 	vDup     = "router+dedup dup"

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -57,6 +56,7 @@ type Store struct {
 	marginMs  int64
 	clock     dedup.Clock
 	maxResult int
+	st        statements
 }
 
 var _ dedup.Store = (*Store)(nil)
@@ -75,6 +75,11 @@ func New(config Config) (*Store, error) {
 		marginMs: ceilMillis(config.ClockSkewMargin),
 		clock:    config.Clock,
 	}
+	st, err := prepareStatements(s.attr)
+	if err != nil {
+		return nil, err
+	}
+	s.st = st
 	overhead := maxPartitionKeyBytes + tokenBytes + len(stateInProgress) + maxStoredFingerprintBytes + 2*maxNumberBytes
 	for _, n := range s.attr.list() {
 		overhead += len(n)
@@ -182,28 +187,21 @@ func outcome(rec record, fingerprint string) dedup.ClaimResult {
 // was written, and the old item (empty but non-nil when the server did not
 // return it) when the condition failed.
 func (s *Store) put(ctx context.Context, pk, token, fingerprint string, now, deadline int64) (map[string]types.AttributeValue, error) {
-	cond := expression.AttributeNotExists(expression.Name(s.attr.PartitionKey)).
-		Or(expression.Name(s.attr.Deadline).LessThan(expression.Value(now - s.marginMs)))
-	expr, err := expression.NewBuilder().WithCondition(cond).Build()
-	if err != nil {
-		return nil, fmt.Errorf("dynamo: building the claim condition: %w", err)
-	}
-	item := map[string]types.AttributeValue{
-		s.attr.PartitionKey: &types.AttributeValueMemberS{Value: pk},
-		s.attr.State:        &types.AttributeValueMemberS{Value: stateInProgress},
-		s.attr.Token:        &types.AttributeValueMemberS{Value: token},
-		s.attr.Deadline:     number(deadline),
-		s.attr.TTL:          number(s.ttl(deadline)),
-	}
+	item := make(map[string]types.AttributeValue, 6)
+	item[s.attr.PartitionKey] = str(pk)
+	item[s.attr.State] = str(stateInProgress)
+	item[s.attr.Token] = str(token)
+	item[s.attr.Deadline] = number(deadline)
+	item[s.attr.TTL] = number(s.ttl(deadline))
 	if fingerprint != "" {
-		item[s.attr.Fingerprint] = &types.AttributeValueMemberS{Value: fingerprint}
+		item[s.attr.Fingerprint] = str(fingerprint)
 	}
-	_, err = s.client.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName:                           aws.String(s.table),
+	_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:                           &s.table,
 		Item:                                item,
-		ConditionExpression:                 expr.Condition(),
-		ExpressionAttributeNames:            expr.Names(),
-		ExpressionAttributeValues:           expr.Values(),
+		ConditionExpression:                 s.st.claim.condition,
+		ExpressionAttributeNames:            s.st.claim.names,
+		ExpressionAttributeValues:           s.st.claim.values(number(now - s.marginMs)),
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	if err == nil {
@@ -277,15 +275,10 @@ func (s *Store) decode(item map[string]types.AttributeValue) (record, error) {
 	return rec, nil
 }
 
-// owned is the condition of Complete, Release and Extend: the record still
-// carries the claim's token, is in progress, and its lease has not ended by
-// this client's clock (no margin: the owner gives up first).
-func (s *Store) owned(token string, now int64) expression.ConditionBuilder {
-	return expression.Name(s.attr.Token).Equal(expression.Value(token)).And(
-		expression.Name(s.attr.State).Equal(expression.Value(stateInProgress)),
-		expression.Name(s.attr.Deadline).GreaterThan(expression.Value(now)),
-	)
-}
+// The condition of Complete, Release and Extend (statements.owned) is that
+// the record still carries the claim's token, is in progress, and its lease
+// has not ended by this client's clock (no margin: the owner gives up
+// first).
 
 // Complete implements [dedup.Store.Complete] with one conditional
 // UpdateItem that sets the state to completed, the deadline to
@@ -309,15 +302,12 @@ func (s *Store) Complete(ctx context.Context, claim dedup.Claim, result []byte, 
 	}
 	now := s.clock.Now().UnixMilli()
 	expiry := now + ceilMillis(retention)
-	update := expression.Set(expression.Name(s.attr.State), expression.Value(stateCompleted)).
-		Set(expression.Name(s.attr.Deadline), expression.Value(expiry)).
-		Set(expression.Name(s.attr.TTL), expression.Value(s.ttl(expiry)))
 	if len(result) > 0 {
-		update = update.Set(expression.Name(s.attr.Result), expression.Value(result))
-	} else {
-		update = update.Remove(expression.Name(s.attr.Result))
+		return s.update(ctx, "complete", pk, &s.st.complete,
+			s.st.complete.values(str(claim.Token), number(now), number(expiry), number(s.ttl(expiry)), &types.AttributeValueMemberB{Value: result}))
 	}
-	return s.update(ctx, "complete", pk, update, claim.Token, now)
+	return s.update(ctx, "complete", pk, &s.st.completeNoResult,
+		s.st.completeNoResult.values(str(claim.Token), number(now), number(expiry), number(s.ttl(expiry))))
 }
 
 // Extend implements [dedup.Store.Extend] with one conditional UpdateItem
@@ -334,23 +324,18 @@ func (s *Store) Extend(ctx context.Context, claim dedup.Claim, lease time.Durati
 	}
 	now := s.clock.Now().UnixMilli()
 	deadline := now + ceilMillis(lease)
-	update := expression.Set(expression.Name(s.attr.Deadline), expression.Value(deadline)).
-		Set(expression.Name(s.attr.TTL), expression.Value(s.ttl(deadline)))
-	return s.update(ctx, "extend", pk, update, claim.Token, now)
+	return s.update(ctx, "extend", pk, &s.st.extend,
+		s.st.extend.values(str(claim.Token), number(now), number(deadline), number(s.ttl(deadline))))
 }
 
-func (s *Store) update(ctx context.Context, op, pk string, update expression.UpdateBuilder, token string, now int64) error {
-	expr, err := expression.NewBuilder().WithUpdate(update).WithCondition(s.owned(token, now)).Build()
-	if err != nil {
-		return fmt.Errorf("dynamo: %s: building the update: %w", op, err)
-	}
-	_, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(s.table),
+func (s *Store) update(ctx context.Context, op, pk string, p *prepared, values map[string]types.AttributeValue) error {
+	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 &s.table,
 		Key:                       s.key(pk),
-		UpdateExpression:          expr.Update(),
-		ConditionExpression:       expr.Condition(),
-		ExpressionAttributeNames:  expr.Names(),
-		ExpressionAttributeValues: expr.Values(),
+		UpdateExpression:          p.update,
+		ConditionExpression:       p.condition,
+		ExpressionAttributeNames:  p.names,
+		ExpressionAttributeValues: values,
 	})
 	return s.ownerError(op, "UpdateItem", err)
 }
@@ -365,16 +350,12 @@ func (s *Store) Release(ctx context.Context, claim dedup.Claim) error {
 		return err
 	}
 	now := s.clock.Now().UnixMilli()
-	expr, err := expression.NewBuilder().WithCondition(s.owned(claim.Token, now)).Build()
-	if err != nil {
-		return fmt.Errorf("dynamo: release: building the condition: %w", err)
-	}
 	_, err = s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-		TableName:                 aws.String(s.table),
+		TableName:                 &s.table,
 		Key:                       s.key(pk),
-		ConditionExpression:       expr.Condition(),
-		ExpressionAttributeNames:  expr.Names(),
-		ExpressionAttributeValues: expr.Values(),
+		ConditionExpression:       s.st.owned.condition,
+		ExpressionAttributeNames:  s.st.owned.names,
+		ExpressionAttributeValues: s.st.owned.values(str(claim.Token), number(now)),
 	})
 	return s.ownerError("release", "DeleteItem", err)
 }

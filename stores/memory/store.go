@@ -84,7 +84,8 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 		}
 		return dedup.ClaimResult{Outcome: dedup.InProgress}, nil
 	}
-	token := storekit.NewToken()
+	raw := storekit.RawToken()
+	token := string(raw[:]) // 16 bytes; tokens never leave the process
 	s.records[key] = &memRecord{token: token, fingerprint: fingerprint, deadline: now.Add(lease)}
 	return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil
 }

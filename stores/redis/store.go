@@ -42,6 +42,21 @@ type Store struct {
 	prefix       string
 	waitReplicas int           // Config.WaitReplicas
 	waitTimeout  time.Duration // Config.WaitTimeout
+	batch        *batcher      // Config.AutoPipeline; nil: every command alone
+}
+
+// Batching parameters of Config.AutoPipeline.
+const (
+	maxBatch    = 256 // commands per pipeline
+	maxInFlight = 2   // batches (or lone commands) in flight at once
+)
+
+// process sends cmd, batched with other calls' with Config.AutoPipeline.
+func (s *Store) process(ctx context.Context, cmd goredis.Cmder) error {
+	if s.batch != nil {
+		return s.batch.process(ctx, cmd)
+	}
+	return s.client.Process(ctx, cmd)
 }
 
 var _ dedup.Store = (*Store)(nil)
@@ -96,7 +111,11 @@ func New(ctx context.Context, client goredis.UniversalClient, config Config) (*S
 	if err := checkServers(ctx, client, check); err != nil {
 		return nil, err
 	}
-	return &Store{client: client, prefix: config.KeyPrefix, waitReplicas: config.WaitReplicas, waitTimeout: config.WaitTimeout}, nil
+	st := &Store{client: client, prefix: config.KeyPrefix, waitReplicas: config.WaitReplicas, waitTimeout: config.WaitTimeout}
+	if config.AutoPipeline {
+		st.batch = newBatcher(client, maxBatch, maxInFlight)
+	}
+	return st, nil
 }
 
 // RedisKey returns the Redis key holding the record of a scoped key:
@@ -176,7 +195,7 @@ func (a *recordArg) MarshalBinary() ([]byte, error) { return a.b[:a.len], nil }
 // again the ordinary way, which follows redirections and retries.
 func (s *Store) setNXGet(ctx context.Context, args []any) (old []byte, found bool, err error) {
 	cmd := goredis.NewRawCmd(ctx, args...)
-	if err := s.client.Process(ctx, cmd); err != nil {
+	if err := s.process(ctx, cmd); err != nil {
 		return nil, false, err
 	}
 	old, found, ok := parseBulkReply(cmd.Val())
@@ -438,11 +457,11 @@ func (s *Store) run(ctx context.Context, op string, script *ownedScript, claim d
 // goredis.Script.Run does.
 func (s *Store) evalOwned(ctx context.Context, script *ownedScript, args []any) (int64, error) {
 	cmd := goredis.NewCmd(ctx, args...)
-	_ = s.client.Process(ctx, cmd)
+	_ = s.process(ctx, cmd)
 	if goredis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 		args[0], args[1] = "eval", &script.src
 		cmd = goredis.NewCmd(ctx, args...)
-		_ = s.client.Process(ctx, cmd)
+		_ = s.process(ctx, cmd)
 	}
 	return cmd.Int64()
 }

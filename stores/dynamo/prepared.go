@@ -1,0 +1,124 @@
+package dynamo
+
+import (
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// prepared is a condition (and update) expression built once, at New, with
+// feature/dynamodb/expression and placeholder values; each request supplies
+// its own values under the placeholders' keys. It saves building the same
+// expression strings and name maps on every request (dozens of
+// allocations). The name map is shared by every request and never
+// modified.
+type prepared struct {
+	condition, update *string
+	names             map[string]string
+	// keys[i] is the value key (":0", ...) of the i-th placeholder; fixed
+	// holds the values that are the same for every request.
+	keys  []string
+	fixed map[string]types.AttributeValue
+}
+
+// placeholder marks the i-th per-request value of a prepared expression.
+func placeholder(i int) expression.OperandBuilder {
+	return expression.Value(fmt.Sprintf("\x00placeholder-%d", i))
+}
+
+// prepare builds b and locates the placeholders 0..n-1 among its values.
+func prepare(b expression.Builder, n int) (prepared, error) {
+	expr, err := b.Build()
+	if err != nil {
+		return prepared{}, err
+	}
+	p := prepared{condition: expr.Condition(), update: expr.Update(), names: expr.Names(), keys: make([]string, n),
+		fixed: map[string]types.AttributeValue{}}
+	found := 0
+	for k, v := range expr.Values() {
+		s, ok := v.(*types.AttributeValueMemberS)
+		var i int
+		if ok {
+			if _, err := fmt.Sscanf(s.Value, "\x00placeholder-%d", &i); err == nil && i >= 0 && i < n {
+				p.keys[i] = k
+				found++
+				continue
+			}
+		}
+		p.fixed[k] = v
+	}
+	if found != n {
+		return prepared{}, fmt.Errorf("dynamo: preparing an expression: found %d of %d placeholders", found, n)
+	}
+	if len(p.fixed) == 0 {
+		p.fixed = nil
+	}
+	return p, nil
+}
+
+// values returns the value map of a request: the fixed values and vs under
+// the placeholders' keys.
+func (p *prepared) values(vs ...types.AttributeValue) map[string]types.AttributeValue {
+	m := make(map[string]types.AttributeValue, len(p.fixed)+len(vs))
+	for k, v := range p.fixed {
+		m[k] = v
+	}
+	for i, v := range vs {
+		m[p.keys[i]] = v
+	}
+	return m
+}
+
+// statements are the store's prepared expressions.
+type statements struct {
+	// claim: attribute_not_exists(pk) OR deadline < placeholder 0 (now -
+	// margin).
+	claim prepared
+	// owned (Release): token = 0 AND state = in_progress AND deadline > 1.
+	owned prepared
+	// complete: owned, and SET state = completed, deadline = 2, ttl = 3,
+	// result = 4; completeNoResult the same with REMOVE result.
+	complete, completeNoResult prepared
+	// extend: owned, and SET deadline = 2, ttl = 3.
+	extend prepared
+}
+
+func prepareStatements(a AttributeNames) (statements, error) {
+	var st statements
+	var err error
+	claim := expression.AttributeNotExists(expression.Name(a.PartitionKey)).
+		Or(expression.Name(a.Deadline).LessThan(placeholder(0)))
+	if st.claim, err = prepare(expression.NewBuilder().WithCondition(claim), 1); err != nil {
+		return st, err
+	}
+	owned := expression.Name(a.Token).Equal(placeholder(0)).And(
+		expression.Name(a.State).Equal(expression.Value(stateInProgress)),
+		expression.Name(a.Deadline).GreaterThan(placeholder(1)),
+	)
+	if st.owned, err = prepare(expression.NewBuilder().WithCondition(owned), 2); err != nil {
+		return st, err
+	}
+	complete := expression.Set(expression.Name(a.State), expression.Value(stateCompleted)).
+		Set(expression.Name(a.Deadline), placeholder(2)).
+		Set(expression.Name(a.TTL), placeholder(3))
+	if st.complete, err = prepare(expression.NewBuilder().WithCondition(owned).WithUpdate(complete.Set(expression.Name(a.Result), placeholder(4))), 5); err != nil {
+		return st, err
+	}
+	complete = expression.Set(expression.Name(a.State), expression.Value(stateCompleted)).
+		Set(expression.Name(a.Deadline), placeholder(2)).
+		Set(expression.Name(a.TTL), placeholder(3)).
+		Remove(expression.Name(a.Result))
+	if st.completeNoResult, err = prepare(expression.NewBuilder().WithCondition(owned).WithUpdate(complete), 4); err != nil {
+		return st, err
+	}
+	extend := expression.Set(expression.Name(a.Deadline), placeholder(2)).
+		Set(expression.Name(a.TTL), placeholder(3))
+	if st.extend, err = prepare(expression.NewBuilder().WithCondition(owned).WithUpdate(extend), 4); err != nil {
+		return st, err
+	}
+	return st, nil
+}
+
+// str is a string attribute value.
+func str(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
