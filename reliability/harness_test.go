@@ -33,6 +33,13 @@ var mutation = flag.String("reliability.mutate", "",
 		"ack-errors (every error is acked instead of nacked), "+
 		"unescaped-keys (the store undoes the escaping of scopes and Join parts, as a naive concatenation would)")
 
+// redisAutoPipeline runs every Redis store of the scenarios with
+// Config.AutoPipeline (batched commands):
+//
+//	go test -race ./reliability/ -args -reliability.redis-autopipeline
+var redisAutoPipeline = flag.Bool("reliability.redis-autopipeline", false,
+	"run the Redis stores with Config.AutoPipeline")
+
 // deduplicator is the middleware under test, with the mutation (if any)
 // applied.
 type deduplicator struct {
@@ -459,7 +466,7 @@ func newRedisStore(t testing.TB, client goredis.UniversalClient, prefix string) 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := redis.New(ctx, client, redis.Config{KeyPrefix: prefix})
+	s, err := redis.New(ctx, client, redis.Config{KeyPrefix: prefix, AutoPipeline: *redisAutoPipeline})
 	if err != nil {
 		t.Fatalf("redis.New: %v", err)
 	}

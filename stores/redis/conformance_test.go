@@ -52,6 +52,14 @@ func TestConformanceCluster(t *testing.T) {
 			return store, nil
 		}, storetest.Features{ShortDuration: 300 * time.Millisecond})
 	})
+	// Config.AutoPipeline on a Cluster: go-redis splits each batch per
+	// master by the slots of its keys.
+	pipelined := newStore(t, client, redis.Config{KeyPrefix: "dedup-ap:", AutoPipeline: true})
+	t.Run("suite-autopipeline", func(t *testing.T) {
+		storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) {
+			return pipelined, nil
+		}, storetest.Features{ShortDuration: 300 * time.Millisecond})
+	})
 
 	ctx := context.Background()
 	for _, addr := range cluster.Addrs {

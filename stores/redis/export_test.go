@@ -55,3 +55,19 @@ func (s *Store) ClaimAs(ctx context.Context, key, token string, lease time.Durat
 	copy(raw[:], token)
 	return s.claimWait(ctx, key, raw, fingerprintDigest(""), token, lease)
 }
+
+// Batcher is the batcher of Config.AutoPipeline, for the benchmark that
+// compares it with go-redis' and rueidis' auto-pipelining on the same
+// commands.
+type Batcher struct{ b *batcher }
+
+// NewBatcher returns a batcher with the store's parameters.
+func NewBatcher(client goredis.UniversalClient) Batcher {
+	return Batcher{newBatcher(client, maxBatch, maxInFlight)}
+}
+
+// Process sends cmd through the batcher.
+func (b Batcher) Process(ctx context.Context, cmd goredis.Cmder) error {
+	var p pending
+	return b.b.process(ctx, cmd, &p)
+}

@@ -36,7 +36,8 @@ type batcher struct {
 	flushers int // goroutines flushing the queue
 }
 
-// pending is a command waiting in the queue.
+// pending is a command waiting in the queue; callers keep it with the
+// command's arguments (no allocation of its own).
 type pending struct {
 	ctx  context.Context
 	cmd  goredis.Cmder
@@ -50,10 +51,12 @@ func newBatcher(client goredis.UniversalClient, maxBatch, maxInFlight int) *batc
 }
 
 // process sends cmd, batched with others when something is in flight, and
-// returns the command's error. It returns ctx's error early when ctx ends
-// while the command waits (the command may still be sent, as a command
-// whose caller gave up after writing it may still run).
-func (b *batcher) process(ctx context.Context, cmd goredis.Cmder) error {
+// returns the command's error. A command that waits is not abandoned when
+// ctx ends (it is skipped if ctx ended before its batch is written): its
+// wait is bounded by the batches ahead of it, as a command's wait for a
+// reply is bounded by the client's timeouts; and the store asks nothing of
+// ctx on this path (no Done channel, no timer).
+func (b *batcher) process(ctx context.Context, cmd goredis.Cmder, p *pending) error {
 	b.mu.Lock()
 	if b.inFlight == 0 && len(b.queue) == 0 {
 		b.inFlight++
@@ -65,17 +68,13 @@ func (b *batcher) process(ctx context.Context, cmd goredis.Cmder) error {
 		b.mu.Unlock()
 		return err
 	}
-	p := &pending{ctx: ctx, cmd: cmd, done: doneChans.Get().(chan struct{})}
+	p.ctx, p.cmd, p.done = ctx, cmd, doneChans.Get().(chan struct{})
 	b.queue = append(b.queue, p)
 	b.startFlusher()
 	b.mu.Unlock()
-	select {
-	case <-p.done:
-		doneChans.Put(p.done)
-		return cmd.Err()
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	<-p.done
+	doneChans.Put(p.done)
+	return cmd.Err()
 }
 
 // startFlusher starts a goroutine to flush the queue when commands wait and
@@ -89,10 +88,21 @@ func (b *batcher) startFlusher() {
 	}
 }
 
+// flushBuffers are a flusher's slices, kept between flushers.
+type flushBuffers struct {
+	batch []*pending
+	cmds  []goredis.Cmder
+}
+
+var flushBufs sync.Pool
+
 // flush sends batches until the queue is empty.
 func (b *batcher) flush() {
-	var batch []*pending
-	cmds := make([]goredis.Cmder, 0, b.maxBatch)
+	buf, _ := flushBufs.Get().(*flushBuffers)
+	if buf == nil {
+		buf = &flushBuffers{}
+	}
+	defer flushBufs.Put(buf)
 	for {
 		b.mu.Lock()
 		n := min(len(b.queue), b.maxBatch)
@@ -102,14 +112,14 @@ func (b *batcher) flush() {
 			b.mu.Unlock()
 			return
 		}
-		batch = append(batch[:0], b.queue[:n]...)
+		batch := append(buf.batch[:0], b.queue[:n]...)
 		rest := copy(b.queue, b.queue[n:])
 		clear(b.queue[rest:])
 		b.queue = b.queue[:rest]
 		b.startFlusher() // more than a batch waits: another goroutine may take it
 		b.mu.Unlock()
 
-		cmds = cmds[:0]
+		cmds := buf.cmds[:0]
 		for _, p := range batch {
 			if err := p.ctx.Err(); err != nil {
 				p.cmd.SetErr(err) // gave up before it was sent
@@ -127,5 +137,7 @@ func (b *batcher) flush() {
 			p.done <- struct{}{}
 		}
 		clear(batch)
+		clear(cmds)
+		buf.batch, buf.cmds = batch, cmds
 	}
 }

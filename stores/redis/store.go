@@ -51,10 +51,11 @@ const (
 	maxInFlight = 2   // batches (or lone commands) in flight at once
 )
 
-// process sends cmd, batched with other calls' with Config.AutoPipeline.
-func (s *Store) process(ctx context.Context, cmd goredis.Cmder) error {
+// process sends cmd, batched with other calls' with Config.AutoPipeline
+// (p is where it waits).
+func (s *Store) process(ctx context.Context, cmd goredis.Cmder, p *pending) error {
 	if s.batch != nil {
-		return s.batch.process(ctx, cmd)
+		return s.batch.process(ctx, cmd, p)
 	}
 	return s.client.Process(ctx, cmd)
 }
@@ -159,7 +160,7 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 	a := &claimArgs{key: s.prefix + key, ms: millis(lease)}
 	a.value.len = uint8(len(appendInProgress(a.value.b[:0], &raw, fp)))
 	a.args = [...]any{"set", &a.key, &a.value, "nx", "px", &a.ms, "get"}
-	old, found, err := s.setNXGet(ctx, a.args[:])
+	old, found, err := s.setNXGet(ctx, a.args[:], &a.wait)
 	if err != nil {
 		return dedup.ClaimResult{}, fmt.Errorf("dedup/redis: claim: %w", err)
 	}
@@ -176,6 +177,7 @@ type claimArgs struct {
 	value recordArg
 	ms    int64
 	args  [7]any
+	wait  pending
 }
 
 // recordArg is an in-progress record passed by pointer (go-redis writes an
@@ -193,9 +195,9 @@ func (a *recordArg) MarshalBinary() ([]byte, error) { return a.b[:a.len], nil }
 // more than the command. An error reply (MOVED on a Cluster, READONLY,
 // LOADING: the command did not run) is answered by sending the command
 // again the ordinary way, which follows redirections and retries.
-func (s *Store) setNXGet(ctx context.Context, args []any) (old []byte, found bool, err error) {
+func (s *Store) setNXGet(ctx context.Context, args []any, p *pending) (old []byte, found bool, err error) {
 	cmd := goredis.NewRawCmd(ctx, args...)
-	if err := s.process(ctx, cmd); err != nil {
+	if err := s.process(ctx, cmd, p); err != nil {
 		return nil, false, err
 	}
 	old, found, ok := parseBulkReply(cmd.Val())
@@ -345,6 +347,7 @@ type scriptArgs struct {
 	ms         int64
 	result     sliceArg
 	args       [8]any
+	wait       pending
 }
 
 // compactArg holds a compact completed record (at most 20 digits).
@@ -421,7 +424,7 @@ func (s *Store) run(ctx context.Context, op string, script *ownedScript, claim d
 			reply, err = cmd.Int64()
 		}
 	} else {
-		reply, err = s.evalOwned(ctx, script, args)
+		reply, err = s.evalOwned(ctx, script, args, &a.wait)
 	}
 	if err != nil {
 		return fmt.Errorf("dedup/redis: %s: %w", op, err)
@@ -455,13 +458,13 @@ func (s *Store) run(ctx context.Context, op string, script *ownedScript, claim d
 // evalOwned runs EVALSHA with args (args[1] the script's SHA1), and EVAL
 // when the server does not know the script (NOSCRIPT), as
 // goredis.Script.Run does.
-func (s *Store) evalOwned(ctx context.Context, script *ownedScript, args []any) (int64, error) {
+func (s *Store) evalOwned(ctx context.Context, script *ownedScript, args []any, p *pending) (int64, error) {
 	cmd := goredis.NewCmd(ctx, args...)
-	_ = s.process(ctx, cmd)
+	_ = s.process(ctx, cmd, p)
 	if goredis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 		args[0], args[1] = "eval", &script.src
 		cmd = goredis.NewCmd(ctx, args...)
-		_ = s.process(ctx, cmd)
+		_ = s.process(ctx, cmd, p)
 	}
 	return cmd.Int64()
 }
