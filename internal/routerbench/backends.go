@@ -32,13 +32,13 @@ import (
 
 // Store names accepted in Options.Stores, in the order they are printed.
 const (
-	StoreMemory   = "memory"
-	StoreRedis    = "redis"
+	StoreMemory = "memory"
+	StoreRedis  = "redis"
 	// StoreRedisPipelined is the Redis store with Config.AutoPipeline,
 	// against the same unpipelined SET NX PX.
 	StoreRedisPipelined = "redis-ap"
-	StoreDynamo   = "dynamo"
-	StorePostgres = "postgres"
+	StoreDynamo         = "dynamo"
+	StorePostgres       = "postgres"
 )
 
 // AllStores lists every store the harness knows, in print order.
