@@ -11,7 +11,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
 	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
 )
 
@@ -136,7 +135,7 @@ func (f *flight) do(ctx context.Context, w worker) (ClaimResult, error) {
 	// The work's context exists before the claim: the claim's request
 	// context is derived from it (see opCtx).
 	f.newWorkContext(ctx)
-	defer func() { f.cancelWork(nil) }()
+	defer func() { f.work.end(nil) }()
 	start := time.Now()
 	res, claimedAt, err := f.claim(ctx, lease)
 	elapsed := time.Since(start)
@@ -175,9 +174,12 @@ func (f *flight) do(ctx context.Context, w worker) (ClaimResult, error) {
 // newWorkContext makes the work's context: cancellable with a cause,
 // carrying the flight's claim.
 func (f *flight) newWorkContext(ctx context.Context) {
-	cctx, cancel := context.WithCancelCause(ctx)
-	f.work = claimctx.Context{Context: cctx, Claim: &f.hc}
-	f.cancelWork = cancel
+	if f.work == nil {
+		f.work = &f.workCtx0
+	} else {
+		f.work = &workCtx{} // the first one may still be in a store's hands
+	}
+	f.work.init(ctx, &f.hc)
 }
 
 // claim runs Store.Claim once admitted (see Engine.claims), within
@@ -196,7 +198,7 @@ func (f *flight) claim(ctx context.Context, lease time.Duration) (res ClaimResul
 	claimedAt = e.cfg.Clock.Now()
 	defer func() { <-e.claims }()
 	op := &f.claimCtx
-	op.start(&f.work, false, f.cancelWork, e.cfg.StoreTimeout)
+	op.start(f.work, f.work, e.cfg.StoreTimeout)
 	start := time.Now()
 	res, err = e.cfg.Store.Claim(op, f.hc.Key, f.call.Fingerprint, lease)
 	elapsed := time.Since(start)
@@ -244,7 +246,7 @@ func (f *flight) run(ctx context.Context, claim Claim, lease time.Duration, clai
 			f.release(ctx, errors.New("handler panicked"))
 		}
 	}()
-	result, err := w.work(&f.work)
+	result, err := w.work(f.work)
 	panicked = false
 
 	switch {
@@ -333,7 +335,7 @@ func (f *flight) finishOp(ctx context.Context, op string, do func(context.Contex
 	if oc.parent != nil {
 		oc = &opCtx{}
 	}
-	oc.start(context.WithoutCancel(ctx), true, nil, f.e.cfg.StoreTimeout)
+	oc.start(context.WithoutCancel(ctx), nil, f.e.cfg.StoreTimeout)
 	start := time.Now()
 	err := do(oc)
 	elapsed := time.Since(start)

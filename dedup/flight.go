@@ -3,6 +3,7 @@ package dedup
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
@@ -17,13 +18,13 @@ type flight struct {
 	e    *Engine
 	call Call
 
-	// work is the work's context: a context.WithCancelCause of the caller's
-	// context, carrying the claim (claimctx). It is made before the claim,
-	// whose request context is derived from it (see opCtx), so that the
-	// claim can follow the caller's cancellation without a registration of
-	// its own.
-	work       claimctx.Context
-	cancelWork context.CancelCauseFunc
+	// work is the work's context (see workCtx). It is made before the
+	// claim, whose request context is derived from it (see opCtx), so that
+	// the claim follows the caller's cancellation without a registration
+	// of its own.
+	work *workCtx // &workCtx0, or a fresh one after a claim timed out
+	// workCtx0 is the work context a flight usually needs.
+	workCtx0 workCtx
 	hc         claimctx.Claim // hc.Key is the scoped key from the start
 	keeper     leaseKeeper
 
@@ -32,6 +33,93 @@ type flight struct {
 	// reused: a store may still hold them after the operation (net/http
 	// cancels a request's context from its read loop).
 	claimCtx, endCtx opCtx
+}
+
+// workCtx is the work's context: cancellable with a cause (ErrClaimLost at
+// the lease deadline), carrying the claim (claimctx), and ended with the
+// caller's context. It is context.WithCancelCause(parent) with the claim
+// as a value, made only when something needs it: when someone asks for
+// Done (the work, the store, a child context) or the work is cancelled.
+// Until then Err, Deadline and Value (which context.Cause goes through)
+// are the parent's, which is what the child would answer. A
+// context.WithCancelCause registers itself with its parent: for a
+// Watermill message (GoChannel gives each message a context of its own)
+// that is a map and a channel per message, spared when nothing waits on
+// the work's context.
+type workCtx struct {
+	parent context.Context
+	claim  *claimctx.Claim
+
+	mu     sync.Mutex
+	inner  atomic.Pointer[context.Context] // the WithCancelCause, once made
+	cancel context.CancelCauseFunc
+	ended  bool // cancelled before inner was made: make it cancelled
+}
+
+func (w *workCtx) init(parent context.Context, claim *claimctx.Claim) {
+	w.parent, w.claim = parent, claim
+}
+
+// make returns inner, making it if needed.
+func (w *workCtx) make() context.Context {
+	if c := w.inner.Load(); c != nil {
+		return *c
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if c := w.inner.Load(); c != nil {
+		return *c
+	}
+	c, cancel := context.WithCancelCause(w.parent)
+	w.cancel = cancel
+	if w.ended {
+		cancel(nil)
+	}
+	w.inner.Store(&c)
+	return c
+}
+
+// end cancels the work with cause (nil: context.Canceled).
+func (w *workCtx) end(cause error) {
+	if cause != nil {
+		w.make()
+	}
+	w.mu.Lock()
+	cancel := w.cancel
+	if cancel == nil {
+		w.ended = true
+	}
+	w.mu.Unlock()
+	if cancel != nil {
+		cancel(cause)
+	}
+}
+
+func (w *workCtx) Deadline() (time.Time, bool) { return w.parent.Deadline() }
+
+func (w *workCtx) Done() <-chan struct{} { return w.make().Done() }
+
+func (w *workCtx) Err() error {
+	if c := w.inner.Load(); c != nil {
+		return (*c).Err()
+	}
+	w.mu.Lock()
+	ended := w.ended
+	w.mu.Unlock()
+	if ended {
+		return context.Canceled
+	}
+	return w.parent.Err()
+}
+
+func (w *workCtx) Value(key any) any {
+	if claimctx.IsKey(key) {
+		return w.claim
+	}
+	if c := w.inner.Load(); c != nil {
+		return (*c).Value(key)
+	}
+	return w.parent.Value(key)
 }
 
 // worker is the work of a flight: Engine.Do's function, or the middleware's
@@ -64,8 +152,8 @@ func (f workFunc) work(ctx context.Context) ([]byte, error) { return f(ctx) }
 type opCtx struct {
 	parent   context.Context
 	deadline time.Time
-	// cancelParent cancels the parent at the deadline (attached only).
-	cancelParent context.CancelCauseFunc
+	// work is the parent, ended at the deadline (attached only).
+	work *workCtx
 
 	mu       sync.Mutex
 	done     chan struct{} // detached: made on the first Done
@@ -95,9 +183,10 @@ func (e opEnd) err() error {
 	return nil
 }
 
-// start readies a new c for an operation of at most timeout.
-func (c *opCtx) start(parent context.Context, detached bool, cancelParent context.CancelCauseFunc, timeout time.Duration) {
-	c.parent, c.detached, c.cancelParent = parent, detached, cancelParent
+// start readies a new c for an operation of at most timeout: attached to
+// the work's context w, or detached from parent (w nil).
+func (c *opCtx) start(parent context.Context, w *workCtx, timeout time.Duration) {
+	c.parent, c.work, c.detached = parent, w, w == nil
 	c.deadline = time.Now().Add(timeout)
 }
 
@@ -145,10 +234,9 @@ func (c *opCtx) timerFired() {
 	}
 	c.ended = opTimedOut
 	c.closeLocked()
-	cancel := c.cancelParent
 	c.mu.Unlock()
-	if !c.detached && cancel != nil {
-		cancel(context.DeadlineExceeded)
+	if c.work != nil {
+		c.work.end(context.DeadlineExceeded)
 	}
 }
 

@@ -194,7 +194,7 @@ func (k *leaseKeeper) expire() {
 	k.mu.Unlock()
 	err := fmt.Errorf("%w: the lease of %q ends at %s and no extension succeeded", ErrClaimLost, k.f.hc.Key, end.Format(time.RFC3339Nano))
 	k.f.e.event(&k.f.call, EventClaimLost, "extend", k.f.hc.Key, k.f.e.cfg.Clock.Now().Sub(k.claimedAt), err)
-	k.f.cancelWork(err)
+	k.f.work.end(err)
 }
 
 // extend extends the lease once, within StoreTimeout and before the
@@ -235,7 +235,7 @@ func (k *leaseKeeper) extend() bool {
 		}
 		err = fmt.Errorf("extending the lease of %q: %w", claim.Key, err)
 		e.event(&k.f.call, EventClaimLost, "extend", claim.Key, sent.Sub(k.claimedAt), err)
-		k.f.cancelWork(err)
+		k.f.work.end(err)
 		return false
 	default:
 		// The deadline cancels the work if the lease ends before an

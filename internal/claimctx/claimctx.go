@@ -29,20 +29,11 @@ type Stopper interface{ StopHeartbeat() }
 
 type key struct{}
 
-// Context is a context carrying a claim, like context.WithValue(Context,
-// key, Claim), but a value that can be part of a larger allocation.
-type Context struct {
-	context.Context
-	Claim *Claim
-}
-
-// Value returns the claim for this package's key, and asks the parent
-// otherwise.
-func (c *Context) Value(k any) any {
-	if _, ok := k.(key); ok {
-		return c.Claim
-	}
-	return c.Context.Value(k)
+// IsKey reports whether k is the context key of this package: a context
+// type that carries a claim itself answers it with the claim.
+func IsKey(k any) bool {
+	_, ok := k.(key)
+	return ok
 }
 
 // SetStopper sets what StopHeartbeat calls.
