@@ -25,8 +25,8 @@ type flight struct {
 	work *workCtx // &workCtx0, or a fresh one after a claim timed out
 	// workCtx0 is the work context a flight usually needs.
 	workCtx0 workCtx
-	hc         claimctx.Claim // hc.Key is the scoped key from the start
-	keeper     leaseKeeper
+	hc       claimctx.Claim // hc.Key is the scoped key from the start
+	keeper   leaseKeeper
 
 	// claimCtx and endCtx are the contexts of the claim and of the first
 	// Complete or Release; later attempts get their own. They are never
