@@ -137,38 +137,60 @@ func (f *flight) do(ctx context.Context, w worker) (ClaimResult, error) {
 	f.newWorkContext(ctx)
 	defer func() { f.work.end(nil) }()
 	start := time.Now()
-	res, claimedAt, err := f.claim(ctx, lease)
+	res, err := f.claim(ctx, lease)
 	elapsed := time.Since(start)
 	if err == nil && (res.Outcome < Acquired || res.Outcome > Conflict) {
 		err = fmt.Errorf("unknown outcome %v", res.Outcome)
 	}
 	if err != nil {
-		err = &StoreError{Op: "claim", Key: key, Err: err}
-		e.event(call, EventStoreError, "claim", key, elapsed, err)
-		if !e.cfg.FailOpen || ctx.Err() != nil {
-			return ClaimResult{}, err
-		}
-		e.event(call, EventFailOpen, "claim", key, 0, err)
-		result, err := w.work(ctx)
-		return ClaimResult{Result: result}, err
+		return f.claimFailed(ctx, w, elapsed, err)
 	}
-
 	switch res.Outcome {
 	case Acquired:
 		e.event(call, EventClaimWon, "claim", key, elapsed, nil)
-		return f.run(ctx, res.Claim, lease, claimedAt, w)
+		return f.run(ctx, res.Claim, w)
 	case Duplicate:
 		e.event(call, EventSkipDuplicate, "claim", key, elapsed, nil)
 		return res, nil
-	case InProgress:
+	default:
+		return f.refused(res, elapsed)
+	}
+}
+
+// The cold paths of do are functions of their own, so that do's stack
+// frame stays small: a message runs in a fresh router goroutine whose stack
+// is copied each time it grows.
+
+// claimFailed reports a claim that got no answer, and runs the work
+// unclaimed with Config.FailOpen.
+//
+//go:noinline
+func (f *flight) claimFailed(ctx context.Context, w worker, elapsed time.Duration, err error) (ClaimResult, error) {
+	e, call, key := f.e, &f.call, f.hc.Key
+	err = &StoreError{Op: "claim", Key: key, Err: err}
+	e.event(call, EventStoreError, "claim", key, elapsed, err)
+	if !e.cfg.FailOpen || ctx.Err() != nil {
+		return ClaimResult{}, err
+	}
+	e.event(call, EventFailOpen, "claim", key, 0, err)
+	result, err := w.work(ctx)
+	return ClaimResult{Result: result}, err
+}
+
+// refused reports a claim that found the key in progress or completed
+// with another fingerprint.
+//
+//go:noinline
+func (f *flight) refused(res ClaimResult, elapsed time.Duration) (ClaimResult, error) {
+	e, call, key := f.e, &f.call, f.hc.Key
+	if res.Outcome == InProgress {
 		err := fmt.Errorf("%w: %q", ErrInProgress, key)
 		e.event(call, EventInProgress, "claim", key, elapsed, err)
 		return res, err
-	default: // Conflict
-		err := fmt.Errorf("%w: %q", ErrKeyReuse, key)
-		e.event(call, EventKeyReuse, "claim", key, elapsed, err)
-		return res, err
 	}
+	err := fmt.Errorf("%w: %q", ErrKeyReuse, key)
+	e.event(call, EventKeyReuse, "claim", key, elapsed, err)
+	return res, err
 }
 
 // newWorkContext makes the work's context: cancellable with a cause,
@@ -185,17 +207,17 @@ func (f *flight) newWorkContext(ctx context.Context) {
 // claim runs Store.Claim once admitted (see Engine.claims), within
 // StoreTimeout; a context that ends while waiting for admission fails it.
 //
-// claimedAt is the clock's reading once admitted, just before the request
-// is sent: the lease certainly runs until claimedAt+lease (a wait for
-// admission does not count against it).
-func (f *flight) claim(ctx context.Context, lease time.Duration) (res ClaimResult, claimedAt time.Time, err error) {
+// The keeper's claimedAt is the clock's reading once admitted, just before
+// the request is sent: the lease certainly runs until claimedAt+lease (a
+// wait for admission does not count against it).
+func (f *flight) claim(ctx context.Context, lease time.Duration) (res ClaimResult, err error) {
 	e := f.e
 	select {
 	case e.claims <- struct{}{}:
 	case <-ctx.Done():
-		return ClaimResult{}, e.cfg.Clock.Now(), context.Cause(ctx)
+		return ClaimResult{}, context.Cause(ctx)
 	}
-	claimedAt = e.cfg.Clock.Now()
+	f.keeper.lease, f.keeper.claimedAt = lease, e.cfg.Clock.Now()
 	defer func() { <-e.claims }()
 	op := &f.claimCtx
 	op.start(f.work, f.work, e.cfg.StoreTimeout)
@@ -209,7 +231,7 @@ func (f *flight) claim(ctx context.Context, lease time.Duration) (res ClaimResul
 		// answered: the work gets a fresh one.
 		f.newWorkContext(ctx)
 	}
-	return res, claimedAt, err
+	return res, err
 }
 
 // checkKey refuses keys that cannot identify a business fact, or that some
@@ -231,10 +253,10 @@ func (e *Engine) checkKey(key, transportID string) error {
 }
 
 // run does the work of an acquired claim and ends the claim exactly once.
-func (f *flight) run(ctx context.Context, claim Claim, lease time.Duration, claimedAt time.Time, w worker) (ClaimResult, error) {
+func (f *flight) run(ctx context.Context, claim Claim, w worker) (ClaimResult, error) {
 	e, call := f.e, &f.call
 	f.hc.Key, f.hc.Token, f.hc.Retention = claim.Key, claim.Token, e.cfg.Retention
-	keeper := f.keepLease(lease, claimedAt)
+	keeper := f.keepLease()
 	f.hc.SetStopper(keeper)
 	acquired := ClaimResult{Outcome: Acquired, Claim: claim}
 
@@ -255,7 +277,7 @@ func (f *flight) run(ctx context.Context, claim Claim, lease time.Duration, clai
 		return acquired, err
 	case f.hc.Completed():
 		keeper.stop()
-		e.event(call, EventCompleted, "complete", claim.Key, e.cfg.Clock.Now().Sub(claimedAt), nil)
+		e.event(call, EventCompleted, "complete", claim.Key, e.cfg.Clock.Now().Sub(keeper.claimedAt), nil)
 	default:
 		f.complete(ctx, result)
 	}

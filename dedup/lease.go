@@ -46,12 +46,13 @@ func deadlineMargin(lease time.Duration) time.Duration {
 	return min(lease/10, time.Second)
 }
 
-// keepLease starts keeping the flight's claim, acquired at claimedAt (read
-// before the Claim request was sent).
-func (f *flight) keepLease(lease time.Duration, claimedAt time.Time) *leaseKeeper {
+// keepLease starts keeping the flight's claim, of the keeper's lease,
+// acquired at its claimedAt (read before the Claim request was sent; both
+// set by claim).
+func (f *flight) keepLease() *leaseKeeper {
 	k := &f.keeper
-	k.f, k.lease, k.claimedAt = f, lease, claimedAt
-	k.leaseEnd, k.lastBeat = claimedAt.Add(lease), claimedAt
+	k.f = f
+	k.leaseEnd, k.lastBeat = k.claimedAt.Add(k.lease), k.claimedAt
 	k.mu.Lock()
 	k.arm()
 	k.mu.Unlock()

@@ -241,6 +241,8 @@ func parseBulkReply(raw []byte) (v []byte, found, ok bool) {
 // claimWait is Claim with Config.WaitReplicas: SET NX PX GET and WAIT in
 // one pipeline to the key's master. An acquired claim that WAIT does not
 // confirm is released (best effort) and refused with a *ReplicationError.
+//
+//go:noinline
 func (s *Store) claimWait(ctx context.Context, key string, raw [tokenLen]byte, fp []byte, token string, lease time.Duration) (dedup.ClaimResult, error) {
 	var cmd *goredis.Cmd
 	value := appendInProgress(nil, &raw, fp)
@@ -280,6 +282,8 @@ func (s *Store) claimWait(ctx context.Context, key string, raw [tokenLen]byte, f
 }
 
 // outcomeOf decodes the value a claim found and classifies it.
+//
+//go:noinline
 func outcomeOf(old []byte, token [tokenLen]byte, fp []byte, key, claimToken string) (dedup.ClaimResult, error) {
 	r, err := decodeRecord(old)
 	if err != nil {
@@ -390,10 +394,10 @@ func (s *Store) run(ctx context.Context, op string, script *ownedScript, claim d
 	case tokenLen:
 		copy(raw[:], token)
 	case 2 * tokenLen: // the hex form of earlier versions and of storekit.NewToken
-		if _, err := hex.Decode(raw[:], []byte(token)); err != nil {
+		var ok bool
+		if token, ok = decodeHexToken(token, &raw); !ok {
 			return lost(op, claim.Key, ErrNotOwner, "the token was not issued by this store")
 		}
-		token = string(raw[:])
 	default:
 		return lost(op, claim.Key, ErrNotOwner, "the token was not issued by this store")
 	}
@@ -408,51 +412,75 @@ func (s *Store) run(ctx context.Context, op string, script *ownedScript, claim d
 	case script != completeOp: // Extend
 		args = args[:7]
 	}
-	var (
-		reply int64
-		err   error
-		acks  int64
-	)
 	if s.waitReplicas > 0 && script != releaseOp {
-		var cmd *goredis.Cmd
-		acks, err = s.withWait(ctx, a.key, script.script, func(p goredis.Pipeliner) goredis.Cmder {
-			cmd = goredis.NewCmd(ctx, args...)
-			_ = p.Process(ctx, cmd)
-			return cmd
-		})
-		if err == nil {
-			reply, err = cmd.Int64()
-		}
-	} else {
-		reply, err = s.evalOwned(ctx, script, args, &a.wait)
+		return s.runWait(ctx, op, script, claim.Key, args, &raw)
 	}
+	reply, err := s.evalOwned(ctx, script, args, &a.wait)
+	if err == nil && reply == replyOK {
+		return nil
+	}
+	return s.replyError(ctx, op, script, claim.Key, reply, err, &raw)
+}
+
+// runWait is run with Config.WaitReplicas: the script and WAIT in one
+// pipeline.
+//
+//go:noinline
+func (s *Store) runWait(ctx context.Context, op string, script *ownedScript, key string, args []any, raw *[tokenLen]byte) error {
+	var cmd *goredis.Cmd
+	acks, err := s.withWait(ctx, s.prefix+key, script.script, func(p goredis.Pipeliner) goredis.Cmder {
+		cmd = goredis.NewCmd(ctx, args...)
+		_ = p.Process(ctx, cmd)
+		return cmd
+	})
+	var reply int64
+	if err == nil {
+		reply, err = cmd.Int64()
+	}
+	if err == nil && reply == replyOK {
+		return s.confirm(op, key, acks)
+	}
+	return s.replyError(ctx, op, script, key, reply, err, raw)
+}
+
+// replyError maps a script's failure or reply other than replyOK to an
+// error. It is a function of its own so that the frame of run, on every
+// message's path, stays small.
+//
+//go:noinline
+func (s *Store) replyError(ctx context.Context, op string, script *ownedScript, key string, reply int64, err error, raw *[tokenLen]byte) error {
 	if err != nil {
 		return fmt.Errorf("dedup/redis: %s: %w", op, err)
 	}
 	switch reply {
-	case replyOK:
-		if s.waitReplicas > 0 && script != releaseOp {
-			return s.confirm(op, claim.Key, acks)
-		}
-		return nil
 	case replyExpired:
-		return lost(op, claim.Key, ErrExpired, "")
+		return lost(op, key, ErrExpired, "")
 	case replyNotOwner:
-		return lost(op, claim.Key, ErrNotOwner, "")
+		return lost(op, key, ErrNotOwner, "")
 	case replyAlreadyCompleted:
 		if s.waitReplicas > 0 && script == completeOp {
 			// An earlier attempt on another connection completed it (go-redis
 			// retried): confirm that write before reporting it done.
-			if err := s.touch(ctx, op, claim.Key, &raw); err != nil {
+			if err := s.touch(ctx, op, key, raw); err != nil {
 				return err
 			}
 		}
-		return lost(op, claim.Key, ErrAlreadyCompleted, "")
+		return lost(op, key, ErrAlreadyCompleted, "")
 	case replyUnknownFormat:
-		return lost(op, claim.Key, ErrUnknownFormat, "it cannot carry this claim's token")
+		return lost(op, key, ErrUnknownFormat, "it cannot carry this claim's token")
 	default:
 		return fmt.Errorf("dedup/redis: %s: unexpected script reply %d", op, reply)
 	}
+}
+
+// decodeHexToken decodes a token in hex into raw and returns it raw.
+//
+//go:noinline
+func decodeHexToken(token string, raw *[tokenLen]byte) (string, bool) {
+	if _, err := hex.Decode(raw[:], []byte(token)); err != nil {
+		return "", false
+	}
+	return string(raw[:]), true
 }
 
 // evalOwned runs EVALSHA with args (args[1] the script's SHA1), and EVAL
