@@ -62,6 +62,9 @@ type Call struct {
 	// Handler, Topic and MessageUUID are copied into every Decision of the
 	// call, for logs and metrics. Optional.
 	Handler, Topic, MessageUUID string
+
+	// trace follows the call when Config.Tracer is set (see doTraced).
+	trace CallTrace
 }
 
 // Do runs fn at most once for (call.Scope, call.Key) across every process
@@ -77,46 +80,57 @@ type Call struct {
 //     fn's error unchanged (a panic goes on after the release).
 //   - the key was completed: fn does not run; Do returns Outcome Duplicate
 //     with the stored result (nil when none was stored).
-//   - another call holds the key: an error wrapping ErrInProgress.
+//   - another call holds the key: an error wrapping ErrInProgress. With
+//     Config.InProgressWait, Do first claims again until that call ends or
+//     the wait does (see there), and answers as above for what it finds.
 //   - the key was completed with another fingerprint: ErrKeyReuse.
 //   - the key or scope is unusable: a *KeyError (ErrNoKey) or ErrNoScope.
 //   - the store failed: a *StoreError; with Config.FailOpen, fn runs
 //     unclaimed instead and Do returns its result with a zero Outcome.
+//
+// With Config.Shadow, fn runs in every case but ErrNoScope and a passed
+// deadline: where Do would have skipped or refused it (Duplicate,
+// InProgress, ErrKeyReuse, ErrNoKey), it runs without a claim, leaves the
+// record alone, and Do returns its result and error with a zero Outcome.
 //
 // If Complete fails after fn succeeded, Do still returns success and logs
 // the error: the effect happened, and the record stays in progress until
 // its lease ends. Cost: two store round trips (claim, complete) for work
 // that runs, one for a duplicate or a refusal, plus one per heartbeat.
 func (e *Engine) Do(ctx context.Context, call Call, fn func(ctx context.Context) ([]byte, error)) (ClaimResult, error) {
+	if e.cfg.Tracer != nil && call.trace == nil {
+		return e.doTraced(ctx, call, fn)
+	}
 	if call.Scope == "" {
 		return ClaimResult{}, ErrNoScope
 	}
 	if err := e.checkKey(call.Key, call.MessageUUID); err != nil {
+		if e.cfg.Shadow {
+			return e.runShadow(ctx, &call, Decision{Event: EventKeyMissing, Err: err}, fn)
+		}
 		e.decide(&call, Decision{Event: EventKeyMissing, Err: err})
 		return ClaimResult{}, err
 	}
 	key := scopedkey.Of(call.Scope, call.Key)
-	lease := e.cfg.Lease
-	if call.Lease > 0 && call.Lease < lease {
-		lease = call.Lease
-	}
-	if left := call.Deadline.Sub(e.cfg.Clock.Now()); !call.Deadline.IsZero() && left < lease {
-		if left <= 0 {
-			return ClaimResult{}, fmt.Errorf("dedup: the call's deadline has passed: %w", context.DeadlineExceeded)
-		}
-		lease = left
+	lease, err := e.callLease(&call)
+	if err != nil {
+		return ClaimResult{}, err
 	}
 
 	start := time.Now()
 	res, claimedAt, err := e.claim(ctx, key, call.Fingerprint, lease)
 	elapsed := time.Since(start)
+	var waited time.Duration
+	if err == nil && res.Outcome == InProgress && e.cfg.InProgressWait > 0 && !e.cfg.Shadow {
+		res, claimedAt, lease, elapsed, waited, err = e.awaitHolder(ctx, &call, key)
+	}
 	if err == nil && (res.Outcome < Acquired || res.Outcome > Conflict) {
 		err = fmt.Errorf("unknown outcome %v", res.Outcome)
 	}
 	if err != nil {
 		err = &StoreError{Op: "claim", Key: key, Err: err}
-		e.decide(&call, Decision{Event: EventStoreError, Op: "claim", Key: key, Elapsed: elapsed, Err: err})
-		if !e.cfg.FailOpen || ctx.Err() != nil {
+		e.decide(&call, Decision{Event: EventStoreError, Op: "claim", Key: key, Elapsed: elapsed, Waited: waited, Err: err})
+		if !(e.cfg.FailOpen || e.cfg.Shadow) || ctx.Err() != nil {
 			return ClaimResult{}, err
 		}
 		e.decide(&call, Decision{Event: EventFailOpen, Op: "claim", Key: key, Err: err})
@@ -124,22 +138,51 @@ func (e *Engine) Do(ctx context.Context, call Call, fn func(ctx context.Context)
 		return ClaimResult{Result: result}, err
 	}
 
+	dec := Decision{Op: "claim", Key: key, Elapsed: elapsed, Waited: waited, Outcome: res.Outcome}
 	switch res.Outcome {
 	case Acquired:
-		e.decide(&call, Decision{Event: EventClaimWon, Op: "claim", Key: key, Elapsed: elapsed})
+		dec.Event = EventClaimWon
+		e.decide(&call, dec)
 		return e.run(ctx, &call, res.Claim, lease, claimedAt, fn)
 	case Duplicate:
-		e.decide(&call, Decision{Event: EventSkipDuplicate, Op: "claim", Key: key, Elapsed: elapsed})
+		dec.Event = EventSkipDuplicate
+		if e.cfg.Shadow {
+			return e.runShadow(ctx, &call, dec, fn)
+		}
+		dec.Replayed = len(res.Result) > 0
+		e.decide(&call, dec)
 		return res, nil
 	case InProgress:
-		err := fmt.Errorf("%w: %q", ErrInProgress, key)
-		e.decide(&call, Decision{Event: EventInProgress, Op: "claim", Key: key, Elapsed: elapsed, Err: err})
-		return res, err
+		dec.Event, dec.Err = EventInProgress, fmt.Errorf("%w: %q", ErrInProgress, key)
+		if e.cfg.Shadow {
+			return e.runShadow(ctx, &call, dec, fn)
+		}
+		e.decide(&call, dec)
+		return res, dec.Err
 	default: // Conflict
-		err := fmt.Errorf("%w: %q", ErrKeyReuse, key)
-		e.decide(&call, Decision{Event: EventKeyReuse, Op: "claim", Key: key, Elapsed: elapsed, Err: err})
-		return res, err
+		dec.Event, dec.Err = EventKeyReuse, fmt.Errorf("%w: %q", ErrKeyReuse, key)
+		if e.cfg.Shadow {
+			return e.runShadow(ctx, &call, dec, fn)
+		}
+		e.decide(&call, dec)
+		return res, dec.Err
 	}
+}
+
+// callLease is the lease of the call's next claim: Config.Lease, or the
+// call's shorter Lease, cut to what is left before the call's Deadline.
+func (e *Engine) callLease(call *Call) (time.Duration, error) {
+	lease := e.cfg.Lease
+	if call.Lease > 0 && call.Lease < lease {
+		lease = call.Lease
+	}
+	if left := call.Deadline.Sub(e.cfg.Clock.Now()); !call.Deadline.IsZero() && left < lease {
+		if left <= 0 {
+			return 0, fmt.Errorf("dedup: the call's deadline has passed: %w", context.DeadlineExceeded)
+		}
+		lease = left
+	}
+	return lease, nil
 }
 
 // claim runs Store.Claim once admitted (see Engine.claims), within
@@ -160,7 +203,7 @@ func (e *Engine) claim(ctx context.Context, key, fingerprint string, lease time.
 	defer cancel()
 	start := time.Now()
 	res, err = e.cfg.Store.Claim(cctx, key, fingerprint, lease)
-	e.observeOp("claim", time.Since(start), err)
+	e.observeOp(ctx, "claim", time.Since(start), err)
 	return res, claimedAt, err
 }
 
@@ -292,7 +335,7 @@ func (e *Engine) storeOp(ctx context.Context, op string, f func(context.Context)
 	defer cancel()
 	start := time.Now()
 	err := f(octx)
-	e.observeOp(op, time.Since(start), err)
+	e.observeOp(ctx, op, time.Since(start), err)
 	return err
 }
 
@@ -310,10 +353,20 @@ func (e *Engine) decide(call *Call, dec Decision) {
 	if e.cfg.Observer != nil {
 		e.cfg.Observer.ObserveDecision(dec)
 	}
+	if call.trace != nil {
+		call.trace.ObserveDecision(dec)
+	}
 }
 
-func (e *Engine) observeOp(op string, elapsed time.Duration, err error) {
+// observeOp reports a store operation to the Observer, and to the trace of
+// the call whose context ctx is (see traceOf).
+func (e *Engine) observeOp(ctx context.Context, op string, elapsed time.Duration, err error) {
 	if e.cfg.Observer != nil {
 		e.cfg.Observer.ObserveStoreOp(op, elapsed, err)
+	}
+	if e.cfg.Tracer != nil {
+		if t := traceOf(ctx); t != nil {
+			t.ObserveStoreOp(op, elapsed, err)
+		}
 	}
 }

@@ -66,14 +66,12 @@ func (d *Deduplicator) handle(h message.HandlerFunc, msg *message.Message) ([]*m
 	}
 	var err error
 	if call.Key, err = d.businessKey(msg); err != nil {
-		d.engine.decide(&call, Decision{Event: EventKeyMissing, Err: err})
-		return nil, err
+		return d.refuse(h, msg, &call, Decision{Event: EventKeyMissing, Err: err})
 	}
 	if d.cfg.Fingerprint != nil {
 		if call.Fingerprint, err = d.cfg.Fingerprint(msg); err != nil {
 			err = &KeyError{Field: "fingerprint", Reason: "fingerprint failed", MessageUUID: msg.UUID, Err: err}
-			d.engine.decide(&call, Decision{Event: EventKeyMissing, Key: scopedkey.Of(call.Scope, call.Key), Err: err})
-			return nil, err
+			return d.refuse(h, msg, &call, Decision{Event: EventKeyMissing, Key: scopedkey.Of(call.Scope, call.Key), Err: err})
 		}
 	}
 
