@@ -12,7 +12,7 @@ import (
 // (Config.InProgressWait): after InProgressPoll, then after pauses doubling
 // up to maxInProgressPoll, until a claim finds something else than
 // InProgress (the holder completed or released the key, or its lease
-// ended), the wait's bound or the call's deadline is reached, or ctx ends.
+// ended), the wait's bound or the call's Deadline is reached, or ctx ends.
 // The bound is checked by one last claim at the bound itself. It returns
 // the last claim's answer, the lease it was sent with, its round trip, and
 // how long the wait took on the clock. Cost: one claim round trip per
@@ -24,7 +24,11 @@ func (e *Engine) awaitHolder(ctx context.Context, call *Call, key string) (
 	pause := e.cfg.InProgressPoll
 	res = ClaimResult{Outcome: InProgress}
 	for {
-		left := e.cfg.InProgressWait - clock.Now().Sub(start)
+		now := clock.Now()
+		left := e.cfg.InProgressWait - now.Sub(start)
+		if !call.Deadline.IsZero() {
+			left = min(left, call.Deadline.Sub(now))
+		}
 		if left <= 0 || !pauseOn(ctx, clock, min(pause, left)) {
 			return res, claimedAt, lease, elapsed, clock.Now().Sub(start), nil
 		}

@@ -234,6 +234,22 @@ type Config struct {
 	// 503 (store-unavailable), rounded up to whole seconds. Defaults to 1s.
 	RetryAfter time.Duration
 
+	// InProgressWait, when positive, makes a request whose key is in flight
+	// wait up to this long for the first request to finish instead of
+	// getting 409 at once: it then gets the first request's stored response
+	// (a replay, Idempotent-Replayed: true), or runs the handler itself if
+	// the first request's claim was released (its handler failed). After
+	// the wait, or when the client goes away, 409 as without the option.
+	// The wait claims the key again after InProgressPoll, doubling the pause
+	// (up to 1s): one store round trip per pause, and the waiting request
+	// holds its connection. See dedup.Config.InProgressWait. Defaults to 0:
+	// no wait.
+	InProgressWait time.Duration
+
+	// InProgressPoll is the first pause of an InProgressWait. Defaults to
+	// 20ms.
+	InProgressPoll time.Duration
+
 	// ProblemTypeBase prefixes the problem names to form the "type" member
 	// of problem+json bodies. Defaults to DefaultProblemTypeBase.
 	ProblemTypeBase string
@@ -336,7 +352,7 @@ func (c Config) Validate() error {
 	}{
 		{"Lease", c.Lease}, {"Retention", c.Retention}, {"Heartbeat", c.Heartbeat},
 		{"StoreTimeout", c.StoreTimeout}, {"CompleteBackoff", c.CompleteBackoff},
-		{"RetryAfter", c.RetryAfter},
+		{"RetryAfter", c.RetryAfter}, {"InProgressWait", c.InProgressWait}, {"InProgressPoll", c.InProgressPoll},
 	} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%w: Config.%s must not be negative, got %v", dedup.ErrInvalidDuration, d.name, d.v))

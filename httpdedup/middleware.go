@@ -32,6 +32,7 @@ func New(config Config) (*Middleware, error) {
 		StoreTimeout: config.StoreTimeout, CompleteRetries: config.CompleteRetries,
 		CompleteBackoff: config.CompleteBackoff, MaxKeyLength: config.MaxKeyLength,
 		Logger: engineLogger(config.Logger), Observer: config.Observer, Clock: config.Clock,
+		InProgressWait: config.InProgressWait, InProgressPoll: config.InProgressPoll,
 	})
 	if err != nil {
 		return nil, err
@@ -63,7 +64,9 @@ func (m *Middleware) Require(next http.Handler) http.Handler {
 //   - key completed with the same fingerprint: the stored response is
 //     replayed (status, stored headers, body byte for byte) with
 //     Idempotent-Replayed: true, without calling next;
-//   - key in flight: 409 (request-in-progress) with Retry-After;
+//   - key in flight: 409 (request-in-progress) with Retry-After; with
+//     Config.InProgressWait, first a wait for the request in flight to
+//     finish, then its replay (or the handler runs, if it failed);
 //   - key used with a different fingerprint: 422 (key-reused);
 //   - store unreachable: 503 (store-unavailable) with Retry-After; next
 //     does not run (fail closed).
