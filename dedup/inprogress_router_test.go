@@ -92,7 +92,7 @@ func (c copyTrace) ObserveStoreOp(op string, _ time.Duration, _ error) {
 func runTenCopies(t *testing.T, name string, wait time.Duration, quietLogger bool) copiesRun {
 	t.Helper()
 	const copies = 10
-	logs := watermill.NewCaptureLogger()
+	logs := &handlerErrorCounter{}
 	var routerLogger watermill.LoggerAdapter = logs
 	if quietLogger {
 		routerLogger = dedup.InProgressAtInfo(logs)
@@ -185,17 +185,41 @@ func runTenCopies(t *testing.T, name string, wait time.Duration, quietLogger boo
 		}
 	}
 	run.claims = obs.claimOps
-	for _, m := range logs.Captured()[watermill.ErrorLogLevel] {
-		if m.Msg == "Handler returned error" {
-			run.routerErrors++
-		}
-	}
-	for _, m := range logs.Captured()[watermill.InfoLogLevel] {
-		if m.Msg == "Handler returned error" {
-			run.routerInfoInProgr++
-		}
-	}
+	run.routerErrors, run.routerInfoInProgr = logs.counts()
 	return run
+}
+
+// handlerErrorCounter is a router logger that counts the router's
+// "Handler returned error" lines at error and info level (the router logs
+// from its own goroutines, also after Run returns).
+type handlerErrorCounter struct {
+	watermill.NopLogger
+	mu          sync.Mutex
+	error, info int
+}
+
+func (l *handlerErrorCounter) Error(msg string, _ error, _ watermill.LogFields) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if msg == "Handler returned error" {
+		l.error++
+	}
+}
+
+func (l *handlerErrorCounter) Info(msg string, _ watermill.LogFields) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if msg == "Handler returned error" {
+		l.info++
+	}
+}
+
+func (l *handlerErrorCounter) With(watermill.LogFields) watermill.LoggerAdapter { return l }
+
+func (l *handlerErrorCounter) counts() (errors, infos int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.error, l.info
 }
 
 // Ten copies of ORDER-003 at once, three ways, on a real Redis: nacked as
