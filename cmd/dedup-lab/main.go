@@ -58,7 +58,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		orders      = fs.Int("orders", 100, "how many other orders are published")
 		maxDup      = fs.Int("max-duplicates", 3, "each other order is published 1..N times")
 		concurrency = fs.Int("concurrency", 8, "handler calls running at once")
-		idem        = fs.String("idempotency", "both", "on, off or both")
+		idem        = fs.String("idempotency", "both", "on, off, both, or shadow (dedup.Config.Shadow: every copy charged, the ones dedup would skip counted)")
 		seed        = fs.Uint64("seed", 1, "random seed for duplicates and their order")
 		effect      = fs.Duration("effect-time", 2*time.Millisecond, "how long one charge takes")
 		timeout     = fs.Duration("timeout", 2*time.Minute, "give up a run after this long")
@@ -79,7 +79,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	off, on := false, false
+	off, on, shadow := false, false, false
 	switch *idem {
 	case "on":
 		on = true
@@ -87,8 +87,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		off = true
 	case "both":
 		off, on = true, true
+	case "shadow":
+		on, shadow = true, true
 	default:
-		fmt.Fprintf(stderr, "dedup-lab: -idempotency must be on, off or both, not %q\n", *idem)
+		fmt.Fprintf(stderr, "dedup-lab: -idempotency must be on, off, both or shadow, not %q\n", *idem)
 		return 2
 	}
 	if *copies < 1 || *orders < 0 || *maxDup < 1 || *concurrency < 1 || *loseAcks < 0 {
@@ -126,7 +128,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cfg := lab.Config{
 		Copies: *copies, Orders: *orders, MaxDuplicates: *maxDup, Concurrency: *concurrency,
 		EffectTime: *effect, Seed: *seed, Timeout: *timeout, Progress: stderr,
-		LoseAcks: *loseAcks, Broker: *brokerName, StoreName: *storeName, Logger: logger,
+		LoseAcks: *loseAcks, Broker: *brokerName, StoreName: *storeName, Logger: logger, Shadow: shadow,
 	}
 	broker, err := newBroker(ctx, opts)
 	if err != nil {
@@ -178,8 +180,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		switch {
 		case !r.OK():
 			fmt.Fprintf(stdout, "FAIL idempotency %s: %d charges for %d messages%s of %d orders, %d acked, %d left in the broker\n",
-				onOff(r.Idempotency), r.Charges, r.Messages, again, r.DistinctOrders, r.Acked, r.Pending)
+				runName(r), r.Charges, r.Messages, again, r.DistinctOrders, r.Acked, r.Pending)
 			status = 1
+		case r.Shadow:
+			lost := ""
+			if r.LostAcks > 0 {
+				lost = fmt.Sprintf(" + %d lost acks", r.LostAcks)
+			}
+			fmt.Fprintf(stdout, "idempotency shadow: %d charges for %d messages%s: every copy charged, as without dedup; would skip %d = %d messages%s - %d distinct orders (%.2fs)\n",
+				r.Charges, r.Messages, again, r.WouldSkip, r.Messages, lost, r.DistinctOrders, r.Elapsed.Seconds())
 		case r.Idempotency:
 			fmt.Fprintf(stdout, "idempotency on:  %d charges for %d distinct orders: every order charged exactly once (%.2fs)\n", r.Charges, r.DistinctOrders, r.Elapsed.Seconds())
 		default:
@@ -203,8 +212,12 @@ func setupFailed(stderr io.Writer, what string, err error) int {
 	return 1
 }
 
-func onOff(b bool) string {
-	if b {
+// runName names a run as -idempotency does.
+func runName(r lab.Result) string {
+	switch {
+	case r.Shadow:
+		return "shadow"
+	case r.Idempotency:
 		return "on"
 	}
 	return "off"

@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -174,4 +176,40 @@ func TestLabCommandOnEmulators(t *testing.T) {
 		}
 	}
 	t.Log("\n" + out.String())
+}
+
+// -idempotency shadow on a real redis-server: every copy charged (also the
+// redelivered lost acks), the copies dedup would have skipped counted.
+func TestLabCommandShadowOnRedis(t *testing.T) {
+	r, err := testserver.StartRedis()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	var out, errOut bytes.Buffer
+	args := []string{"-idempotency", "shadow", "-store", "redis", "-redis-addr", r.Addr,
+		"-orders", "40", "-effect-time", "1ms", "-lose-acks", "3", "-seed", "3"}
+	if code := run(args, &out, &errOut); code != 0 {
+		t.Fatalf("dedup-lab exited %d\n%s%s", code, out.String(), errOut.String())
+	}
+	shadow := regexp.MustCompile(`(?m)^shadow\s+(\d+)\s+41\s+(\d+)\s+41\s+-\s+-\s+3$`)
+	m := shadow.FindStringSubmatch(out.String())
+	if m == nil || m[2] != fmt.Sprint(atoi(t, m[1])+3) {
+		t.Fatalf("no shadow row with messages+3 charges, 41 claims won, 3 nacks (the lost acks):\n%s", out.String())
+	}
+	messages := atoi(t, m[1])
+	want := fmt.Sprintf("idempotency shadow: %d charges for %d messages (+3 redelivered after a lost ack): every copy charged, as without dedup; would skip %d = %d messages + 3 lost acks - 41 distinct orders",
+		messages+3, messages, messages+3-41, messages)
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("output lacks %q:\n%s", want, out.String())
+	}
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -90,6 +90,10 @@ type Config struct {
 	Progress io.Writer
 	// Logger is the router's logger. Defaults to watermill.NopLogger.
 	Logger watermill.LoggerAdapter
+	// Shadow runs the idempotent run in shadow mode (dedup.Config.Shadow):
+	// records are claimed and completed, but every copy is charged; the
+	// copies dedup would have skipped are counted as would_skip.
+	Shadow bool
 }
 
 func (c *Config) setDefaults() {
@@ -137,6 +141,8 @@ func (c Config) Validate() error {
 // Result is one run's figures.
 type Result struct {
 	Idempotency    bool
+	Shadow         bool // the idempotent run was in shadow mode
+	WouldSkip      int  // shadow mode: copies charged that dedup would have skipped
 	Messages       int // published copies
 	DistinctOrders int
 	Charges        int // effects performed
@@ -153,10 +159,15 @@ type Result struct {
 
 // OK reports whether the run shows what it should: every message acked and
 // none left in the broker, and charges == messages (plus one per lost ack)
-// without idempotency, charges == distinct orders with.
+// without idempotency, charges == distinct orders with, and in shadow mode
+// charges == messages and would-skip == messages − distinct orders (plus
+// one each per lost ack).
 func (r Result) OK() bool {
 	if r.Acked != r.Messages || r.Pending != 0 {
 		return false
+	}
+	if r.Shadow {
+		return r.Charges == r.Messages+r.LostAcks && r.WouldSkip == r.Messages-r.DistinctOrders+r.LostAcks
 	}
 	if r.Idempotency {
 		return r.Charges == r.DistinctOrders
@@ -235,16 +246,23 @@ func (c *counter) ObserveDecision(d dedup.Decision) {
 
 func (c *counter) ObserveStoreOp(string, time.Duration, error) {}
 
+// copyTo puts the counted outcomes into res.
+func (c *counter) copyTo(res *Result) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, v := range c.outcomes {
+		res.Outcomes[k] = v
+	}
+	res.WouldSkip = c.outcomes[dedup.EventWouldSkip]
+}
+
 func runOnce(ctx context.Context, cfg Config, idempotency bool) (Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	runName := "off"
-	if idempotency {
-		runName = "on"
-	}
+	runName := runName(cfg, idempotency)
 	msgs, distinct := Orders(cfg)
 	lose := lostAcks(cfg, msgs)
-	res := Result{Idempotency: idempotency, Messages: len(msgs), DistinctOrders: distinct, Outcomes: map[dedup.Event]int{}}
+	res := Result{Idempotency: idempotency, Shadow: idempotency && cfg.Shadow, Messages: len(msgs), DistinctOrders: distinct, Outcomes: map[dedup.Event]int{}}
 
 	tr, err := cfg.NewTransport(ctx, runName)
 	if err != nil {
@@ -324,6 +342,7 @@ func runOnce(ctx context.Context, cfg Config, idempotency bool) (Result, error) 
 			Scope:    "charge-orders-" + watermill.NewShortUUID(), // a fresh scope per run: a shared store may hold earlier runs
 			Observer: obs,
 			Logger:   cfg.Logger,
+			Shadow:   cfg.Shadow,
 		})
 		if err != nil {
 			return res, err
@@ -429,12 +448,19 @@ wait:
 	ackedMu.Unlock()
 	res.Charges = int(charges.Load())
 	res.HandlerErrors = int(nacks.Load())
-	obs.mu.Lock()
-	for k, v := range obs.outcomes {
-		res.Outcomes[k] = v
-	}
-	obs.mu.Unlock()
+	obs.copyTo(&res)
 	return res, waitErr
+}
+
+// runName names a run: off, on or shadow.
+func runName(cfg Config, idempotency bool) string {
+	switch {
+	case idempotency && cfg.Shadow:
+		return "shadow"
+	case idempotency:
+		return "on"
+	}
+	return "off"
 }
 
 // publish sends msgs with up to workers concurrent Publish calls (as many
@@ -507,7 +533,10 @@ func PrintTable(w io.Writer, results []Result) {
 		"idempotency", "messages", "distinct orders", "charges", "claim won", "duplicate skipped", "in-progress retried", "nacks")
 	for _, r := range results {
 		state, won, dup, inprog := "off", "-", "-", "-"
-		if r.Idempotency {
+		switch {
+		case r.Shadow:
+			state, won = "shadow", fmt.Sprint(r.Outcomes[dedup.EventClaimWon])
+		case r.Idempotency:
 			state = "on"
 			won = fmt.Sprint(r.Outcomes[dedup.EventClaimWon])
 			dup = fmt.Sprint(r.Outcomes[dedup.EventSkipDuplicate])

@@ -120,3 +120,26 @@ func TestLabLostAcksOnGoChannel(t *testing.T) {
 		t.Errorf("on: %d lost acks, %d charges for %d orders, outcomes %v", on.LostAcks, on.Charges, on.DistinctOrders, on.Outcomes)
 	}
 }
+
+// Shadow mode: every copy charged, as without dedup; one claim won per
+// order; every other copy counted as would_skip; nothing nacked.
+func TestLabShadowOnGoChannelAndMemory(t *testing.T) {
+	cfg := lab.Config{
+		Copies: 10, Orders: 200, MaxDuplicates: 4, Concurrency: 16, EffectTime: time.Millisecond, Shadow: true,
+		NewTransport: goChannel,
+		NewStore:     func(context.Context) (dedup.Store, error) { return memory.New(nil), nil },
+	}
+	results, err := lab.Run(context.Background(), cfg, false, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(results) != 1 || !results[0].Shadow {
+		t.Fatalf("results %+v, want one shadow run", results)
+	}
+	r := results[0]
+	if r.Charges != r.Messages || r.WouldSkip != r.Messages-r.DistinctOrders || r.Outcomes[dedup.EventClaimWon] != r.DistinctOrders ||
+		r.HandlerErrors != 0 || !r.OK() {
+		t.Fatalf("shadow: %d charges, %d would skip, %d claims won, %d nacks for %d messages of %d orders",
+			r.Charges, r.WouldSkip, r.Outcomes[dedup.EventClaimWon], r.HandlerErrors, r.Messages, r.DistinctOrders)
+	}
+}

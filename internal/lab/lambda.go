@@ -57,7 +57,7 @@ func runLambdaOnce(ctx context.Context, cfg Config, idempotency bool) (Result, e
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	msgs, distinct := Orders(cfg)
-	res := Result{Idempotency: idempotency, Messages: len(msgs), DistinctOrders: distinct, Outcomes: map[dedup.Event]int{}}
+	res := Result{Idempotency: idempotency, Shadow: idempotency && cfg.Shadow, Messages: len(msgs), DistinctOrders: distinct, Outcomes: map[dedup.Event]int{}}
 	obs := &counter{outcomes: map[dedup.Event]int{}}
 
 	var charges atomic.Int64
@@ -81,7 +81,7 @@ func runLambdaOnce(ctx context.Context, cfg Config, idempotency bool) (Result, e
 		}
 		h, err := lambdadedup.New(lambdadedup.Config{
 			Scope: "charge-orders-" + watermill.NewShortUUID(), // a fresh scope per run: a shared store may hold earlier runs
-			Dedup: dedup.Config{Store: store, Key: keyfuncs.JSON("order_id"), Observer: obs, Logger: cfg.Logger},
+			Dedup: dedup.Config{Store: store, Key: keyfuncs.JSON("order_id"), Observer: obs, Logger: cfg.Logger, Shadow: cfg.Shadow},
 		}, charge)
 		if err != nil {
 			return res, err
@@ -183,11 +183,7 @@ func runLambdaOnce(ctx context.Context, cfg Config, idempotency bool) (Result, e
 	}
 	mu.Unlock()
 	res.Charges = int(charges.Load())
-	obs.mu.Lock()
-	for k, v := range obs.outcomes {
-		res.Outcomes[k] = v
-	}
-	obs.mu.Unlock()
+	obs.copyTo(&res)
 	return res, waitErr
 }
 
