@@ -143,7 +143,7 @@ type Result struct {
 	Idempotency    bool
 	Shadow         bool // the idempotent run was in shadow mode
 	WouldSkip      int  // shadow mode: copies charged that dedup would have skipped
-	Messages       int // published copies
+	Messages       int  // published copies
 	DistinctOrders int
 	Charges        int // effects performed
 	Acked          int // messages acked by the consumer
