@@ -40,10 +40,16 @@ func New(config Config) (*Deduplicator, error) {
 //   - Duplicate: returns without calling the handler (ack), with the stored
 //     output messages when Config.Replay is on.
 //   - InProgress: returns ErrInProgress (nack: retry later; never acked).
+//     With Config.InProgressWait it first waits for the holder: then a
+//     duplicate (ack, replay), or the key is won and the handler runs.
 //   - Conflict: returns ErrKeyReuse (permanent).
 //   - no usable key: returns ErrNoKey or ErrTransportKey (permanent); the
 //     store is not touched.
 //   - store failure: returns a *StoreError (nack), unless Config.FailOpen.
+//
+// With Config.Shadow the handler runs for every message whatever the
+// outcome (logged would_skip or would_reject where it would not have), and
+// its messages and error are returned as they are.
 //
 // Cost: two store round trips per new message (claim, complete), one per
 // duplicate, plus one per heartbeat interval while the handler runs.
