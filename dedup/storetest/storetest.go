@@ -122,6 +122,13 @@ type Features struct {
 	// handler's own transaction; RunRouter then runs
 	// TestRouterEffectInTransaction.
 	Transactions *Transactions
+
+	// Skip names cases (as Run, RunAdmin and RunRouter name their subtests,
+	// e.g. "ResultTooLarge") that are skipped with the given reason. It is
+	// for a server's known deviation that the store cannot help (an
+	// emulator's limit the real service does not have), never for a store
+	// bug: the reason is printed with every run.
+	Skip map[string]string
 }
 
 // Transactions is how RunRouter writes an effect inside the transaction a
@@ -185,6 +192,9 @@ type env struct {
 // own.
 func newEnv(t *testing.T, name string, newStore Constructor, features Features) *env {
 	t.Helper()
+	if reason, ok := features.Skip[name]; ok {
+		t.Skipf("storetest: skipped by Features.Skip: %s", reason)
+	}
 	features.setDefaults()
 	store, advance := newStore(t)
 	if store == nil {
