@@ -736,7 +736,7 @@ func TestCancelledContext(t *testing.T, newStore Constructor, features Features)
 // result and Conflict, costs exactly one request to the server.
 func TestClaimIsOneRequest(t *testing.T, newStore Constructor, features Features) {
 	if !features.OneRequestClaim {
-		t.Skip("storetest: Features.OneRequestClaim is not set: a claim that finds a record may cost a second request")
+		t.Skip("storetest: Features.OneRequestClaim is not set: the store does not promise one request per claim (or sends none)")
 	}
 	e := newEnv(t, "ClaimIsOneRequest", newStore, features)
 	counter, ok := e.store.(RequestCounter)
