@@ -33,7 +33,8 @@ func claimKey(t *testing.T, s dedup.Store, key, fp string, lease time.Duration, 
 
 // What only PostgreSQL shows: Created is the server's time of the claim;
 // an expired row stays in the table (Inspect: not found) until Evict or
-// DeleteExpired deletes it, and Evict reports it as no record. The rest of
+// DeleteExpired deletes it, and Evict reports it as no record; Evict of a
+// live record deletes its row. The rest of
 // the admin contract is storetest.RunAdmin (TestAdmin).
 func TestAdminRows(t *testing.T) {
 	ctx := testCtx(t)
@@ -64,6 +65,14 @@ func TestAdminRows(t *testing.T) {
 	}
 	if n := countRows(t, s.Table()); n != 1 {
 		t.Errorf("%d rows, want the evicted expired row deleted", n)
+	}
+	live := admin.ScopedKey("charge", "ORDER-3")
+	claimKey(t, s, live, "", time.Hour, nil, 0)
+	if ok, err := s.Evict(ctx, live); !ok || err != nil {
+		t.Errorf("Evict live = %v, %v; want true", ok, err)
+	}
+	if n := countRows(t, s.Table()); n != 1 {
+		t.Errorf("%d rows, want the evicted live row deleted", n)
 	}
 }
 
