@@ -20,13 +20,31 @@ const motoFix = "install Python moto 5.2.1 with its server (`python3 -m pip inst
 	"Debian has no package of it, and `make test` cannot fetch it where PyPI is unreachable, so this run is skipped " +
 	"(dynalite remains the required DynamoDB emulator)"
 
+// motoLauncher serves moto's WSGI app (the one moto_server serves) on
+// 127.0.0.1 with one request at a time. moto_server itself runs Werkzeug
+// with threaded=True, and moto takes no lock around a conditional write:
+// two concurrent conditional PutItems of one key can both succeed (seen
+// here: two of 100 claims taking over one expired record both acquired
+// it), which DynamoDB never allows. Serving requests one by one gives the
+// per-item atomicity DynamoDB guarantees. HTTP/1.0, one connection per
+// request; a listen queue deep enough for the suite's 200 contenders.
+const motoLauncher = `
+import sys
+from werkzeug.serving import BaseWSGIServer, make_server
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+BaseWSGIServer.request_queue_size = 1024
+server = make_server(sys.argv[1], int(sys.argv[2]), DomainDispatcherApplication(create_backend_app), threaded=False)
+print("moto listening on %s:%s, one request at a time" % (sys.argv[1], sys.argv[2]), flush=True)
+server.serve_forever()
+`
+
 // motoStartTimeout bounds how long moto_server may take to answer: a Python
 // server importing moto and its dependencies, on a busy 2-core machine.
 const motoStartTimeout = 90 * time.Second
 
-// Moto is a moto_server child process (Python moto's standalone server, a
-// second implementation of the AWS APIs beside dynalite and fauxqs),
-// listening on 127.0.0.1 only and keeping its data in memory.
+// Moto is a child process serving Python moto's server app (what
+// moto_server runs: a second implementation of the AWS APIs beside dynalite
+// and fauxqs), listening on 127.0.0.1 only and keeping its data in memory.
 type Moto struct {
 	// Endpoint is the base URL, "http://127.0.0.1:port", to use as the AWS
 	// SDK's endpoint (any region and credentials are accepted).
@@ -37,15 +55,19 @@ type Moto struct {
 	once sync.Once
 }
 
-// StartMoto starts moto_server on a free 127.0.0.1 port and returns once it
-// answers HTTP, or fails after 90 seconds with its output. When
-// moto_server is not installed it returns an error wrapping ErrMotoMissing.
+// StartMoto starts moto's server (the app moto_server runs, served one
+// request at a time: see motoLauncher) with python3 on a free 127.0.0.1
+// port and returns once it answers HTTP, or fails after 90 seconds with its
+// output. When moto_server is not installed it returns ErrMotoMissing.
 // Call Close when done; the child is also killed when the test binary
 // exits (see the package doc).
 func StartMoto() (*Moto, error) {
-	bin, err := exec.LookPath("moto_server")
-	if err != nil {
+	if _, err := exec.LookPath("moto_server"); err != nil {
 		return nil, ErrMotoMissing
+	}
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		return nil, fmt.Errorf("testserver: moto_server is installed but python3 is not on PATH: %s", motoFix)
 	}
 	dir, err := os.MkdirTemp("", "testserver-moto-*")
 	if err != nil {
@@ -55,9 +77,9 @@ func StartMoto() (*Moto, error) {
 	err = withFreshPorts(1, func(ports []int) error {
 		endpoint := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
 		p, err := launch(launchSpec{
-			name: "moto_server " + endpoint,
-			path: bin,
-			args: []string{"-H", "127.0.0.1", "-p", strconv.Itoa(ports[0])},
+			name: "moto " + endpoint,
+			path: python,
+			args: []string{"-c", motoLauncher, "127.0.0.1", strconv.Itoa(ports[0])},
 			dir:  dir,
 		})
 		if err != nil {

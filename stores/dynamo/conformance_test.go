@@ -152,11 +152,14 @@ func TestConformanceWithOldItemReturned(t *testing.T) {
 }
 
 // The whole suite on a second implementation of the DynamoDB API: Python
-// moto's moto_server, which (unlike dynalite) returns the old item with a
+// moto's server, which (unlike dynalite) returns the old item with a
 // failed condition, as DynamoDB does (internal/testserver TestMoto shows
 // it on the wire): every claim is one request there, without a wrapper.
-// moto_server is optional: where it is not installed the run is skipped
-// with how to install it, and dynalite stays the required emulator.
+// testserver serves moto one request at a time: moto_server's threads take
+// no lock around a conditional write, and two concurrent takeovers of one
+// expired record both acquired it there. moto is optional: where
+// moto_server is not installed the run is skipped with how to install it,
+// and dynalite stays the required emulator.
 func TestConformanceMoto(t *testing.T) {
 	m, err := testserver.StartMoto()
 	if errors.Is(err, testserver.ErrMotoMissing) {
