@@ -367,13 +367,12 @@ func TestRouterInProgressNacked(t *testing.T, newStore Constructor, features Fea
 	r := newRouterEnv(t, "RouterInProgressNacked", newStore, features)
 	d := r.deduplicator(dedup.Config{Scope: r.prefix + "charge"})
 	var (
-		charges    effects
-		entered    = make(chan struct{})
-		release    = make(chan struct{})
-		sawBusy    = make(chan struct{})
-		enterOnce  sync.Once
-		busyOnce   sync.Once
-		inProgress sync.Map // handler → refused copies
+		charges   effects
+		entered   = make(chan struct{})
+		release   = make(chan struct{})
+		sawBusy   = make(chan struct{})
+		enterOnce sync.Once
+		busyOnce  sync.Once
 	)
 	for _, replica := range []string{"charge-a", "charge-b"} {
 		h := r.router.AddConsumerHandler(r.prefix+replica, "orders", r.pubSub, func(msg *message.Message) error {
@@ -391,8 +390,6 @@ func TestRouterInProgressNacked(t *testing.T, newStore Constructor, features Fea
 			return func(msg *message.Message) ([]*message.Message, error) {
 				out, err := next(msg)
 				if errors.Is(err, dedup.ErrInProgress) {
-					n, _ := inProgress.LoadOrStore(replica, new(int))
-					*n.(*int)++
 					busyOnce.Do(func() { close(sawBusy) })
 					// Hold the nack until the first consumer may finish,
 					// rather than spin through redeliveries meanwhile.
