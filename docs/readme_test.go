@@ -234,6 +234,21 @@ var harnesses = map[string]harness{
 		imports: []string{"log", "github.com/ThreeDotsLabs/watermill/message", "github.com/aws/aws-lambda-go/lambda", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/keyfuncs", "github.com/watermill-dedup/watermill-dedup/lambdadedup"},
 		params:  "store dedup.Store, chargeOrder func(*message.Message) error",
 	},
+	"d, err := dedup.New(dedup.Config{": { // InProgressWait
+		imports: []string{"time", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/keyfuncs"},
+		params:  "store dedup.Store",
+		after:   "_, _ = d, err",
+	},
+	"router, err := message.NewRouter(message.RouterConfig{}, dedup.InProgressAtInfo(logger))": {
+		imports: []string{"github.com/ThreeDotsLabs/watermill", "github.com/ThreeDotsLabs/watermill/message", "github.com/watermill-dedup/watermill-dedup/dedup"},
+		params:  "logger watermill.LoggerAdapter",
+		after:   "_, _ = router, err",
+	},
+	"tracer := oteldedup.New(oteldedup.Config{TracerProvider: provider}) // default: otel.GetTracerProvider()": {
+		imports: []string{"github.com/ThreeDotsLabs/watermill/message", "go.opentelemetry.io/otel/trace", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/keyfuncs", "github.com/watermill-dedup/watermill-dedup/oteldedup"},
+		params:  "store dedup.Store, provider trace.TracerProvider, router *message.Router",
+		after:   "_ = err",
+	},
 	"obs, err := metrics.New(prometheus.DefaultRegisterer, metrics.Config{})": {
 		imports: []string{"github.com/ThreeDotsLabs/watermill/message", "github.com/prometheus/client_golang/prometheus", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/metrics"},
 		params:  "store dedup.Store, key func(*message.Message) (string, error)",
