@@ -48,7 +48,9 @@ type recordingCall struct {
 	key string
 }
 
-func (c *recordingCall) ObserveDecision(d dedup.Decision) { c.r.add(c.key + " decision " + string(d.Event)) }
+func (c *recordingCall) ObserveDecision(d dedup.Decision) {
+	c.r.add(c.key + " decision " + string(d.Event))
+}
 func (c *recordingCall) ObserveStoreOp(op string, _ time.Duration, err error) {
 	c.r.add(fmt.Sprintf("%s op %s %v", c.key, op, err))
 }
