@@ -42,8 +42,9 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/brokers"
+	"github.com/watermill-dedup/watermill-dedup/internal/kafkabroker"
 	"github.com/watermill-dedup/watermill-dedup/internal/lab"
+	"github.com/watermill-dedup/watermill-dedup/internal/redisaddr"
 )
 
 func main() {
@@ -65,8 +66,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		loseAcks    = fs.Int("lose-acks", 0, "lose the first ack of N messages (nack after the charge) so the broker redelivers them")
 		brokerName  = fs.String("broker", "gochannel", "broker: "+strings.Join(names(brokerNames), ", "))
 		storeName   = fs.String("store", "memory", "store: "+strings.Join(names(storeNames), ", "))
-		kafkaAddrs  = fs.String("kafka-brokers", os.Getenv(brokers.KafkaBrokersEnv), "Kafka bootstrap brokers, comma-separated (default $KAFKA_BROKERS; empty: embedded kfake cluster)")
-		redisAddr   = fs.String("redis-addr", os.Getenv(brokers.RedisAddrEnv), "Redis server, host:port or redis:// URL (default $REDIS_ADDR; empty: embedded miniredis)")
+		kafkaAddrs  = fs.String("kafka-brokers", os.Getenv(kafkabroker.Env), "Kafka bootstrap brokers, comma-separated (default $KAFKA_BROKERS; empty: embedded kfake cluster)")
+		redisAddr   = fs.String("redis-addr", os.Getenv(redisaddr.Env), "Redis server: host:port, redis:// or rediss:// URL, or comma-separated Cluster nodes (default $REDIS_ADDR; empty: embedded miniredis)")
 		dynamoTable = fs.String("dynamo-table", "dedup-lab", "DynamoDB table (created if missing)")
 		verbose     = fs.Bool("v", false, "log Watermill's and the middleware's events to stderr")
 		runtimeName = fs.String("runtime", "router", "consumer runtime: router (a Watermill router on -broker) or lambda (SQS batches through lambdadedup, in process)")
@@ -118,7 +119,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if *verbose {
 		logger = watermill.NewStdLoggerWithOut(stderr, false, false)
 	}
-	opts := options{concurrency: *concurrency, kafkaBrokers: *kafkaAddrs, redisAddr: *redisAddr, dynamoTable: *dynamoTable, logger: logger}
+	opts := options{concurrency: *concurrency, kafkaBrokers: *kafkaAddrs, dynamoTable: *dynamoTable, logger: logger, redis: &sharedRedis{addr: *redisAddr}}
+	defer opts.redis.close()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

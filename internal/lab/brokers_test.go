@@ -12,7 +12,10 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/brokers"
+	"github.com/watermill-dedup/watermill-dedup/internal/awsbroker"
+	"github.com/watermill-dedup/watermill-dedup/internal/awsenv"
+	"github.com/watermill-dedup/watermill-dedup/internal/embedded"
+	"github.com/watermill-dedup/watermill-dedup/internal/kafkabroker"
 	"github.com/watermill-dedup/watermill-dedup/internal/lab"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	redisstore "github.com/watermill-dedup/watermill-dedup/stores/redis"
@@ -61,9 +64,9 @@ func TestMain(m *testing.M) {
 	})
 }
 
-func loadAWS(t *testing.T, services ...string) *brokers.AWS {
+func loadAWS(t *testing.T, services ...string) *awsenv.AWS {
 	t.Helper()
-	a, err := brokers.LoadAWS(context.Background(), services...)
+	a, err := awsenv.LoadAWS(context.Background(), services...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +95,7 @@ func newStore(t *testing.T, kind storeKind) func(context.Context) (dedup.Store, 
 	case dynamoStore:
 		a := loadAWS(t, "dynamodb")
 		return func(ctx context.Context) (dedup.Store, error) {
-			return a.DynamoStore(ctx, "dedup-lab-test")
+			return lab.DynamoStore(ctx, a.DynamoDB(), "dedup-lab-test")
 		}
 	}
 	t.Fatalf("unknown store %q", kind)
@@ -166,21 +169,22 @@ func labConfig(broker string, store storeKind, transport lab.NewTransportFunc, t
 
 func TestLabOnKafka(t *testing.T) {
 	t.Parallel()
-	k, err := brokers.StartKafka(1)
+	cluster, err := embedded.StartKafka(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(k.Close)
+	t.Cleanup(cluster.Close)
+	k := &kafkabroker.Kafka{Brokers: cluster.Addrs}
 	for _, store := range []storeKind{redisStore, dynamoStore} {
 		t.Run(string(store), func(t *testing.T) {
-			checkRuns(t, labConfig("kafka", store, lab.Kafka(k, watermill.NopLogger{}), t))
+			checkRuns(t, labConfig("kafka", store, lab.Kafka(k, true, watermill.NopLogger{}), t))
 		})
 	}
 }
 
 func TestLabOnSQS(t *testing.T) {
 	t.Parallel()
-	a := loadAWS(t, "sqs")
+	a := awsbroker.New(loadAWS(t, "sqs"))
 	for _, store := range []storeKind{redisStore, dynamoStore} {
 		t.Run(string(store), func(t *testing.T) {
 			checkRuns(t, labConfig("sqs", store, lab.SQS(a, 8, watermill.NopLogger{}), t))
@@ -190,7 +194,7 @@ func TestLabOnSQS(t *testing.T) {
 
 func TestLabOnSNS(t *testing.T) {
 	t.Parallel()
-	a := loadAWS(t, "sqs", "sns")
+	a := awsbroker.New(loadAWS(t, "sqs", "sns"))
 	for _, store := range []storeKind{redisStore, dynamoStore} {
 		t.Run(string(store), func(t *testing.T) {
 			checkRuns(t, labConfig("sns", store, lab.SNS(a, 8, watermill.NopLogger{}), t))
@@ -201,7 +205,7 @@ func TestLabOnSNS(t *testing.T) {
 // The lab deletes what it created on the broker.
 func TestLabCleansUpSQS(t *testing.T) {
 	t.Parallel()
-	a := loadAWS(t, "sqs", "sns")
+	a := awsbroker.New(loadAWS(t, "sqs", "sns"))
 	ctx := context.Background()
 	for _, tr := range []lab.NewTransportFunc{lab.SQS(a, 1, nil), lab.SNS(a, 1, nil)} {
 		x, err := tr(ctx, "cleanup")
