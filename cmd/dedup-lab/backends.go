@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 
 	"github.com/ThreeDotsLabs/watermill"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
@@ -26,6 +28,8 @@ import (
 type options struct {
 	concurrency  int
 	kafkaBrokers string // KAFKA_BROKERS; empty: embedded kfake
+	natsURL      string // NATS_URL; empty: embedded nats-server
+	amqpURL      string // AMQP_URL; required for -broker amqp
 	dynamoTable  string
 	logger       watermill.LoggerAdapter
 	// redis is the one Redis server of the run (REDIS_ADDR, or an embedded
@@ -58,6 +62,15 @@ func (r *sharedRedis) get() (goredis.UniversalClient, error) {
 	}
 	r.client = client
 	return client, nil
+}
+
+// newClient returns one more client for the server (get first).
+func (r *sharedRedis) newClient() goredis.UniversalClient {
+	if r.mini != nil {
+		return goredis.NewClient(&goredis.Options{Addr: r.mini.Addr})
+	}
+	c, _ := redisaddr.Client(r.addr) // parsed by get already
+	return c
 }
 
 // describe names the server for the output.
@@ -104,10 +117,13 @@ func (e *setupError) Error() string { return e.err.Error() }
 func (e *setupError) Unwrap() error { return e.err }
 
 var brokerNames = map[string]func(ctx context.Context, o options) (*broker, error){
-	"gochannel": newGoChannelBroker,
-	"kafka":     newKafkaBroker,
-	"sqs":       newSQSBroker,
-	"sns":       newSNSBroker,
+	"gochannel":   newGoChannelBroker,
+	"kafka":       newKafkaBroker,
+	"sqs":         newSQSBroker,
+	"sns":         newSNSBroker,
+	"redisstream": newRedisStreamBroker,
+	"nats":        newNATSBroker,
+	"amqp":        newAMQPBroker,
 }
 
 var storeNames = map[string]func(ctx context.Context, o options) (*store, error){
@@ -177,6 +193,59 @@ func newSNSBroker(ctx context.Context, o options) (*broker, error) {
 	}
 	about := fmt.Sprintf("SNS at %s fanning out to an SQS queue, one topic and queue per run, %d receivers", a.Describe("sns"), o.concurrency)
 	return &broker{transport: lab.SNS(awsbroker.New(a), o.concurrency, o.logger), about: about, close: func() {}}, nil
+}
+
+func newRedisStreamBroker(ctx context.Context, o options) (*broker, error) {
+	client, err := o.redis.get()
+	if err != nil {
+		return nil, err
+	}
+	if err := client.Ping(ctx).Err(); err != nil {
+		return nil, &setupError{err: err, hint: redisHint}
+	}
+	about := fmt.Sprintf("Redis Streams on %s, one stream per run, consumer group %q of %d consumers",
+		o.redis.describe(), lab.RedisStreamGroup, o.concurrency)
+	return &broker{transport: lab.RedisStream(o.redis.newClient, labKeyPrefix, o.concurrency, o.logger), about: about, close: func() {}}, nil
+}
+
+func newNATSBroker(_ context.Context, o options) (*broker, error) {
+	if o.natsURL != "" {
+		about := fmt.Sprintf("NATS JetStream at %s, one stream per run, durable consumer %q pulled by %d handlers", o.natsURL, lab.NATSGroup, o.concurrency)
+		return &broker{transport: lab.NATS(o.natsURL, o.concurrency, o.logger), about: about, close: func() {}}, nil
+	}
+	n, err := embedded.StartNATS()
+	if err != nil {
+		return nil, err
+	}
+	about := fmt.Sprintf("embedded NATS JetStream (nats-server, in this process) at %s, one stream per run, durable consumer %q pulled by %d handlers (set NATS_URL for a real server)",
+		n.URL, lab.NATSGroup, o.concurrency)
+	return &broker{transport: lab.NATS(n.URL, o.concurrency, o.logger), about: about, close: n.Close}, nil
+}
+
+// amqpHint says how to start a local RabbitMQ for -broker amqp.
+const amqpHint = "start RabbitMQ (Debian: `apt-get install rabbitmq-server`; as root `rabbitmq-server` runs a node on 127.0.0.1:5672, " +
+	"or `docker run -p 127.0.0.1:5672:5672 rabbitmq:3`) and set AMQP_URL=amqp://guest:guest@127.0.0.1:5672/"
+
+func newAMQPBroker(_ context.Context, o options) (*broker, error) {
+	if o.amqpURL == "" {
+		return nil, &setupError{err: errors.New("no RabbitMQ: AMQP_URL is not set (there is no embedded RabbitMQ)"), hint: amqpHint}
+	}
+	conn, err := amqp.Dial(o.amqpURL)
+	if err != nil {
+		return nil, &setupError{err: fmt.Errorf("RabbitMQ at %s: %w", redactURL(o.amqpURL), err), hint: amqpHint}
+	}
+	_ = conn.Close()
+	about := fmt.Sprintf("RabbitMQ at %s, one durable queue per run, %d consumers (prefetch 1)", redactURL(o.amqpURL), o.concurrency)
+	return &broker{transport: lab.AMQP(o.amqpURL, o.concurrency, o.logger), about: about, close: func() {}}, nil
+}
+
+// redactURL drops the password of a URL for the output.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
 }
 
 func newMemoryStore(context.Context, options) (*store, error) {

@@ -103,7 +103,7 @@ func SQS(a *awsbroker.Broker, consumers int, logger watermill.LoggerAdapter) New
 			Pending:    queuePending(a, url),
 			Close: func() error {
 				err := sub.Close()
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 				defer cancel()
 				return errors.Join(err, a.DeleteQueue(ctx, url), a.DeleteQueueNamed(ctx, poison))
 			},
@@ -143,7 +143,7 @@ func SNS(a *awsbroker.Broker, consumers int, logger watermill.LoggerAdapter) New
 			Pending:    queuePending(a, url),
 			Close: func() error {
 				err := sub.Close()
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 				defer cancel()
 				return errors.Join(err, a.DeleteQueue(ctx, url), a.DeleteTopic(ctx, topicArn), a.DeleteTopic(ctx, poisonArn))
 			},
@@ -162,6 +162,9 @@ func queuePending(a *awsbroker.Broker, url string) func(context.Context) (int, e
 		return visible + inFlight + delayed, nil
 	}
 }
+
+// cleanupTimeout bounds the deletion of what a run created on the broker.
+const cleanupTimeout = 10 * time.Second
 
 func orNop(l watermill.LoggerAdapter) watermill.LoggerAdapter {
 	if l == nil {
