@@ -21,31 +21,60 @@ import (
 	redisstore "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
-// The servers every broker and store test shares: a real redis-server,
-// dynalite (DynamoDB) and fauxqs (SQS and SNS), each on a free 127.0.0.1
-// port; the AWS SDK finds the emulators through the standard endpoint
+// The servers every broker and store test shares: a real redis-server
+// (store and Redis Streams), dynalite (DynamoDB), fauxqs (SQS and SNS) and a
+// RabbitMQ node, each on free 127.0.0.1 ports, and an in-process NATS
+// server; the AWS SDK finds the emulators through the standard endpoint
 // variables, as the lab and the examples do. Kafka is an in-process kfake
 // cluster per test.
-var redisAddr string
+var (
+	redisAddr string
+	natsURL   string
+	amqpURL   string
+)
 
 func TestMain(m *testing.M) {
 	testserver.Main(m, func() (func(), error) {
+		var closers []func()
+		cleanup := func() {
+			for _, c := range closers {
+				c()
+			}
+		}
 		r, err := testserver.StartRedis()
 		if err != nil {
 			return nil, err
 		}
+		closers = append(closers, func() { _ = r.Close() })
 		dyn, err := testserver.StartDynalite()
 		if err != nil {
-			_ = r.Close()
+			cleanup()
 			return nil, err
 		}
+		closers = append(closers, func() { _ = dyn.Close() })
 		fq, err := testserver.StartFauxqs()
 		if err != nil {
-			_ = r.Close()
-			_ = dyn.Close()
+			cleanup()
 			return nil, err
 		}
-		redisAddr = r.Addr
+		closers = append(closers, func() { _ = fq.Close() })
+		rabbit, err := testserver.StartRabbitMQ()
+		if err != nil {
+			cleanup()
+			return nil, err
+		}
+		closers = append(closers, func() { _ = rabbit.Close() })
+		n, err := embedded.StartNATS()
+		if err != nil {
+			cleanup()
+			return nil, err
+		}
+		closers = append(closers, n.Close)
+		redisAddr, natsURL, amqpURL = r.Addr, n.URL, rabbit.URL
+		if err := setSharedConfig(); err != nil {
+			cleanup()
+			return nil, err
+		}
 		for k, v := range map[string]string{
 			"AWS_ENDPOINT_URL":          "",
 			"AWS_ENDPOINT_URL_SQS":      fq.Endpoint,
@@ -53,14 +82,11 @@ func TestMain(m *testing.M) {
 			"AWS_ENDPOINT_URL_DYNAMODB": dyn.Endpoint,
 		} {
 			if err := os.Setenv(k, v); err != nil {
+				cleanup()
 				return nil, err
 			}
 		}
-		return func() {
-			_ = r.Close()
-			_ = dyn.Close()
-			_ = fq.Close()
-		}, nil
+		return cleanup, nil
 	})
 }
 
@@ -200,6 +226,31 @@ func TestLabOnSNS(t *testing.T) {
 			checkRuns(t, labConfig("sns", store, lab.SNS(a, 8, watermill.NopLogger{}), t))
 		})
 	}
+}
+
+func newRedisClient() goredis.UniversalClient {
+	return goredis.NewClient(&goredis.Options{Addr: redisAddr})
+}
+
+// Redis Streams on the redis-server that also holds the store: a whole
+// local stack on one Redis.
+func TestLabOnRedisStream(t *testing.T) {
+	t.Parallel()
+	checkRuns(t, labConfig("redisstream", redisStore, lab.RedisStream(newRedisClient, "lab-test:", 8, nil), t))
+}
+
+func TestLabOnNATS(t *testing.T) {
+	t.Parallel()
+	for _, store := range []storeKind{redisStore, dynamoStore} {
+		t.Run(string(store), func(t *testing.T) {
+			checkRuns(t, labConfig("nats", store, lab.NATS(natsURL, 8, nil), t))
+		})
+	}
+}
+
+func TestLabOnAMQP(t *testing.T) {
+	t.Parallel()
+	checkRuns(t, labConfig("amqp", redisStore, lab.AMQP(amqpURL, 8, nil), t))
 }
 
 // The lab deletes what it created on the broker.

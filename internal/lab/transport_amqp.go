@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	wmamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -14,8 +16,10 @@ import (
 // gets its own durable queue (and one for poison messages) on the default
 // exchange; every router handler is one more consumer of the queue, on its
 // own channel with a prefetch of one, so the handlers compete for the
-// messages. A nacked message is requeued and delivered again at once. The
-// queues are deleted afterwards.
+// messages. A nacked message is requeued and delivered again at once:
+// RabbitMQ has no redelivery delay, so the transport's middleware pauses
+// NackDelay before the nack (holding that consumer). The queues are
+// deleted afterwards.
 //
 // Pending counts the queue's ready messages: AMQP 0-9-1 does not report
 // unacknowledged ones (at most one per handler here); watermill-amqp sends
@@ -56,7 +60,8 @@ func AMQP(uri string, consumers int, logger watermill.LoggerAdapter) NewTranspor
 		}
 		return &Transport{
 			Publisher: pub, Subscriber: sub, Topic: queue, PoisonTopic: queue + "-poison",
-			Consumers: consumers,
+			Consumers:  consumers,
+			Middleware: []message.HandlerMiddleware{pauseBeforeNack(NackDelay)},
 			Pending: func(context.Context) (int, error) {
 				q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 				if err != nil {
@@ -73,5 +78,23 @@ func AMQP(uri string, consumers int, logger watermill.LoggerAdapter) NewTranspor
 				return errors.Join(err, admin.Close())
 			},
 		}, nil
+	}
+}
+
+// pauseBeforeNack waits d before passing a handler error on (a nack), so a
+// message that cannot be processed yet (its key in progress elsewhere) is
+// not redelivered in a busy loop.
+func pauseBeforeNack(d time.Duration) message.HandlerMiddleware {
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			out, err := h(msg)
+			if err != nil {
+				select {
+				case <-time.After(d):
+				case <-msg.Context().Done():
+				}
+			}
+			return out, err
+		}
 	}
 }

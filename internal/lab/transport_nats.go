@@ -18,8 +18,8 @@ const NATSGroup = "charge-orders"
 // pkg/jetstream) at url: each run gets its own stream (and one for poison
 // messages), read through one durable pull consumer that every router
 // handler pulls from, one message at a time (a queue group: the handlers
-// compete for the messages). A nacked message is redelivered at once by
-// the server (Nak); one whose consumer did not answer within AckWait (30s)
+// compete for the messages). A nacked message is redelivered by the server
+// after NackDelay (NakWithDelay); one whose consumer did not answer within AckWait (30s)
 // is redelivered to any puller. The streams are deleted afterwards.
 func NATS(url string, consumers int, logger watermill.LoggerAdapter) NewTransportFunc {
 	logger = orNop(logger)
@@ -50,6 +50,7 @@ func NATS(url string, consumers int, logger watermill.LoggerAdapter) NewTranspor
 			URL:                 url,
 			Logger:              logger,
 			ResourceInitializer: wmjs.GroupedConsumer(NATSGroup),
+			NakDelay:            wmjs.NewStaticDelay(NackDelay),
 			// One message at a time per puller: a busy handler does not
 			// hold a batch that the others could take.
 			ConsumeOptions: []jetstream.PullConsumeOpt{jetstream.PullMaxMessages(1)},

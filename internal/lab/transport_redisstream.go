@@ -21,8 +21,9 @@ const RedisStreamGroup = "charge-orders"
 // router handler is one more consumer, with its own name and connection.
 // newClient returns a new client for the server (a subscriber closes its
 // client when it closes). A nacked entry is handed to the same consumer
-// again at once (watermill-redisstream keeps it in the group's pending
-// list); an entry whose consumer died is claimed by another after
+// again after NackDelay (watermill-redisstream keeps it in the group's
+// pending list; without a delay, a copy whose key another consumer holds
+// comes back in a busy loop); an entry whose consumer died is claimed by another after
 // watermill-redisstream's MaxIdleTime (60s). The streams are deleted
 // afterwards.
 func RedisStream(newClient func() goredis.UniversalClient, prefix string, consumers int, logger watermill.LoggerAdapter) NewTransportFunc {
@@ -41,6 +42,7 @@ func RedisStream(newClient func() goredis.UniversalClient, prefix string, consum
 				Client:                        newClient(),
 				ConsumerGroup:                 RedisStreamGroup,
 				Consumer:                      name,
+				NackResendSleep:               NackDelay,
 				DisableIndefiniteInitialBlock: true,
 			}, logger)
 		}}

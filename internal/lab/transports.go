@@ -163,6 +163,12 @@ func queuePending(a *awsbroker.Broker, url string) func(context.Context) (int, e
 	}
 }
 
+// NackDelay is how long the Redis Streams, NATS and RabbitMQ transports wait
+// before a nacked message is delivered again: long enough that a copy whose
+// key another consumer holds does not come back in a busy loop, short
+// enough for a lost ack to be redelivered within the run.
+const NackDelay = 50 * time.Millisecond
+
 // cleanupTimeout bounds the deletion of what a run created on the broker.
 const cleanupTimeout = 10 * time.Second
 

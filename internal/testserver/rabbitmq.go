@@ -182,4 +182,3 @@ func (r *RabbitMQ) Close() error {
 	})
 	return err
 }
-
