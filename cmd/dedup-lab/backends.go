@@ -205,7 +205,7 @@ func newRedisStreamBroker(ctx context.Context, o options) (*broker, error) {
 	}
 	about := fmt.Sprintf("Redis Streams on %s, one stream per run, consumer group %q of %d consumers",
 		o.redis.describe(), lab.RedisStreamGroup, o.concurrency)
-	return &broker{transport: lab.RedisStream(o.redis.newClient, labKeyPrefix, o.concurrency, o.logger), about: about, close: func() {}}, nil
+	return &broker{transport: lab.RedisStream(o.redis.newClient, labStreamPrefix, o.concurrency, o.logger), about: about, close: func() {}}, nil
 }
 
 func newNATSBroker(_ context.Context, o options) (*broker, error) {
@@ -259,6 +259,10 @@ const redisHint = "start one with `redis-server --bind 127.0.0.1 --port 6379` an
 // labKeyPrefix is the lab's own key prefix on a shared Redis: every key it
 // writes starts with it (see README.md for what a run leaves behind).
 const labKeyPrefix = "dedup-lab:"
+
+// labStreamPrefix starts the names of the lab's Redis streams (deleted after
+// each run), apart from the store's keys.
+const labStreamPrefix = "dedup-lab-stream-"
 
 func newRedisStore(ctx context.Context, o options) (*store, error) {
 	client, err := o.redis.get()

@@ -236,7 +236,7 @@ func newRedisClient() goredis.UniversalClient {
 // local stack on one Redis.
 func TestLabOnRedisStream(t *testing.T) {
 	t.Parallel()
-	checkRuns(t, labConfig("redisstream", redisStore, lab.RedisStream(newRedisClient, "lab-test:", 8, nil), t))
+	checkRuns(t, labConfig("redisstream", redisStore, lab.RedisStream(newRedisClient, "lab-test-stream-", 8, nil), t))
 }
 
 func TestLabOnNATS(t *testing.T) {

@@ -312,7 +312,7 @@ func checkEndToEnd(t *testing.T, newTransport lab.NewTransportFunc) {
 
 func TestEndToEndRedisStream(t *testing.T) {
 	t.Parallel()
-	checkEndToEnd(t, lab.RedisStream(newRedisClient, "lab-e2e:", 2, nil))
+	checkEndToEnd(t, lab.RedisStream(newRedisClient, "lab-e2e-stream-", 2, nil))
 }
 
 func TestEndToEndNATS(t *testing.T) {

@@ -16,7 +16,8 @@ import (
 const RedisStreamGroup = "charge-orders"
 
 // RedisStream returns transports on Redis Streams (watermill-redisstream):
-// each run gets its own stream, named prefix + "stream:" + an id + run,
+// each run gets its own stream, named prefix + an id + "-" + run (keep the
+// prefix apart from the store's key prefix),
 // read by a consumer group whose consumers compete for its entries; every
 // router handler is one more consumer, with its own name and connection.
 // newClient returns a new client for the server (a subscriber closes its
@@ -30,7 +31,7 @@ func RedisStream(newClient func() goredis.UniversalClient, prefix string, consum
 	logger = orNop(logger)
 	id := watermill.NewShortUUID()
 	return func(ctx context.Context, run string) (*Transport, error) {
-		stream := prefix + "stream:" + id + "-" + run
+		stream := prefix + id + "-" + run
 		admin := newClient()
 		pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: admin}, logger)
 		if err != nil {
