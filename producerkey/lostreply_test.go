@@ -92,6 +92,44 @@ func newStore(t *testing.T) dedup.Store {
 // httpdedup (on a real redis-server) replays the first response instead
 // of charging again.
 func TestLostHTTPReplyRetriedWithTheSameKey(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		intent   bool
+		sameKey  bool
+		charges  int64
+		replayed string
+	}{
+		// The point: one intent on the context, one key, one charge.
+		{"one intent", true, true, 1, "true"},
+		// Without it, a wrapper retrying above the Transport makes every
+		// attempt an intent of its own: two keys, two charges.
+		{"no intent", false, false, 2, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			charges, keys, resp, attempts := lostHTTPReply(t, tc.intent)
+			defer resp.Body.Close()
+			t.Logf("attempts %q; keys received %q; charges %d; status %d, %s: %q",
+				attempts, keys, charges, resp.StatusCode, httpdedup.DefaultReplayedHeader, resp.Header.Get(httpdedup.DefaultReplayedHeader))
+			if len(attempts) != 2 || attempts[0] == "<nil>" {
+				t.Fatalf("attempts %q: want the first to fail (reply dropped) and the second to succeed", attempts)
+			}
+			if len(keys) != 2 || keys[0] == "" || (keys[0] == keys[1]) != tc.sameKey {
+				t.Errorf("keys received %q: same key %v, want %v", keys, keys[0] == keys[1], tc.sameKey)
+			}
+			if charges != tc.charges {
+				t.Errorf("%d charges, want %d", charges, tc.charges)
+			}
+			if resp.StatusCode != http.StatusCreated || resp.Header.Get(httpdedup.DefaultReplayedHeader) != tc.replayed {
+				t.Errorf("retry answered %d, replayed %q; want 201, %q", resp.StatusCode, resp.Header.Get(httpdedup.DefaultReplayedHeader), tc.replayed)
+			}
+		})
+	}
+}
+
+// lostHTTPReply posts one payment through a link that drops the first
+// reply, retrying once after the link heals, and returns the charges, the
+// keys the server received, the final response and each attempt's error.
+func lostHTTPReply(t *testing.T, withIntent bool) (int64, []string, *http.Response, []string) {
 	m, err := httpdedup.New(httpdedup.Config{Store: newStore(t), Identity: httpdedup.StaticIdentity("shop")})
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +155,10 @@ func TestLostHTTPReplyRetriedWithTheSameKey(t *testing.T) {
 	// Fresh connections: net/http only retries a request by itself on a
 	// reused one.
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &producerkey.Transport{Base: &http.Transport{DisableKeepAlives: true}}}
-	intent := producerkey.NewIntent(context.Background())
+	intent := context.Background()
+	if withIntent {
+		intent = producerkey.NewIntent(intent)
+	}
 	link.dropReplies(t)
 	var attempts []string
 	var resp *http.Response
@@ -135,29 +176,31 @@ func TestLostHTTPReplyRetriedWithTheSameKey(t *testing.T) {
 	if resp == nil {
 		t.Fatalf("no response after 3 attempts: %q", attempts)
 	}
-	defer resp.Body.Close()
 	mu.Lock()
 	defer mu.Unlock()
-	t.Logf("attempts %q; keys received %q; charges %d; status %d, %s: %q",
-		attempts, keys, charges.Load(), resp.StatusCode, httpdedup.DefaultReplayedHeader, resp.Header.Get(httpdedup.DefaultReplayedHeader))
-	if len(attempts) != 2 || attempts[0] == "<nil>" {
-		t.Fatalf("attempts %q: want the first to fail (reply dropped) and the second to succeed", attempts)
-	}
-	if len(keys) != 2 || keys[0] == "" || keys[0] != keys[1] {
-		t.Errorf("keys received %q: want one key on both attempts", keys)
-	}
-	if charges.Load() != 1 {
-		t.Errorf("%d charges, want 1", charges.Load())
-	}
-	if resp.StatusCode != http.StatusCreated || resp.Header.Get(httpdedup.DefaultReplayedHeader) != "true" {
-		t.Errorf("retry answered %d, replayed %q; want the first response, replayed", resp.StatusCode, resp.Header.Get(httpdedup.DefaultReplayedHeader))
-	}
+	return charges.Load(), append([]string(nil), keys...), resp, attempts
 }
 
 // A Publish whose acknowledgement is lost (Redis ran XADD, the reply was
 // reset) is retried with the same message: the stream holds two copies with
 // one key, and a consumer deduplicating on that key charges once.
 func TestLostPublishAckRetriedWithTheSameKey(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		newMessage bool // the retry builds a new message (new UUID, no key yet)
+		charges    int64
+	}{
+		// The point: the retry publishes the stamped message again.
+		{"same message", false, 1},
+		// A retry that rebuilds the message gets a new random key: two
+		// charges (PublisherConfig.Key, a business key, avoids that).
+		{"rebuilt message", true, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) { lostPublishAck(t, tc.newMessage, tc.charges) })
+	}
+}
+
+func lostPublishAck(t *testing.T, newMessage bool, wantCharges int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	link := newLossyLink(t, redisAddr)
@@ -181,8 +224,13 @@ func TestLostPublishAckRetriedWithTheSameKey(t *testing.T) {
 	msg := message.NewMessage(watermill.NewUUID(), []byte(`{"order_id":"ORDER-003","amount":150}`))
 	link.dropReplies(t)
 	var attempts []string
+	var keys []string
 	for attempt := 1; attempt <= 3; attempt++ {
+		if newMessage && attempt > 1 {
+			msg = message.NewMessage(watermill.NewUUID(), msg.Payload)
+		}
 		err := pub.Publish(stream, msg)
+		keys = append(keys, msg.Metadata.Get(producerkey.DefaultMetadata))
 		attempts = append(attempts, fmt.Sprint(err))
 		if err == nil {
 			break
@@ -222,17 +270,20 @@ func TestLostPublishAckRetriedWithTheSameKey(t *testing.T) {
 	router.AddConsumerHandler("charge", stream, sub, func(*message.Message) error { charges.Add(1); return nil })
 	go func() { _ = router.Run(ctx) }()
 	t.Cleanup(func() { _ = router.Close() })
-	for outcomes.get(dedup.EventClaimWon)+outcomes.get(dedup.EventSkipDuplicate) < 2 {
+	for charges.Load()+int64(outcomes.get(dedup.EventSkipDuplicate)) < 2 {
 		select {
 		case <-ctx.Done():
 			t.Fatalf("the consumer did not decide on both copies within 2 minutes: %v", outcomes.snapshot())
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	t.Logf("attempts %q; %d copies in the stream, key %q on both; consumer: %v, %d charge(s)",
-		attempts, copies, msg.Metadata.Get(producerkey.DefaultMetadata), outcomes.snapshot(), charges.Load())
-	if charges.Load() != 1 || outcomes.get(dedup.EventSkipDuplicate) != 1 {
-		t.Errorf("%d charges, %v; want 1 charge and 1 duplicate skipped", charges.Load(), outcomes.snapshot())
+	t.Logf("attempts %q; %d copies in the stream, keys %q; consumer: %v, %d charge(s)",
+		attempts, copies, keys, outcomes.snapshot(), charges.Load())
+	if (keys[0] == keys[1]) == newMessage {
+		t.Errorf("keys %q", keys)
+	}
+	if charges.Load() != wantCharges || outcomes.get(dedup.EventSkipDuplicate) != 2-int(wantCharges) {
+		t.Errorf("%d charges, %v; want %d", charges.Load(), outcomes.snapshot(), wantCharges)
 	}
 }
 
