@@ -223,8 +223,8 @@ func newNATSBroker(_ context.Context, o options) (*broker, error) {
 }
 
 // amqpHint says how to start a local RabbitMQ for -broker amqp.
-const amqpHint = "start RabbitMQ (Debian: `apt-get install rabbitmq-server`; as root `rabbitmq-server` runs a node on 127.0.0.1:5672, " +
-	"or `docker run -p 127.0.0.1:5672:5672 rabbitmq:3`) and set AMQP_URL=amqp://guest:guest@127.0.0.1:5672/"
+const amqpHint = "start RabbitMQ (Debian package rabbitmq-server: `sudo service rabbitmq-server start` listens on 127.0.0.1:5672; " +
+	"cmd/dedup-lab/README.md shows a throwaway node) and set AMQP_URL=amqp://guest:guest@127.0.0.1:5672/"
 
 func newAMQPBroker(_ context.Context, o options) (*broker, error) {
 	if o.amqpURL == "" {
