@@ -218,6 +218,23 @@ func checkEndToEnd(t *testing.T, newTransport lab.NewTransportFunc) {
 	if tr.Consumers != 2 {
 		t.Fatalf("transport with %d consumers, want a group of 2", tr.Consumers)
 	}
+	e := newEffects()
+	startGroup(t, ctx, tr, e)
+	run := strings.ToLower(watermill.NewShortUUID())
+	checkGroupOfTwo(t, tr, e, "G-"+run+"-")
+	checkRedeliveryAfterRelease(t, tr, e, "F-"+run)
+	checkDuplicateAfterCompletion(t, tr, e, "F-"+run)
+	checkTransportIDRefused(t, tr, e)
+	if tr.Pending != nil {
+		waitFor(t, "the broker to hold no message", func() bool { n, err := tr.Pending(ctx); return err == nil && n == 0 })
+	}
+}
+
+// startGroup runs a router with two handlers on tr (a group of two), behind
+// the transport's middleware, e.arrive, a poison queue and a Deduplicator
+// on sharedConfig, until the test ends.
+func startGroup(t *testing.T, ctx context.Context, tr *lab.Transport, e *effects) {
+	t.Helper()
 	d, err := dedup.New(sharedConfig)
 	if err != nil {
 		t.Fatal(err)
@@ -230,7 +247,6 @@ func checkEndToEnd(t *testing.T, newTransport lab.NewTransportFunc) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEffects()
 	router.AddMiddleware(tr.Middleware...)
 	router.AddMiddleware(e.arrive, poison, d.Middleware)
 	for _, member := range []string{"member-1", "member-2"} {
@@ -249,26 +265,29 @@ func checkEndToEnd(t *testing.T, newTransport lab.NewTransportFunc) {
 	case <-time.After(time.Minute):
 		t.Fatal("router not running after a minute")
 	}
+}
 
-	run := strings.ToLower(watermill.NewShortUUID())
-	// A consumer group of two.
+// checkGroupOfTwo: 20 orders, two copies each, shared by the two members:
+// each order charged once, the other copy skipped, both members receiving.
+func checkGroupOfTwo(t *testing.T, tr *lab.Transport, e *effects, prefix string) {
+	t.Helper()
 	const orders = 20
 	for i := range orders {
 		for range 2 {
-			publishOrder(t, tr, watermill.NewUUID(), fmt.Sprintf("G-%s-%02d", run, i))
+			publishOrder(t, tr, watermill.NewUUID(), fmt.Sprintf("%s%02d", prefix, i))
 		}
 	}
-	groupKey := "G-" + run + "-"
 	waitFor(t, "every group order charged and every copy skipped", func() bool {
-		return decisions.count(dedup.EventClaimWon, groupKey) == orders && decisions.count(dedup.EventSkipDuplicate, groupKey) == orders
+		return decisions.count(dedup.EventClaimWon, prefix) == orders && decisions.count(dedup.EventSkipDuplicate, prefix) == orders
 	}, func() string {
 		return fmt.Sprintf("claims won %d, skipped %d, in progress %d, released %d, charges per member %v",
-			decisions.count(dedup.EventClaimWon, groupKey), decisions.count(dedup.EventSkipDuplicate, groupKey),
-			decisions.count(dedup.EventInProgress, groupKey), decisions.count(dedup.EventReleased, groupKey), e.members())
+			decisions.count(dedup.EventClaimWon, prefix), decisions.count(dedup.EventSkipDuplicate, prefix),
+			decisions.count(dedup.EventInProgress, prefix), decisions.count(dedup.EventReleased, prefix), e.members())
 	})
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	for i := range orders {
-		if n := e.charges[fmt.Sprintf("G-%s-%02d", run, i)]; n != 1 {
+		if n := e.charges[fmt.Sprintf("%s%02d", prefix, i)]; n != 1 {
 			t.Errorf("order %d charged %d times", i, n)
 		}
 	}
@@ -276,37 +295,46 @@ func checkEndToEnd(t *testing.T, newTransport lab.NewTransportFunc) {
 		t.Errorf("deliveries per member %v: both members should receive messages", e.received)
 	}
 	t.Logf("group of two: deliveries per member %v, charges per member %v, in progress (nacked, redelivered) %d",
-		e.received, e.byMember, decisions.count(dedup.EventInProgress, groupKey))
-	e.mu.Unlock()
+		e.received, e.byMember, decisions.count(dedup.EventInProgress, prefix))
+}
 
-	// Nack, redelivery, run again after the release.
-	failing := "F-" + run
+// checkRedeliveryAfterRelease: the first charge of order fails: claimed,
+// released, nacked, redelivered by the broker, claimed again, charged once.
+func checkRedeliveryAfterRelease(t *testing.T, tr *lab.Transport, e *effects, order string) {
+	t.Helper()
 	e.mu.Lock()
-	e.fails[failing] = true
+	e.fails[order] = true
 	e.mu.Unlock()
-	publishOrder(t, tr, watermill.NewUUID(), failing)
-	waitFor(t, "the failed order charged after its redelivery", func() bool { c, _ := e.snapshot(failing); return c == 1 })
-	if won, released, calls := decisions.count(dedup.EventClaimWon, failing), decisions.count(dedup.EventReleased, failing), e.calls[failing]; won != 2 || released != 1 || calls != 2 {
+	publishOrder(t, tr, watermill.NewUUID(), order)
+	waitFor(t, "the failed order charged after its redelivery", func() bool { c, _ := e.snapshot(order); return c == 1 })
+	_, calls := e.snapshot(order)
+	if won, released := decisions.count(dedup.EventClaimWon, order), decisions.count(dedup.EventReleased, order); won != 2 || released != 1 || calls != 2 {
 		t.Errorf("failed order: %d claims won, %d released, %d handler calls; want 2, 1, 2", won, released, calls)
 	}
+}
 
-	// A duplicate after completion.
-	publishOrder(t, tr, watermill.NewUUID(), failing)
-	waitFor(t, "the completed order's copy skipped", func() bool { return decisions.count(dedup.EventSkipDuplicate, failing) == 1 })
-	if c, calls := e.snapshot(failing); c != 1 || calls != 2 {
-		t.Errorf("after the duplicate: %d charges, %d handler calls; want 1, 2", c, calls)
+// checkDuplicateAfterCompletion: order published again once charged:
+// skipped, the handler not called.
+func checkDuplicateAfterCompletion(t *testing.T, tr *lab.Transport, e *effects, order string) {
+	t.Helper()
+	_, before := e.snapshot(order)
+	publishOrder(t, tr, watermill.NewUUID(), order)
+	waitFor(t, "the completed order's copy skipped", func() bool { return decisions.count(dedup.EventSkipDuplicate, order) == 1 })
+	if c, calls := e.snapshot(order); c != 1 || calls != before {
+		t.Errorf("after the duplicate: %d charges, %d handler calls; want 1, %d", c, calls, before)
 	}
+}
 
-	// The transport id as the key.
+// checkTransportIDRefused: a message whose order id is its own transport
+// id (the Watermill UUID the adapter carries across the broker) is refused
+// with ErrTransportKey and never reaches the handler.
+func checkTransportIDRefused(t *testing.T, tr *lab.Transport, e *effects) {
+	t.Helper()
 	uuid := watermill.NewUUID()
 	publishOrder(t, tr, uuid, uuid)
 	waitFor(t, "the key equal to the transport id refused", func() bool { return decisions.transportKeyRefused(uuid) })
-	if c, calls := e.snapshot(uuid); c != 0 || calls != 0 {
+	if _, calls := e.snapshot(uuid); calls != 0 {
 		t.Errorf("a message keyed on its transport id reached the handler (%d calls)", calls)
-	}
-
-	if tr.Pending != nil {
-		waitFor(t, "the broker to hold no message", func() bool { n, err := tr.Pending(ctx); return err == nil && n == 0 })
 	}
 }
 
