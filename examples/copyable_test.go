@@ -14,8 +14,6 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 )
 
-var examples = []string{"http", "kafka", "lambda", "sqs"}
-
 func TestExamplesBuildCopiedOutOfTheModule(t *testing.T) {
 	root, err := testserver.RepoRoot()
 	if err != nil {
@@ -36,7 +34,15 @@ func TestExamplesBuildCopiedOutOfTheModule(t *testing.T) {
 	// The copy requires this module and what this module requires, as a
 	// user's module does after `go get`; the replace points at this tree.
 	_, requires, _ := strings.Cut(string(mod), "\nrequire")
-	for _, name := range examples {
+	entries, err := os.ReadDir(filepath.Join(root, "examples"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		name := e.Name()
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			copyProgram(t, filepath.Join(root, "examples", name), dir)
