@@ -93,6 +93,9 @@ func TestResultOK(t *testing.T) {
 		{"on: an order never charged", lab.Result{Idempotency: true, Messages: 20, DistinctOrders: 5, Charges: 4, Acked: 20}, false},
 		{"on: a message not acked", lab.Result{Idempotency: true, Messages: 20, DistinctOrders: 5, Charges: 5, Acked: 19}, false},
 		{"on: a message left in the broker", lab.Result{Idempotency: true, Messages: 20, DistinctOrders: 5, Charges: 5, Acked: 20, Pending: 1}, false},
+		{"shadow: every copy charged, the rest would skip", lab.Result{Idempotency: true, Shadow: true, Messages: 20, DistinctOrders: 5, Charges: 23, WouldSkip: 18, Acked: 20, LostAcks: 3}, true},
+		{"shadow: a copy skipped", lab.Result{Idempotency: true, Shadow: true, Messages: 20, DistinctOrders: 5, Charges: 19, WouldSkip: 15, Acked: 20}, false},
+		{"shadow: would-skip miscounted", lab.Result{Idempotency: true, Shadow: true, Messages: 20, DistinctOrders: 5, Charges: 20, WouldSkip: 14, Acked: 20}, false},
 	} {
 		if got := tc.r.OK(); got != tc.want {
 			t.Errorf("%s: OK() = %v, want %v", tc.name, got, tc.want)
