@@ -28,6 +28,7 @@ require (
 )
 
 require (
+	github.com/ThreeDotsLabs/watermill-sql/v4 v4.1.2 // indirect
 	github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue v1.21.21 // indirect
 	github.com/aws/aws-sdk-go-v2/feature/ec2/imds v1.20.9 // indirect
 	github.com/aws/aws-sdk-go-v2/internal/configsources v1.5.12 // indirect
