@@ -1,0 +1,139 @@
+package outbox_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/watermill-dedup/watermill-dedup/internal/brokers"
+	"github.com/watermill-dedup/watermill-dedup/internal/crashtest"
+)
+
+// Environment of a shop running in a child process: its parent's
+// PostgreSQL (envDSN), schema and Kafka, and where it stops.
+const (
+	envSchema = "OUTBOX_TEST_SCHEMA"
+	envKafka  = "OUTBOX_TEST_KAFKA"
+	envHook   = "OUTBOX_TEST_HOOK"
+)
+
+// childLease is the shop's lease: a consumer killed while holding a key
+// holds it this long.
+const childLease = 3 * time.Second
+
+var orderIDs = []string{"ORDER-1", "ORDER-2", "ORDER-3"}
+
+// runShopChild runs the shop in a child process, stopping (and reporting)
+// where envHook says, until the parent kills it.
+func runShopChild(t *testing.T) {
+	s := openShop(t, os.Getenv(envSchema), false)
+	k := &brokers.Kafka{Brokers: strings.Split(os.Getenv(envKafka), ",")}
+	var h hooks
+	switch os.Getenv(envHook) {
+	case "before-publish":
+		h.beforePublish = func() { crashtest.Reach("publishing") }
+	case "after-effect":
+		h.afterEffect = func(string) { crashtest.Reach("effect-written") }
+	}
+	t.Fatalf("the shop stopped: %v", s.run(context.Background(), k, childLease, h))
+}
+
+func startShop(t *testing.T, s *shop, k *brokers.Kafka, hook string) *crashtest.Child {
+	t.Helper()
+	return crashtest.Start(t, []string{envDSN + "=" + dsn, envSchema + "=" + s.schema,
+		envKafka + "=" + strings.Join(k.Brokers, ","), envHook + "=" + hook})
+}
+
+// finished: every order's key is completed and the forwarder has
+// acknowledged every message of the outbox.
+func finished(st state) bool {
+	for _, id := range orderIDs {
+		if st.keys[id] != "completed" {
+			return false
+		}
+	}
+	return st.pending == 0
+}
+
+// exactlyOnce checks one row and one payment event per order.
+func exactlyOnce(t *testing.T, st state) {
+	t.Helper()
+	for _, id := range orderIDs {
+		if st.rows[id] != 1 || st.events[id] != 1 {
+			t.Fatalf("%s: %d rows and %d events, want 1 and 1 (%v)", id, st.rows[id], st.events[id], st)
+		}
+	}
+	if st.eventTotal != len(orderIDs) {
+		t.Fatalf("%d events on Kafka, want %d (%v)", st.eventTotal, len(orderIDs), st)
+	}
+}
+
+// TestKillBetweenCommitAndPublish: the shop commits orders (row, completed
+// key and payment event in the outbox, one transaction each) and is killed
+// (SIGKILL, a real child process) when its forwarder is about to publish
+// the first event to Kafka. After a restart, every event is published
+// exactly once.
+func TestKillBetweenCommitAndPublish(t *testing.T) {
+	if crashtest.IsChild(t) {
+		runShopChild(t)
+	}
+	k := startKafka(t)
+	s := openShop(t, newSchema(t), true)
+	publishOrders(t, k, orderIDs...)
+
+	child := startShop(t, s, k, "before-publish")
+	child.Wait(t, "publishing")
+	child.Kill(t)
+	killed := s.state(t, k)
+	committed := 0
+	for _, id := range orderIDs {
+		if killed.keys[id] == "completed" {
+			committed++
+			if killed.rows[id] != 1 {
+				t.Fatalf("%s completed with %d rows at the kill (%v)", id, killed.rows[id], killed)
+			}
+		}
+	}
+	if committed == 0 || killed.pending != int64(committed) || killed.eventTotal != 0 {
+		t.Fatalf("at the kill: %v; want committed orders, each with its event waiting in the outbox, and no event on Kafka", killed)
+	}
+
+	restarted := startShop(t, s, k, "")
+	s.waitFor(t, k, "every order completed and the outbox delivered", finished)
+	restarted.Kill(t)
+	final := s.state(t, k)
+	exactlyOnce(t, final)
+	t.Logf("killed between COMMIT and publish: %d orders committed, %d events in the outbox, 0 on Kafka; after the restart: %v",
+		committed, killed.pending, final)
+}
+
+// TestKillBetweenEffectAndCommit: the shop writes the first order's row in
+// its transaction and is killed before COMMIT. Nothing of it survives: no
+// row, no event, the key in progress. After a restart, the redelivered
+// order waits out the dead consumer's lease, then runs once: one row, one
+// event per order.
+func TestKillBetweenEffectAndCommit(t *testing.T) {
+	if crashtest.IsChild(t) {
+		runShopChild(t)
+	}
+	k := startKafka(t)
+	s := openShop(t, newSchema(t), true)
+	publishOrders(t, k, orderIDs...)
+
+	child := startShop(t, s, k, "after-effect")
+	child.Wait(t, "effect-written")
+	child.Kill(t)
+	killed := s.state(t, k)
+	if len(killed.rows) != 0 || killed.pending != 0 || killed.eventTotal != 0 || killed.keys["ORDER-1"] != "in_progress" {
+		t.Fatalf("at the kill: %v; want no row, no event, ORDER-1 in progress", killed)
+	}
+
+	restarted := startShop(t, s, k, "")
+	s.waitFor(t, k, "every order completed and the outbox delivered", finished)
+	restarted.Kill(t)
+	final := s.state(t, k)
+	exactlyOnce(t, final)
+	t.Logf("killed between the effect and COMMIT: %v; after the restart: %v", killed, final)
+}
