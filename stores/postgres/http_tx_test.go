@@ -273,4 +273,3 @@ func TestHTTPResponseStatusWithoutTx(t *testing.T) {
 		t.Fatalf("key of a 502: %+v, want released", got)
 	}
 }
-
