@@ -22,8 +22,11 @@ var escaper = strings.NewReplacer("%", "%25", ":", "%3A")
 // and is its own business key.
 func Split(record string) (scope, key string) {
 	escaped, key, ok := strings.Cut(record, ":")
-	if !ok {
+	switch {
+	case !ok:
 		return "", record
+	case strings.IndexByte(escaped, '%') < 0: // nothing to unescape: no allocation
+		return escaped, key
 	}
 	return unescaper.Replace(escaped), key
 }
