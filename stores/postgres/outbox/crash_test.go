@@ -70,6 +70,33 @@ func exactlyOnce(t *testing.T, st state) {
 	}
 }
 
+// killShop publishes the orders, runs the shop in a child process that
+// stops at hook, kills it there (SIGKILL) when it reports point, and
+// returns what survived.
+func killShop(t *testing.T, hook, point string) (*shop, *brokers.Kafka, state) {
+	t.Helper()
+	k := startKafka(t)
+	s := openShop(t, newSchema(t), true)
+	publishOrders(t, k, orderIDs...)
+	child := startShop(t, s, k, hook)
+	child.Wait(t, point)
+	child.Kill(t)
+	return s, k, s.state(t, k)
+}
+
+// restartShop runs the shop again in a new child process until every order
+// is completed and delivered, kills it, and checks one row and one event
+// per order.
+func restartShop(t *testing.T, s *shop, k *brokers.Kafka) state {
+	t.Helper()
+	restarted := startShop(t, s, k, "")
+	s.waitFor(t, k, "every order completed and the outbox delivered", finished)
+	restarted.Kill(t)
+	final := s.state(t, k)
+	exactlyOnce(t, final)
+	return final
+}
+
 // TestKillBetweenCommitAndPublish: the shop commits orders (row, completed
 // key and payment event in the outbox, one transaction each) and is killed
 // (SIGKILL, a real child process) when its forwarder is about to publish
@@ -79,14 +106,7 @@ func TestKillBetweenCommitAndPublish(t *testing.T) {
 	if crashtest.IsChild(t) {
 		runShopChild(t)
 	}
-	k := startKafka(t)
-	s := openShop(t, newSchema(t), true)
-	publishOrders(t, k, orderIDs...)
-
-	child := startShop(t, s, k, "before-publish")
-	child.Wait(t, "publishing")
-	child.Kill(t)
-	killed := s.state(t, k)
+	s, k, killed := killShop(t, "before-publish", "publishing")
 	committed := 0
 	for _, id := range orderIDs {
 		if killed.keys[id] == "completed" {
@@ -99,12 +119,7 @@ func TestKillBetweenCommitAndPublish(t *testing.T) {
 	if committed == 0 || killed.pending != int64(committed) || killed.eventTotal != 0 {
 		t.Fatalf("at the kill: %v; want committed orders, each with its event waiting in the outbox, and no event on Kafka", killed)
 	}
-
-	restarted := startShop(t, s, k, "")
-	s.waitFor(t, k, "every order completed and the outbox delivered", finished)
-	restarted.Kill(t)
-	final := s.state(t, k)
-	exactlyOnce(t, final)
+	final := restartShop(t, s, k)
 	t.Logf("killed between COMMIT and publish: %d orders committed, %d events in the outbox, 0 on Kafka; after the restart: %v",
 		committed, killed.pending, final)
 }
@@ -118,22 +133,10 @@ func TestKillBetweenEffectAndCommit(t *testing.T) {
 	if crashtest.IsChild(t) {
 		runShopChild(t)
 	}
-	k := startKafka(t)
-	s := openShop(t, newSchema(t), true)
-	publishOrders(t, k, orderIDs...)
-
-	child := startShop(t, s, k, "after-effect")
-	child.Wait(t, "effect-written")
-	child.Kill(t)
-	killed := s.state(t, k)
+	s, k, killed := killShop(t, "after-effect", "effect-written")
 	if len(killed.rows) != 0 || killed.pending != 0 || killed.eventTotal != 0 || killed.keys["ORDER-1"] != "in_progress" {
 		t.Fatalf("at the kill: %v; want no row, no event, ORDER-1 in progress", killed)
 	}
-
-	restarted := startShop(t, s, k, "")
-	s.waitFor(t, k, "every order completed and the outbox delivered", finished)
-	restarted.Kill(t)
-	final := s.state(t, k)
-	exactlyOnce(t, final)
+	final := restartShop(t, s, k)
 	t.Logf("killed between the effect and COMMIT: %v; after the restart: %v", killed, final)
 }

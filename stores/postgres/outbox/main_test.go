@@ -4,14 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/watermill-dedup/watermill-dedup/internal/pgtest"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 )
 
@@ -27,32 +25,12 @@ var (
 
 func TestMain(m *testing.M) {
 	testserver.Main(m, func() (func(), error) {
-		closeServer := func() {}
-		dsn = os.Getenv(envDSN)
-		if dsn == "" {
-			pg, err := testserver.StartPostgres()
-			if err != nil {
-				return nil, err
-			}
-			dsn, closeServer = pg.DSN, func() { _ = pg.Close() }
-		}
-		cfg, err := pgxpool.ParseConfig(dsn)
-		if err != nil {
-			closeServer()
-			return nil, err
-		}
-		cfg.MaxConns = 12
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		pool, err = pgxpool.NewWithConfig(ctx, cfg)
-		if err == nil {
-			err = pool.Ping(ctx)
-		}
-		if err != nil {
-			closeServer()
-			return nil, fmt.Errorf("connecting to %s: %w", dsn, err)
-		}
-		return func() { pool.Close(); closeServer() }, nil
+		var (
+			closeAll func()
+			err      error
+		)
+		pool, dsn, closeAll, err = pgtest.Connect(envDSN, 12)
+		return closeAll, err
 	})
 }
 
@@ -71,16 +49,5 @@ func testCtx(t testing.TB) context.Context {
 // newSchema creates a schema of the test's own, dropped when the test ends.
 func newSchema(t testing.TB) string {
 	t.Helper()
-	name := "dedup_outboxtest_" + randomHex(6)
-	if _, err := pool.Exec(testCtx(t), "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize()); err != nil {
-		t.Fatalf("create schema: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", name, err)
-		}
-	})
-	return name
+	return pgtest.Schema(t, pool, "dedup_outboxtest_")
 }
