@@ -15,11 +15,12 @@ import (
 )
 
 // ErrNoClaim is returned by TxMiddleware for a message that reaches it
-// without a dedup claim in its context: TxMiddleware was added before (that
-// is, outside) the dedup middleware, or the dedup middleware ran the
-// handler without a claim (Config.FailOpen while the store was down).
+// without a dedup claim in its context, and by RunInTx for such a context:
+// TxMiddleware was added before (that is, outside) the dedup middleware,
+// RunInTx was called outside the work of dedup.Engine.Do, or the engine ran
+// the work without a claim (Config.FailOpen while the store was down).
 // Nothing was written. It is a configuration error, not a message error:
-// every message will fail the same way until the router is fixed.
+// every message will fail the same way until the wiring is fixed.
 var ErrNoClaim = errors.New("postgres: no dedup claim in the message context; add TxMiddleware after the dedup middleware")
 
 type txKey struct{}
