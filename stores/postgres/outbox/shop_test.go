@@ -68,6 +68,7 @@ func openShop(t testing.TB, schema string, create bool) *shop {
 type hooks struct {
 	afterEffect   func(orderID string) // the order row is written, not committed
 	beforePublish func()               // the forwarder is about to publish to Kafka
+	afterPublish  func()               // Kafka accepted the event; the forwarder has not recorded it
 }
 
 // run runs the consumer router and the forwarder until ctx ends.
@@ -107,8 +108,8 @@ func (s *shop) run(ctx context.Context, k *brokers.Kafka, lease time.Duration, h
 		return []*message.Message{event}, nil
 	})
 	var out message.Publisher = pub
-	if h.beforePublish != nil {
-		out = hookedPublisher{Publisher: pub, before: h.beforePublish}
+	if h.beforePublish != nil || h.afterPublish != nil {
+		out = hookedPublisher{Publisher: pub, before: h.beforePublish, after: h.afterPublish}
 	}
 	fwd, err := s.ob.NewForwarder(out, forwarder.Config{CloseTimeout: time.Second})
 	if err != nil {
@@ -120,12 +121,18 @@ func (s *shop) run(ctx context.Context, k *brokers.Kafka, lease time.Duration, h
 
 type hookedPublisher struct {
 	message.Publisher
-	before func()
+	before, after func()
 }
 
 func (p hookedPublisher) Publish(topic string, msgs ...*message.Message) error {
-	p.before()
-	return p.Publisher.Publish(topic, msgs...)
+	if p.before != nil {
+		p.before()
+	}
+	err := p.Publisher.Publish(topic, msgs...)
+	if err == nil && p.after != nil {
+		p.after()
+	}
+	return err
 }
 
 // publishOrders publishes one message per order id to the orders topic.
