@@ -299,8 +299,7 @@ func (m *Middleware) respond(req *request, resp Response, res dedup.ClaimResult,
 	case err != nil && res.Outcome == dedup.Acquired:
 		// The handler ran but its work was not recorded: the transaction
 		// of Config.InTransaction failed (its writes rolled back) and the
-		// claim was released.
-		m.decide(req.info, dedup.Decision{Event: dedup.EventStoreError, Op: "complete", Key: req.info.key, Err: err})
+		// engine released the claim, logging the cause with the release.
 		m.problem(w, http.StatusServiceUnavailable, ProblemNotCommitted, "Request not committed",
 			"The request's work and its idempotency record could not be committed together, so neither was; retry it with the same key.")
 	case err != nil:
