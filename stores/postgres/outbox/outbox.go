@@ -117,9 +117,10 @@ func (o *Outbox) Migrate(ctx context.Context) error {
 // AddHandler is not called. A handler that returns an error or no message
 // writes nothing. A message without a TxMiddleware transaction fails with
 // ErrNoTransaction before the handler runs; messages without a publish
-// topic fail with ErrNoTopic (the transaction rolls back). Do not turn on
-// the dedup middleware's Replay with it: a duplicate's stored messages
-// would be published by the router directly, a second time.
+// topic fail with ErrNoTopic (the transaction rolls back). The dedup
+// middleware's Replay has nothing to store (TxMiddleware sees no messages):
+// a duplicate is acked without publishing, its messages having gone
+// through the outbox.
 //
 // Cost: one INSERT of all the handler's messages (one round trip) in the
 // transaction, only when the handler returned messages.
