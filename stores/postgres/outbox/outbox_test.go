@@ -155,3 +155,68 @@ func TestOutboxRollsBackWithTheTransaction(t *testing.T) {
 		t.Fatalf("%d attempts, %d rows, %d outbox messages; want 2, 1, 1", attempts.Load(), rows, outboxed)
 	}
 }
+
+// TestReplayWithOutbox: with the dedup middleware's Replay on, a duplicate
+// publishes nothing: TxMiddleware saw no messages (the outbox took them),
+// so the record holds none. One event in all, through the outbox.
+func TestReplayWithOutbox(t *testing.T) {
+	ctx := testCtx(t)
+	s := openShop(t, newSchema(t), true)
+	logger := watermill.NopLogger{}
+	goch := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, logger)
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: time.Second}, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dedup.New(dedup.Config{Store: s.store, Key: keyfuncs.Metadata("order_id"), Scope: chargeScope, Replay: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	router.AddMiddleware(d.Middleware, s.store.TxMiddleware, s.ob.Middleware)
+	router.AddHandler("charge", ordersTopic, goch, paymentsTopic, goch, func(msg *message.Message) ([]*message.Message, error) {
+		return []*message.Message{message.NewMessage(watermill.NewUUID(), []byte(msg.Metadata.Get("order_id")))}, nil
+	})
+	fwd, err := s.ob.NewForwarder(goch, forwarder.Config{CloseTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	payments, err := goch.Subscribe(ctx, paymentsTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events atomic.Int64
+	go func() {
+		for ev := range payments {
+			events.Add(1)
+			ev.Ack()
+		}
+	}()
+	go func() { _ = router.Run(ctx) }()
+	go func() { _ = fwd.Run(ctx) }()
+	defer func() { _ = router.Close(); _ = fwd.Close() }()
+	<-router.Running()
+	for range 2 { // each Publish returns once the router acked the copy
+		order := message.NewMessage(watermill.NewUUID(), nil)
+		order.Metadata.Set("order_id", "ORDER-1")
+		if err := goch.Publish(ordersTopic, order); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		n, err := s.ob.Pending(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 && events.Load() > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited a minute for the outbox to deliver: %d pending, %d events", n, events.Load())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := events.Load(); n != 1 {
+		t.Fatalf("%d payment events, want 1", n)
+	}
+}
