@@ -4,7 +4,9 @@
 #
 #   Debian packages: redis-server (redis-server, redis-cli), postgresql
 #   (only if no server answers on 127.0.0.1:5432 and no postgres binaries
-#   exist), spin (model checking), nodejs/npm (only if node is missing).
+#   exist), spin (model checking), nodejs/npm (only if node is missing),
+#   rabbitmq-server (RabbitMQ 3.10 and Erlang, for the AMQP broker tests;
+#   the tests run their own node, never the service the package starts).
 #   npm packages:    tools/ (dynalite, fauxqs) via `npm ci --prefix tools`
 #                    when tools/node_modules is missing or older than
 #                    tools/package-lock.json.
@@ -54,6 +56,9 @@ if ! have spin; then
 fi
 if ! have node || ! have npm; then
 	pkgs+=(nodejs npm)
+fi
+if [[ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]] && ! have rabbitmq-server; then
+	pkgs+=(rabbitmq-server)
 fi
 
 if ((${#pkgs[@]})); then

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/brokers"
+	"github.com/watermill-dedup/watermill-dedup/internal/kafkabroker"
 	"github.com/watermill-dedup/watermill-dedup/internal/crashtest"
 )
 
@@ -30,7 +30,7 @@ var orderIDs = []string{"ORDER-1", "ORDER-2", "ORDER-3"}
 // where envHook says, until the parent kills it.
 func runShopChild(t *testing.T) {
 	s := openShop(t, os.Getenv(envSchema), false)
-	k := &brokers.Kafka{Brokers: strings.Split(os.Getenv(envKafka), ",")}
+	k := &kafkabroker.Kafka{Brokers: strings.Split(os.Getenv(envKafka), ",")}
 	var h hooks
 	switch os.Getenv(envHook) {
 	case "before-publish":
@@ -43,7 +43,7 @@ func runShopChild(t *testing.T) {
 	t.Fatalf("the shop stopped: %v", s.run(context.Background(), k, childLease, h))
 }
 
-func startShop(t *testing.T, s *shop, k *brokers.Kafka, hook string) *crashtest.Child {
+func startShop(t *testing.T, s *shop, k *kafkabroker.Kafka, hook string) *crashtest.Child {
 	t.Helper()
 	return crashtest.Start(t, []string{envDSN + "=" + dsn, envSchema + "=" + s.schema,
 		envKafka + "=" + strings.Join(k.Brokers, ","), envHook + "=" + hook})
@@ -83,7 +83,7 @@ func exactlyOnce(t *testing.T, st state, twice ...string) {
 // killShop publishes the orders, runs the shop in a child process that
 // stops at hook, kills it there (SIGKILL) when it reports point, and
 // returns what survived.
-func killShop(t *testing.T, hook, point string) (*shop, *brokers.Kafka, state) {
+func killShop(t *testing.T, hook, point string) (*shop, *kafkabroker.Kafka, state) {
 	t.Helper()
 	k := startKafka(t)
 	s := openShop(t, newSchema(t), true)
@@ -97,7 +97,7 @@ func killShop(t *testing.T, hook, point string) (*shop, *brokers.Kafka, state) {
 // restartShop runs the shop again in a new child process until every order
 // is completed and delivered, kills it, and checks one row and one event
 // per order.
-func restartShop(t *testing.T, s *shop, k *brokers.Kafka, twice ...string) state {
+func restartShop(t *testing.T, s *shop, k *kafkabroker.Kafka, twice ...string) state {
 	t.Helper()
 	restarted := startShop(t, s, k, "")
 	s.waitFor(t, k, "every order completed and the outbox delivered", finished)

@@ -14,7 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/brokers"
+	"github.com/watermill-dedup/watermill-dedup/internal/embedded"
+	"github.com/watermill-dedup/watermill-dedup/internal/kafkabroker"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres/outbox"
@@ -72,7 +73,7 @@ type hooks struct {
 }
 
 // run runs the consumer router and the forwarder until ctx ends.
-func (s *shop) run(ctx context.Context, k *brokers.Kafka, lease time.Duration, h hooks) error {
+func (s *shop) run(ctx context.Context, k *kafkabroker.Kafka, lease time.Duration, h hooks) error {
 	logger := watermill.NopLogger{}
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: time.Second}, logger)
 	if err != nil {
@@ -136,7 +137,7 @@ func (p hookedPublisher) Publish(topic string, msgs ...*message.Message) error {
 }
 
 // publishOrders publishes one message per order id to the orders topic.
-func publishOrders(t testing.TB, k *brokers.Kafka, ids ...string) {
+func publishOrders(t testing.TB, k *kafkabroker.Kafka, ids ...string) {
 	t.Helper()
 	pub, err := k.Publisher(nil, watermill.NopLogger{})
 	if err != nil {
@@ -165,7 +166,7 @@ func (st state) String() string {
 	return fmt.Sprintf("rows %v, keys %v, outbox pending %d, events on Kafka %v (%d)", st.rows, st.keys, st.pending, st.events, st.eventTotal)
 }
 
-func (s *shop) state(t testing.TB, k *brokers.Kafka) state {
+func (s *shop) state(t testing.TB, k *kafkabroker.Kafka) state {
 	t.Helper()
 	ctx := testCtx(t)
 	st := state{rows: map[string]int{}, events: map[string]int{}, keys: map[string]string{}}
@@ -207,7 +208,7 @@ func (s *shop) state(t testing.TB, k *brokers.Kafka) state {
 
 // paymentEvents reads every record of the payments topic (one partition)
 // and counts them per order id.
-func paymentEvents(t testing.TB, k *brokers.Kafka) (map[string]int, int) {
+func paymentEvents(t testing.TB, k *kafkabroker.Kafka) (map[string]int, int) {
 	t.Helper()
 	client, err := sarama.NewClient(k.Brokers, k.SaramaConfig())
 	if err != nil {
@@ -250,7 +251,7 @@ func paymentEvents(t testing.TB, k *brokers.Kafka) (map[string]int, int) {
 
 // waitFor polls the shop's state until done says it is reached, for at
 // most two minutes, and returns it.
-func (s *shop) waitFor(t testing.TB, k *brokers.Kafka, what string, done func(state) bool) state {
+func (s *shop) waitFor(t testing.TB, k *kafkabroker.Kafka, what string, done func(state) bool) state {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
@@ -265,13 +266,16 @@ func (s *shop) waitFor(t testing.TB, k *brokers.Kafka, what string, done func(st
 	}
 }
 
-func startKafka(t testing.TB) *brokers.Kafka {
+// startKafka starts an in-process Kafka (kfake) in the test process, which
+// survives the shop's kill, with the orders and payments topics.
+func startKafka(t testing.TB) *kafkabroker.Kafka {
 	t.Helper()
-	k, err := brokers.StartKafka(1)
+	cluster, err := embedded.StartKafka(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(k.Close)
+	t.Cleanup(cluster.Close)
+	k := &kafkabroker.Kafka{Brokers: cluster.Addrs}
 	for _, topic := range []string{ordersTopic, paymentsTopic} {
 		if err := k.CreateTopic(testCtx(t), topic, 1); err != nil {
 			t.Fatal(err)

@@ -1,4 +1,4 @@
-package brokers
+package awsbroker
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/watermill-dedup/watermill-dedup/internal/awsenv"
 )
 
 // Metadata added to every message received through SQSSubscriber or
@@ -60,27 +62,27 @@ func seconds(d time.Duration) string { return strconv.Itoa(int((d + time.Second 
 
 // CreateQueue creates a standard queue (or returns the existing one with
 // the same attributes) and returns its URL.
-func (a *AWS) CreateQueue(ctx context.Context, name string, opts QueueOptions) (string, error) {
+func (b *Broker) CreateQueue(ctx context.Context, name string, opts QueueOptions) (string, error) {
 	opts.setDefaults()
-	out, err := a.SQS().CreateQueue(ctx, &sqs.CreateQueueInput{
+	out, err := b.SQS().CreateQueue(ctx, &sqs.CreateQueueInput{
 		QueueName:  aws.String(name),
 		Attributes: map[string]string{"VisibilityTimeout": seconds(opts.VisibilityTimeout)},
 	})
 	if err != nil {
-		return "", fmt.Errorf("brokers: creating SQS queue %q: %w", name, err)
+		return "", fmt.Errorf("awsbroker: creating SQS queue %q: %w", name, err)
 	}
 	return aws.ToString(out.QueueUrl), nil
 }
 
 // DeleteQueue deletes the queue at url.
-func (a *AWS) DeleteQueue(ctx context.Context, url string) error {
-	_, err := a.SQS().DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: aws.String(url)})
+func (b *Broker) DeleteQueue(ctx context.Context, url string) error {
+	_, err := b.SQS().DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: aws.String(url)})
 	return err
 }
 
 // DeleteQueueNamed deletes the queue called name, if it exists.
-func (a *AWS) DeleteQueueNamed(ctx context.Context, name string) error {
-	out, err := a.SQS().GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name)})
+func (b *Broker) DeleteQueueNamed(ctx context.Context, name string) error {
+	out, err := b.SQS().GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name)})
 	var missing *types.QueueDoesNotExist
 	if errors.As(err, &missing) {
 		return nil
@@ -88,15 +90,15 @@ func (a *AWS) DeleteQueueNamed(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	return a.DeleteQueue(ctx, aws.ToString(out.QueueUrl))
+	return b.DeleteQueue(ctx, aws.ToString(out.QueueUrl))
 }
 
 // QueueDepth returns how many messages the queue at url still holds:
 // visible (waiting), not visible (received and neither deleted nor timed
 // out: in flight) and delayed. On AWS the counts are approximate and lag by
 // up to a minute; emulators answer exactly.
-func (a *AWS) QueueDepth(ctx context.Context, url string) (visible, inFlight, delayed int, err error) {
-	out, err := a.SQS().GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+func (b *Broker) QueueDepth(ctx context.Context, url string) (visible, inFlight, delayed int, err error) {
+	out, err := b.SQS().GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
 		QueueUrl: aws.String(url),
 		AttributeNames: []types.QueueAttributeName{
 			types.QueueAttributeNameApproximateNumberOfMessages,
@@ -110,7 +112,7 @@ func (a *AWS) QueueDepth(ctx context.Context, url string) (visible, inFlight, de
 	n := func(name types.QueueAttributeName) (int, error) {
 		v, ok := out.Attributes[string(name)]
 		if !ok {
-			return 0, fmt.Errorf("brokers: GetQueueAttributes did not return %s", name)
+			return 0, fmt.Errorf("awsbroker: GetQueueAttributes did not return %s", name)
 		}
 		return strconv.Atoi(v)
 	}
@@ -166,16 +168,16 @@ func (u sqsUnmarshaler) Unmarshal(m *types.Message) (*message.Message, error) {
 
 // SQSPublisher returns a watermill-aws SQS publisher; the topic passed to
 // Publish is the queue name (created when missing).
-func (a *AWS) SQSPublisher(logger watermill.LoggerAdapter) (*wsqs.Publisher, error) {
-	return wsqs.NewPublisher(wsqs.PublisherConfig{AWSConfig: a.Config, Marshaler: SQSMarshaler{}}, logger)
+func (b *Broker) SQSPublisher(logger watermill.LoggerAdapter) (*wsqs.Publisher, error) {
+	return wsqs.NewPublisher(wsqs.PublisherConfig{AWSConfig: b.AWS.Config, Marshaler: SQSMarshaler{}}, logger)
 }
 
 // sqsSubscriberConfig is the watermill-aws configuration of a subscriber
 // reading the queue at url.
-func (a *AWS) sqsSubscriberConfig(url string, opts QueueOptions) wsqs.SubscriberConfig {
+func (b *Broker) sqsSubscriberConfig(url string, opts QueueOptions) wsqs.SubscriberConfig {
 	opts.setDefaults()
 	return wsqs.SubscriberConfig{
-		AWSConfig:             a.Config,
+		AWSConfig:             b.AWS.Config,
 		QueueConfigAttributes: wsqs.QueueConfigAttributes{VisibilityTimeout: seconds(opts.VisibilityTimeout)},
 		GenerateReceiveMessageInput: func(ctx context.Context, queueURL wsqs.QueueURL) (*sqs.ReceiveMessageInput, error) {
 			return &sqs.ReceiveMessageInput{
@@ -195,12 +197,12 @@ func (a *AWS) sqsSubscriberConfig(url string, opts QueueOptions) wsqs.Subscriber
 // topic. Every Subscribe call starts one more receiver: watermill-aws hands
 // a receiver's messages to the router one at a time, so N Subscribe calls
 // (N router handlers) process up to N messages at once.
-func (a *AWS) SQSSubscriber(ctx context.Context, queue string, opts QueueOptions, logger watermill.LoggerAdapter) (sub *wsqs.Subscriber, url string, err error) {
-	url, err = a.CreateQueue(ctx, queue, opts)
+func (b *Broker) SQSSubscriber(ctx context.Context, queue string, opts QueueOptions, logger watermill.LoggerAdapter) (sub *wsqs.Subscriber, url string, err error) {
+	url, err = b.CreateQueue(ctx, queue, opts)
 	if err != nil {
 		return nil, "", err
 	}
-	sub, err = wsqs.NewSubscriber(a.sqsSubscriberConfig(url, opts), logger)
+	sub, err = wsqs.NewSubscriber(b.sqsSubscriberConfig(url, opts), logger)
 	if err != nil {
 		return nil, "", err
 	}
@@ -215,8 +217,8 @@ func (a *AWS) SQSSubscriber(ctx context.Context, queue string, opts QueueOptions
 // delay of zero redelivers at once. Messages without the SQS metadata pass
 // through unchanged; a failed ChangeMessageVisibility call only means the
 // full timeout applies. Cost: one request per nack.
-func (a *AWS) RetryAfter(delay time.Duration) message.HandlerMiddleware {
-	client := a.SQS()
+func (b *Broker) RetryAfter(delay time.Duration) message.HandlerMiddleware {
+	client := b.SQS()
 	secs := int32(delay / time.Second)
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
@@ -226,7 +228,7 @@ func (a *AWS) RetryAfter(delay time.Duration) message.HandlerMiddleware {
 			}
 			url, receipt := msg.Metadata.Get(MetaSQSQueueURL), msg.Metadata.Get(MetaSQSReceiptHandle)
 			if url != "" && receipt != "" {
-				ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), pingTimeout)
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), awsenv.PingTimeout)
 				_, _ = client.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
 					QueueUrl: aws.String(url), ReceiptHandle: aws.String(receipt), VisibilityTimeout: secs,
 				})

@@ -1,4 +1,4 @@
-package brokers
+package awsbroker
 
 import (
 	"context"
@@ -27,25 +27,25 @@ func (SNSMarshaler) Marshal(topicArn wsns.TopicArn, msg *message.Message) *sns.P
 // CreateTopic creates the SNS topic name (or finds the existing one: the
 // call is idempotent) and returns its ARN. Create the topic before
 // subscribing a queue to it.
-func (a *AWS) CreateTopic(ctx context.Context, name string) (string, error) {
-	out, err := a.SNS().CreateTopic(ctx, &sns.CreateTopicInput{Name: aws.String(name)})
+func (b *Broker) CreateTopic(ctx context.Context, name string) (string, error) {
+	out, err := b.SNS().CreateTopic(ctx, &sns.CreateTopicInput{Name: aws.String(name)})
 	if err != nil {
-		return "", fmt.Errorf("brokers: creating SNS topic %q: %w", name, err)
+		return "", fmt.Errorf("awsbroker: creating SNS topic %q: %w", name, err)
 	}
 	return aws.ToString(out.TopicArn), nil
 }
 
 // DeleteTopic deletes the topic and its subscriptions.
-func (a *AWS) DeleteTopic(ctx context.Context, arn string) error {
-	_, err := a.SNS().DeleteTopic(ctx, &sns.DeleteTopicInput{TopicArn: aws.String(arn)})
+func (b *Broker) DeleteTopic(ctx context.Context, arn string) error {
+	_, err := b.SNS().DeleteTopic(ctx, &sns.DeleteTopicInput{TopicArn: aws.String(arn)})
 	return err
 }
 
 // SNSPublisher returns a watermill-aws SNS publisher; the topic passed to
 // Publish is the topic ARN (see CreateTopic).
-func (a *AWS) SNSPublisher(logger watermill.LoggerAdapter) (*wsns.Publisher, error) {
+func (b *Broker) SNSPublisher(logger watermill.LoggerAdapter) (*wsns.Publisher, error) {
 	return wsns.NewPublisher(wsns.PublisherConfig{
-		AWSConfig:                   a.Config,
+		AWSConfig:                   b.AWS.Config,
 		TopicResolver:               wsns.TransparentTopicResolver{},
 		Marshaler:                   SNSMarshaler{},
 		DoNotCreateTopicIfNotExists: true,
@@ -58,22 +58,22 @@ func (a *AWS) SNSPublisher(logger watermill.LoggerAdapter) (*wsns.Publisher, err
 // watermill-aws SNS subscriber for it; Subscribe takes the topic ARN. Its
 // Subscribe calls do not subscribe again, so several of them (one per
 // router handler) compete for the queue's messages like SQSSubscriber's.
-func (a *AWS) SNSSubscriber(ctx context.Context, topicArn, queue string, opts QueueOptions, logger watermill.LoggerAdapter) (sub *wsns.Subscriber, url string, err error) {
-	url, err = a.CreateQueue(ctx, queue, opts)
+func (b *Broker) SNSSubscriber(ctx context.Context, topicArn, queue string, opts QueueOptions, logger watermill.LoggerAdapter) (sub *wsns.Subscriber, url string, err error) {
+	url, err = b.CreateQueue(ctx, queue, opts)
 	if err != nil {
 		return nil, "", err
 	}
 	sub, err = wsns.NewSubscriber(wsns.SubscriberConfig{
-		AWSConfig:                  a.Config,
+		AWSConfig:                  b.AWS.Config,
 		TopicResolver:              wsns.TransparentTopicResolver{},
 		GenerateSqsQueueName:       func(context.Context, wsns.TopicArn) (string, error) { return queue, nil },
 		DoNotCreateSqsSubscription: true,
-	}, a.sqsSubscriberConfig(url, opts), logger)
+	}, b.sqsSubscriberConfig(url, opts), logger)
 	if err != nil {
 		return nil, "", err
 	}
 	if err := sub.SubscribeInitializeWithContext(ctx, topicArn); err != nil {
-		return nil, "", fmt.Errorf("brokers: subscribing queue %q to %s: %w", queue, topicArn, err)
+		return nil, "", fmt.Errorf("awsbroker: subscribing queue %q to %s: %w", queue, topicArn, err)
 	}
 	return sub, url, nil
 }

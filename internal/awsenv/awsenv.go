@@ -1,4 +1,11 @@
-package brokers
+// Package awsenv loads the AWS SDK configuration of the commands of this
+// module from the standard environment (AWS_REGION, credentials,
+// AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_<SERVICE>, shared files), with two
+// conveniences for local emulators, and says how to start an emulator when
+// an endpoint does not answer. It builds DynamoDB clients; the SQS and SNS
+// wiring lives with the broker (internal/awsbroker), so a program that only
+// opens a DynamoDB store links no broker.
+package awsenv
 
 import (
 	"context"
@@ -14,8 +21,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/sns"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
 )
 
 // Hints printed when an AWS endpoint does not answer. The emulators are the
@@ -95,10 +100,10 @@ func LoadAWS(ctx context.Context, services ...string) (*AWS, error) {
 	}
 	cfg, err := config.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("brokers: loading the AWS configuration: %w", err)
+		return nil, fmt.Errorf("awsenv: loading the AWS configuration: %w", err)
 	}
 	if cfg.Region == "" {
-		return nil, errors.New("brokers: no AWS region: set AWS_REGION to use AWS, or AWS_ENDPOINT_URL to use a local emulator")
+		return nil, errors.New("awsenv: no AWS region: set AWS_REGION to use AWS, or AWS_ENDPOINT_URL to use a local emulator")
 	}
 	a.Config = cfg
 	return a, nil
@@ -115,41 +120,20 @@ func (a *AWS) Describe(service string) string {
 	return "AWS " + a.Config.Region
 }
 
-// SQS returns an SQS client.
-func (a *AWS) SQS() *sqs.Client { return sqs.NewFromConfig(a.Config) }
-
-// SNS returns an SNS client.
-func (a *AWS) SNS() *sns.Client { return sns.NewFromConfig(a.Config) }
-
 // DynamoDB returns a DynamoDB client.
 func (a *AWS) DynamoDB() *dynamodb.Client { return dynamodb.NewFromConfig(a.Config) }
 
-// pingTimeout bounds the request that checks an endpoint answers.
-const pingTimeout = 5 * time.Second
+// PingTimeout bounds a request that checks an endpoint answers.
+const PingTimeout = 5 * time.Second
 
-// PingSQS checks that SQS answers (one ListQueues call). The error names
-// the endpoint and, for a local one, how to start the emulator.
-func (a *AWS) PingSQS(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
-	defer cancel()
-	_, err := a.SQS().ListQueues(ctx, &sqs.ListQueuesInput{MaxResults: aws.Int32(1)}, noRetry[sqs.Options])
-	return a.pingError("sqs", FauxqsHint, err)
-}
-
-// PingSNS checks that SNS answers (one ListTopics call).
-func (a *AWS) PingSNS(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
-	defer cancel()
-	_, err := a.SNS().ListTopics(ctx, &sns.ListTopicsInput{}, noRetry[sns.Options])
-	return a.pingError("sns", FauxqsHint, err)
-}
-
-// PingDynamoDB checks that DynamoDB answers (one ListTables call).
+// PingDynamoDB checks that DynamoDB answers (one ListTables call, not
+// retried). The error is an *UnreachableError naming the endpoint and how to
+// start the local emulator.
 func (a *AWS) PingDynamoDB(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	ctx, cancel := context.WithTimeout(ctx, PingTimeout)
 	defer cancel()
-	_, err := a.DynamoDB().ListTables(ctx, &dynamodb.ListTablesInput{Limit: aws.Int32(1)}, noRetry[dynamodb.Options])
-	return a.pingError("dynamodb", DynaliteHint, err)
+	_, err := a.DynamoDB().ListTables(ctx, &dynamodb.ListTablesInput{Limit: aws.Int32(1)}, func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 })
+	return a.Unreachable("dynamodb", DynaliteHint, err)
 }
 
 // UnreachableError says that an endpoint did not answer, and how to start a
@@ -171,26 +155,11 @@ func (e *UnreachableError) Error() string {
 
 func (e *UnreachableError) Unwrap() error { return e.Err }
 
-func (a *AWS) pingError(service, hint string, err error) error {
+// Unreachable wraps the error of a ping of service into an
+// *UnreachableError carrying the endpoint and hint; nil stays nil.
+func (a *AWS) Unreachable(service, hint string, err error) error {
 	if err == nil {
 		return nil
 	}
 	return &UnreachableError{Service: service, Endpoint: a.Endpoint(service), Hint: hint, Err: err}
-}
-
-type retryOptions interface {
-	sqs.Options | sns.Options | dynamodb.Options
-}
-
-// noRetry makes a ping fail at once instead of retrying a refused
-// connection three times.
-func noRetry[O retryOptions](o *O) {
-	switch o := any(o).(type) {
-	case *sqs.Options:
-		o.RetryMaxAttempts = 1
-	case *sns.Options:
-		o.RetryMaxAttempts = 1
-	case *dynamodb.Options:
-		o.RetryMaxAttempts = 1
-	}
 }

@@ -1,4 +1,8 @@
-package brokers
+// Package kafkabroker wires Kafka for the lab and its tests through
+// watermill-kafka/v3 (Sarama): one Sarama configuration tuned for fast group
+// joins, topic administration, and the consumer group's lag and assignment,
+// which tell when every ack reached the broker.
+package kafkabroker
 
 import (
 	"context"
@@ -10,77 +14,31 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
-	"github.com/twmb/franz-go/pkg/kfake"
 )
 
-// KafkaBrokersEnv names the environment variable with a comma-separated list
-// of Kafka bootstrap brokers ("host:9092,host2:9092").
-const KafkaBrokersEnv = "KAFKA_BROKERS"
+// Env names the environment variable with a comma-separated list of Kafka
+// bootstrap brokers ("host:9092,host2:9092").
+const Env = "KAFKA_BROKERS"
 
-// Kafka is a Kafka cluster: real brokers, or an in-process Kafka-protocol
-// cluster (franz-go's kfake) listening on 127.0.0.1.
+// Kafka is a Kafka cluster reached through its bootstrap brokers.
 type Kafka struct {
 	// Brokers are the bootstrap addresses.
 	Brokers []string
-	// Embedded reports whether the cluster is an in-process kfake cluster.
-	Embedded bool
 	// Partitioner picks the partition of a published message. Defaults to
 	// Sarama's random partitioner (see Publisher).
 	Partitioner sarama.PartitionerConstructor
-
-	cluster *kfake.Cluster
 }
 
-// ConnectKafka uses the comma-separated bootstrap brokers in list
-// (typically the value of KAFKA_BROKERS), or starts an embedded cluster
-// (see StartKafka) with partitions partitions per auto-created topic when
-// list is empty.
-func ConnectKafka(list string, partitions int) (*Kafka, error) {
+// ParseBrokers splits a comma-separated list (typically the value of
+// KAFKA_BROKERS) into addresses, dropping blanks; nil when there are none.
+func ParseBrokers(list string) []string {
 	var brokers []string
 	for _, b := range strings.Split(list, ",") {
 		if b = strings.TrimSpace(b); b != "" {
 			brokers = append(brokers, b)
 		}
 	}
-	if len(brokers) == 0 {
-		return StartKafka(partitions)
-	}
-	return &Kafka{Brokers: brokers}, nil
-}
-
-// StartKafka starts an in-process, in-memory Kafka-protocol cluster of one
-// broker on a free 127.0.0.1 port. Auto-created topics get partitions
-// partitions (Kafka's default is 1). Call Close to stop it.
-func StartKafka(partitions int) (*Kafka, error) {
-	if partitions < 1 {
-		partitions = 1
-	}
-	c, err := kfake.NewCluster(
-		kfake.NumBrokers(1),
-		kfake.DefaultNumPartitions(partitions),
-		kfake.AllowAutoTopicCreation(),
-		// Sarama's default session timeout is 10s; kfake's minimum is 6s.
-		kfake.GroupMinSessionTimeout(time.Second),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("brokers: starting the embedded Kafka cluster: %w", err)
-	}
-	return &Kafka{Brokers: c.ListenAddrs(), Embedded: true, cluster: c}, nil
-}
-
-// Close stops the embedded cluster; it does nothing for real brokers.
-func (k *Kafka) Close() {
-	if k.cluster != nil {
-		k.cluster.Close()
-	}
-}
-
-// Describe names the cluster for output lines.
-func (k *Kafka) Describe() string {
-	if k.Embedded {
-		return "embedded Kafka (kfake) at " + strings.Join(k.Brokers, ",")
-	}
-	return "Kafka at " + strings.Join(k.Brokers, ",")
+	return brokers
 }
 
 // SaramaConfig returns the Sarama configuration the publisher and the
@@ -117,12 +75,12 @@ func (k *Kafka) SaramaConfig() *sarama.Config {
 func (k *Kafka) CreateTopic(ctx context.Context, topic string, partitions int32) error {
 	admin, err := sarama.NewClusterAdmin(k.Brokers, k.SaramaConfig())
 	if err != nil {
-		return fmt.Errorf("brokers: Kafka admin: %w", err)
+		return fmt.Errorf("kafkabroker: Kafka admin: %w", err)
 	}
 	defer func() { _ = admin.Close() }()
 	err = admin.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: partitions, ReplicationFactor: -1}, false)
 	if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
-		return fmt.Errorf("brokers: creating Kafka topic %q: %w", topic, err)
+		return fmt.Errorf("kafkabroker: creating Kafka topic %q: %w", topic, err)
 	}
 	return ctx.Err()
 }
@@ -232,7 +190,7 @@ func (k *Kafka) GroupAssignment(group, topic string) (state string, members [][]
 		return "", nil, err
 	}
 	if len(groups) != 1 {
-		return "", nil, fmt.Errorf("brokers: describe group %q: %d answers", group, len(groups))
+		return "", nil, fmt.Errorf("kafkabroker: describe group %q: %d answers", group, len(groups))
 	}
 	g := groups[0]
 	if g.Err != sarama.ErrNoError {
