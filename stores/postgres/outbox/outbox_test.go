@@ -94,19 +94,8 @@ func TestNoTopic(t *testing.T) {
 func TestOutboxRollsBackWithTheTransaction(t *testing.T) {
 	ctx := testCtx(t)
 	s := openShop(t, newSchema(t), true)
-	logger := watermill.NopLogger{}
-	goch := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, logger)
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: time.Second}, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := dedup.New(dedup.Config{Store: s.store, Key: keyfuncs.Metadata("order_id"), Scope: chargeScope})
-	if err != nil {
-		t.Fatal(err)
-	}
-	router.AddMiddleware(d.Middleware, s.store.TxMiddleware, s.ob.Middleware)
 	var attempts atomic.Int64
-	router.AddHandler("charge", ordersTopic, goch, paymentsTopic, goch, func(msg *message.Message) ([]*message.Message, error) {
+	goch, payments := runOnGoChannel(t, s, dedup.Config{}, func(msg *message.Message) ([]*message.Message, error) {
 		tx, _ := postgres.TxFromContext(msg.Context())
 		id := msg.Metadata.Get("order_id")
 		if _, err := tx.Exec(msg.Context(), "INSERT INTO "+s.orders+" (order_id) VALUES ($1)", id); err != nil {
@@ -119,18 +108,6 @@ func TestOutboxRollsBackWithTheTransaction(t *testing.T) {
 		}
 		return []*message.Message{message.NewMessage(watermill.NewUUID(), []byte(id))}, nil
 	})
-	fwd, err := s.ob.NewForwarder(goch, forwarder.Config{CloseTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	payments, err := goch.Subscribe(ctx, paymentsTopic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = router.Run(ctx) }()
-	go func() { _ = fwd.Run(ctx) }()
-	defer func() { _ = router.Close(); _ = fwd.Close() }()
-	<-router.Running()
 
 	order := message.NewMessage(watermill.NewUUID(), nil)
 	order.Metadata.Set("order_id", "ORDER-1")
@@ -162,28 +139,9 @@ func TestOutboxRollsBackWithTheTransaction(t *testing.T) {
 func TestReplayWithOutbox(t *testing.T) {
 	ctx := testCtx(t)
 	s := openShop(t, newSchema(t), true)
-	logger := watermill.NopLogger{}
-	goch := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, logger)
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: time.Second}, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := dedup.New(dedup.Config{Store: s.store, Key: keyfuncs.Metadata("order_id"), Scope: chargeScope, Replay: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	router.AddMiddleware(d.Middleware, s.store.TxMiddleware, s.ob.Middleware)
-	router.AddHandler("charge", ordersTopic, goch, paymentsTopic, goch, func(msg *message.Message) ([]*message.Message, error) {
+	goch, payments := runOnGoChannel(t, s, dedup.Config{Replay: true}, func(msg *message.Message) ([]*message.Message, error) {
 		return []*message.Message{message.NewMessage(watermill.NewUUID(), []byte(msg.Metadata.Get("order_id")))}, nil
 	})
-	fwd, err := s.ob.NewForwarder(goch, forwarder.Config{CloseTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	payments, err := goch.Subscribe(ctx, paymentsTopic)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var events atomic.Int64
 	go func() {
 		for ev := range payments {
@@ -191,10 +149,6 @@ func TestReplayWithOutbox(t *testing.T) {
 			ev.Ack()
 		}
 	}()
-	go func() { _ = router.Run(ctx) }()
-	go func() { _ = fwd.Run(ctx) }()
-	defer func() { _ = router.Close(); _ = fwd.Close() }()
-	<-router.Running()
 	for range 2 { // each Publish returns once the router acked the copy
 		order := message.NewMessage(watermill.NewUUID(), nil)
 		order.Metadata.Set("order_id", "ORDER-1")
@@ -219,4 +173,40 @@ func TestReplayWithOutbox(t *testing.T) {
 	if n := events.Load(); n != 1 {
 		t.Fatalf("%d payment events, want 1", n)
 	}
+}
+
+// runOnGoChannel runs handler on a Watermill router fed by a GoChannel
+// (orders in, payments out), behind the dedup middleware (configured by
+// cfg), TxMiddleware and the outbox, with the forwarder publishing to the
+// same GoChannel, until the test ends. It returns the GoChannel and a
+// subscription to the payments topic.
+func runOnGoChannel(t *testing.T, s *shop, cfg dedup.Config, handler message.HandlerFunc) (*gochannel.GoChannel, <-chan *message.Message) {
+	t.Helper()
+	ctx := testCtx(t)
+	logger := watermill.NopLogger{}
+	goch := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, logger)
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: time.Second}, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store, cfg.Key, cfg.Scope = s.store, keyfuncs.Metadata("order_id"), chargeScope
+	d, err := dedup.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	router.AddMiddleware(d.Middleware, s.store.TxMiddleware, s.ob.Middleware)
+	router.AddHandler("charge", ordersTopic, goch, paymentsTopic, goch, handler)
+	fwd, err := s.ob.NewForwarder(goch, forwarder.Config{CloseTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	payments, err := goch.Subscribe(ctx, paymentsTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = router.Run(ctx) }()
+	go func() { _ = fwd.Run(ctx) }()
+	t.Cleanup(func() { _ = router.Close(); _ = fwd.Close() })
+	<-router.Running()
+	return goch, payments
 }
