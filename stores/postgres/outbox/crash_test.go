@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/kafkabroker"
 	"github.com/watermill-dedup/watermill-dedup/internal/crashtest"
+	"github.com/watermill-dedup/watermill-dedup/internal/kafkabroker"
 )
 
 // Environment of a shop running in a child process: its parent's
