@@ -1,6 +1,7 @@
 package httpdedup
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -146,6 +147,24 @@ type Config struct {
 	// Identity says who is calling. Required; see IdentityFunc and
 	// StaticIdentity.
 	Identity IdentityFunc
+
+	// InTransaction, when set, runs each claimed request's handler inside a
+	// database transaction in which the middleware also stores the response
+	// and completes the key, so that the handler's rows, the stored response
+	// and the completed key commit together or not at all: a crash before
+	// COMMIT leaves neither (the retry runs the handler once the lease
+	// ends), and a response that is not stored (5xx, a status StoreResponse
+	// refuses, too large, streamed) rolls the handler's rows back with the
+	// released key. Pass the method of the PostgreSQL store given as Store:
+	// InTransaction: store.RunInTx (stores/postgres); the handler finds the
+	// transaction with postgres.TxFromContext(r.Context()) and writes
+	// through it. If the transaction cannot be committed the client gets
+	// 503 (not-committed) and the key is released. Cost: one pooled
+	// connection held while the handler runs, and BEGIN and COMMIT around
+	// the completion. Defaults to nil: the response is stored by a separate
+	// Complete after the handler, and a crash between the handler's effect
+	// and that Complete lets the retry run the effect again.
+	InTransaction func(ctx context.Context, work func(ctx context.Context) ([]byte, error)) ([]byte, error)
 
 	// Key takes the idempotency key out of the request. Defaults to
 	// HeaderKey(DefaultHeader): the Idempotency-Key header, quoted (IETF

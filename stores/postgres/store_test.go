@@ -88,8 +88,8 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tables != 1 || indexes != 2 { // primary key and expires_at
-		t.Fatalf("schema has %d tables and %d indexes, want 1 and 2", tables, indexes)
+	if tables != 1 || indexes != 3 { // primary key, expires_at, business_key
+		t.Fatalf("schema has %d tables and %d indexes, want 1 and 3", tables, indexes)
 	}
 }
 
