@@ -30,6 +30,10 @@ const (
 	defaultCompleteRetries   = 3
 	defaultCompleteBackoff   = 100 * time.Millisecond
 	defaultMaxClaimsInFlight = 16
+	defaultInProgressPoll    = 20 * time.Millisecond
+	// maxInProgressPoll caps the doubling pause between the claims of a
+	// wait (unless InProgressPoll itself is longer).
+	maxInProgressPoll = time.Second
 )
 
 // Config configures a Deduplicator. It is passed by value; New never writes
@@ -128,6 +132,46 @@ type Config struct {
 	// the message is nacked and redelivered later).
 	FailOpen bool
 
+	// Shadow runs the handler for every message, as if the middleware were
+	// not there, while claiming, completing and releasing records as usual:
+	// a team turns dedup on in production and sees what it would do before
+	// it changes anything. A copy that dedup would have skipped (the key is
+	// completed, or held by another claim) runs without a claim and is
+	// logged would_skip; one it would have refused (key reused with another
+	// fingerprint, no usable key) runs without a claim and is logged
+	// would_reject. Such unclaimed runs never touch the record, so the
+	// first copy's completed record and stored result stay as they are, and
+	// OutcomeFromContext tells the handler what dedup would have done. A
+	// claim the store cannot answer runs the handler too (as FailOpen).
+	// InProgressWait does not apply: nothing waits. What still differs from
+	// no middleware: the store round trips, and the lease deadline of a
+	// copy that won its claim cancels its context as usual. Defaults to
+	// false.
+	Shadow bool
+
+	// InProgressWait, when positive, is how long a copy that finds its key
+	// held by another claim (InProgress) waits for that claim to end
+	// instead of failing at once with ErrInProgress (a nack, logged by the
+	// Watermill router as an error, and a redelivery later). It claims the
+	// key again after InProgressPoll, doubling the pause after each claim
+	// (up to 1s): once the holder completes it is a duplicate (acked, with
+	// the stored result for replay); once the holder releases the key (its
+	// handler failed) or its lease ends, the copy wins the claim and runs
+	// the handler. When the wait ends without either, or the context ends,
+	// it fails with ErrInProgress as without the option. Cost: a blocked
+	// handler goroutine and one claim round trip per pause, for copies in
+	// flight only. Keep it well below the broker's redelivery timeout (SQS
+	// visibility timeout, ack deadline). Defaults to 0: no wait.
+	InProgressWait time.Duration
+
+	// InProgressPoll is the first pause between two claims of an
+	// InProgressWait. Defaults to 20ms.
+	InProgressPoll time.Duration
+
+	// Tracer, when set, follows each call from its start with its context
+	// (see Tracer; package oteldedup makes trace spans). Defaults to nil.
+	Tracer Tracer
+
 	// Logger receives one event per decision (see Event). Defaults to
 	// watermill.NopLogger.
 	Logger watermill.LoggerAdapter
@@ -174,6 +218,9 @@ func (c *Config) setDefaults() {
 	if c.MaxClaimsInFlight == 0 {
 		c.MaxClaimsInFlight = defaultMaxClaimsInFlight
 	}
+	if c.InProgressPoll == 0 {
+		c.InProgressPoll = defaultInProgressPoll
+	}
 	if c.Logger == nil {
 		c.Logger = watermill.NopLogger{}
 	}
@@ -203,6 +250,7 @@ func (c Config) validate(needKey bool) error {
 	}{
 		{"Lease", c.Lease}, {"Retention", c.Retention}, {"Heartbeat", c.Heartbeat},
 		{"StoreTimeout", c.StoreTimeout}, {"CompleteBackoff", c.CompleteBackoff},
+		{"InProgressWait", c.InProgressWait}, {"InProgressPoll", c.InProgressPoll},
 	} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%w: Config.%s must not be negative, got %v", ErrInvalidDuration, d.name, d.v))

@@ -79,6 +79,9 @@ type Call struct {
 	// Handler, Topic and MessageUUID are copied into every Decision of the
 	// call, for logs and metrics. Optional.
 	Handler, Topic, MessageUUID string
+
+	// trace follows the call when Config.Tracer is set (see doTraced).
+	trace CallTrace
 }
 
 // Do runs fn at most once for (call.Scope, call.Key) across every process
@@ -94,42 +97,49 @@ type Call struct {
 //     fn's error unchanged (a panic goes on after the release).
 //   - the key was completed: fn does not run; Do returns Outcome Duplicate
 //     with the stored result (nil when none was stored).
-//   - another call holds the key: an error wrapping ErrInProgress.
+//   - another call holds the key: an error wrapping ErrInProgress. With
+//     Config.InProgressWait, Do first claims again until that call ends or
+//     the wait does (see there), and answers as above for what it finds.
 //   - the key was completed with another fingerprint: ErrKeyReuse.
 //   - the key or scope is unusable: a *KeyError (ErrNoKey) or ErrNoScope.
 //   - the store failed: a *StoreError; with Config.FailOpen, fn runs
 //     unclaimed instead and Do returns its result with a zero Outcome.
+//
+// With Config.Shadow, fn runs in every case but ErrNoScope and a passed
+// deadline: where Do would have skipped or refused it (Duplicate,
+// InProgress, ErrKeyReuse, ErrNoKey), it runs without a claim, leaves the
+// record alone, and Do returns its result and error with a zero Outcome.
 //
 // If Complete fails after fn succeeded, Do still returns success and logs
 // the error: the effect happened, and the record stays in progress until
 // its lease ends. Cost: two store round trips (claim, complete) for work
 // that runs, one for a duplicate or a refusal, plus one per heartbeat.
 func (e *Engine) Do(ctx context.Context, call Call, fn func(ctx context.Context) ([]byte, error)) (ClaimResult, error) {
+	if e.cfg.Tracer != nil && call.trace == nil {
+		return e.doTraced(ctx, call, fn)
+	}
 	f := &flight{e: e, call: call}
 	return f.do(ctx, workFunc(fn))
 }
 
-// do is Do for the flight's call.
+// do is Do for the flight's call (after Do's Tracer, if any, started it).
 func (f *flight) do(ctx context.Context, w worker) (ClaimResult, error) {
 	e, call := f.e, &f.call
 	if call.Scope == "" {
 		return ClaimResult{}, ErrNoScope
 	}
 	if err := e.checkKey(call.Key, call.MessageUUID); err != nil {
+		if e.cfg.Shadow {
+			return f.runShadow(ctx, Decision{Event: EventKeyMissing, Err: err}, w)
+		}
 		e.event(call, EventKeyMissing, "", "", 0, err)
 		return ClaimResult{}, err
 	}
 	key := scopedkey.Of(call.Scope, call.Key)
 	f.hc.Key = key
-	lease := e.cfg.Lease
-	if call.Lease > 0 && call.Lease < lease {
-		lease = call.Lease
-	}
-	if left := call.Deadline.Sub(e.cfg.Clock.Now()); !call.Deadline.IsZero() && left < lease {
-		if left <= 0 {
-			return ClaimResult{}, fmt.Errorf("dedup: the call's deadline has passed: %w", context.DeadlineExceeded)
-		}
-		lease = left
+	lease, err := e.callLease(call)
+	if err != nil {
+		return ClaimResult{}, err
 	}
 
 	// The work's context exists before the claim: the claim's request
@@ -139,21 +149,28 @@ func (f *flight) do(ctx context.Context, w worker) (ClaimResult, error) {
 	start := time.Now()
 	res, err := f.claim(ctx, lease)
 	elapsed := time.Since(start)
+	var waited time.Duration
+	if err == nil && res.Outcome == InProgress && e.cfg.InProgressWait > 0 && !e.cfg.Shadow {
+		res, elapsed, waited, err = f.awaitHolder(ctx)
+	}
 	if err == nil && (res.Outcome < Acquired || res.Outcome > Conflict) {
 		err = fmt.Errorf("unknown outcome %v", res.Outcome)
 	}
 	if err != nil {
-		return f.claimFailed(ctx, w, elapsed, err)
+		return f.claimFailed(ctx, w, elapsed, waited, err)
 	}
 	switch res.Outcome {
 	case Acquired:
-		e.event(call, EventClaimWon, "claim", key, elapsed, nil)
+		f.claimEvent(EventClaimWon, res, elapsed, waited)
 		return f.run(ctx, res.Claim, w)
 	case Duplicate:
-		e.event(call, EventSkipDuplicate, "claim", key, elapsed, nil)
+		if e.cfg.Shadow {
+			return f.refused(ctx, res, elapsed, waited, w)
+		}
+		f.claimEvent(EventSkipDuplicate, res, elapsed, waited)
 		return res, nil
 	default:
-		return f.refused(res, elapsed)
+		return f.refused(ctx, res, elapsed, waited, w)
 	}
 }
 
@@ -161,15 +178,26 @@ func (f *flight) do(ctx context.Context, w worker) (ClaimResult, error) {
 // frame stays small: a message runs in a fresh router goroutine whose stack
 // is copied each time it grows.
 
-// claimFailed reports a claim that got no answer, and runs the work
-// unclaimed with Config.FailOpen.
+// claimEvent decides a claim's outcome.
 //
 //go:noinline
-func (f *flight) claimFailed(ctx context.Context, w worker, elapsed time.Duration, err error) (ClaimResult, error) {
+func (f *flight) claimEvent(ev Event, res ClaimResult, elapsed, waited time.Duration) {
+	if f.e.quiet && f.call.trace == nil {
+		return
+	}
+	f.e.decide(&f.call, Decision{Event: ev, Op: "claim", Key: f.hc.Key, Elapsed: elapsed, Waited: waited, Outcome: res.Outcome,
+		Replayed: ev == EventSkipDuplicate && len(res.Result) > 0})
+}
+
+// claimFailed reports a claim that got no answer, and runs the work
+// unclaimed with Config.FailOpen (or Shadow).
+//
+//go:noinline
+func (f *flight) claimFailed(ctx context.Context, w worker, elapsed, waited time.Duration, err error) (ClaimResult, error) {
 	e, call, key := f.e, &f.call, f.hc.Key
 	err = &StoreError{Op: "claim", Key: key, Err: err}
-	e.event(call, EventStoreError, "claim", key, elapsed, err)
-	if !e.cfg.FailOpen || ctx.Err() != nil {
+	e.decide(call, Decision{Event: EventStoreError, Op: "claim", Key: key, Elapsed: elapsed, Waited: waited, Err: err})
+	if !(e.cfg.FailOpen || e.cfg.Shadow) || ctx.Err() != nil {
 		return ClaimResult{}, err
 	}
 	e.event(call, EventFailOpen, "claim", key, 0, err)
@@ -178,19 +206,26 @@ func (f *flight) claimFailed(ctx context.Context, w worker, elapsed time.Duratio
 }
 
 // refused reports a claim that found the key in progress or completed
-// with another fingerprint.
+// with another fingerprint (or, with Config.Shadow, completed), and with
+// Config.Shadow runs the work without a claim.
 //
 //go:noinline
-func (f *flight) refused(res ClaimResult, elapsed time.Duration) (ClaimResult, error) {
+func (f *flight) refused(ctx context.Context, res ClaimResult, elapsed, waited time.Duration, w worker) (ClaimResult, error) {
 	e, call, key := f.e, &f.call, f.hc.Key
-	if res.Outcome == InProgress {
-		err := fmt.Errorf("%w: %q", ErrInProgress, key)
-		e.event(call, EventInProgress, "claim", key, elapsed, err)
-		return res, err
+	dec := Decision{Op: "claim", Key: key, Elapsed: elapsed, Waited: waited, Outcome: res.Outcome}
+	switch res.Outcome {
+	case Duplicate:
+		dec.Event = EventSkipDuplicate
+	case InProgress:
+		dec.Event, dec.Err = EventInProgress, fmt.Errorf("%w: %q", ErrInProgress, key)
+	default: // Conflict
+		dec.Event, dec.Err = EventKeyReuse, fmt.Errorf("%w: %q", ErrKeyReuse, key)
 	}
-	err := fmt.Errorf("%w: %q", ErrKeyReuse, key)
-	e.event(call, EventKeyReuse, "claim", key, elapsed, err)
-	return res, err
+	if e.cfg.Shadow {
+		return f.runShadow(ctx, dec, w)
+	}
+	e.decide(call, dec)
+	return res, dec.Err
 }
 
 // newWorkContext makes the work's context: cancellable with a cause,
@@ -202,6 +237,22 @@ func (f *flight) newWorkContext(ctx context.Context) {
 		f.work = &workCtx{} // the first one may still be in a store's hands
 	}
 	f.work.init(ctx, &f.hc)
+}
+
+// callLease is the lease of the call's next claim: Config.Lease, or the
+// call's shorter Lease, cut to what is left before the call's Deadline.
+func (e *Engine) callLease(call *Call) (time.Duration, error) {
+	lease := e.cfg.Lease
+	if call.Lease > 0 && call.Lease < lease {
+		lease = call.Lease
+	}
+	if left := call.Deadline.Sub(e.cfg.Clock.Now()); !call.Deadline.IsZero() && left < lease {
+		if left <= 0 {
+			return 0, fmt.Errorf("dedup: the call's deadline has passed: %w", context.DeadlineExceeded)
+		}
+		lease = left
+	}
+	return lease, nil
 }
 
 // claim runs Store.Claim once admitted (see Engine.claims), within
@@ -219,13 +270,21 @@ func (f *flight) claim(ctx context.Context, lease time.Duration) (res ClaimResul
 	}
 	f.keeper.lease, f.keeper.claimedAt = lease, e.cfg.Clock.Now()
 	defer func() { <-e.claims }()
+	if f.work.Err() != nil && ctx.Err() == nil {
+		// An earlier claim of the call (InProgressWait) timed out and
+		// ended the work's context with it.
+		f.newWorkContext(ctx)
+	}
 	op := &f.claimCtx
+	if op.parent != nil { // an earlier claim of the call (InProgressWait)
+		op = &opCtx{}
+	}
 	op.start(f.work, f.work, e.cfg.StoreTimeout)
 	start := time.Now()
 	res, err = e.cfg.Store.Claim(op, f.hc.Key, f.call.Fingerprint, lease)
 	elapsed := time.Since(start)
 	timedOut := op.end()
-	e.observeOp("claim", elapsed, err)
+	e.observeOp(ctx, "claim", elapsed, err)
 	if timedOut && err == nil && res.Outcome == Acquired {
 		// The deadline cancelled the work's context while the claim was
 		// answered: the work gets a fresh one.
@@ -362,7 +421,7 @@ func (f *flight) finishOp(ctx context.Context, op string, do func(context.Contex
 	err := do(oc)
 	elapsed := time.Since(start)
 	oc.end()
-	f.e.observeOp(op, elapsed, err)
+	f.e.observeOp(ctx, op, elapsed, err)
 	return err
 }
 
@@ -372,7 +431,7 @@ func (e *Engine) storeOp(ctx context.Context, op string, f func(context.Context)
 	defer cancel()
 	start := time.Now()
 	err := f(octx)
-	e.observeOp(op, time.Since(start), err)
+	e.observeOp(ctx, op, time.Since(start), err)
 	return err
 }
 
@@ -392,7 +451,7 @@ func (e *Engine) heartbeat(lease time.Duration) time.Duration {
 //
 //go:noinline
 func (e *Engine) event(call *Call, ev Event, op, key string, elapsed time.Duration, err error) {
-	if e.quiet {
+	if e.quiet && call.trace == nil {
 		return
 	}
 	e.decide(call, Decision{Event: ev, Op: op, Key: key, Elapsed: elapsed, Err: err})
@@ -404,10 +463,20 @@ func (e *Engine) decide(call *Call, dec Decision) {
 	if e.cfg.Observer != nil {
 		e.cfg.Observer.ObserveDecision(dec)
 	}
+	if call.trace != nil {
+		call.trace.ObserveDecision(dec)
+	}
 }
 
-func (e *Engine) observeOp(op string, elapsed time.Duration, err error) {
+// observeOp reports a store operation to the Observer, and to the trace of
+// the call whose context ctx is (see traceOf).
+func (e *Engine) observeOp(ctx context.Context, op string, elapsed time.Duration, err error) {
 	if e.cfg.Observer != nil {
 		e.cfg.Observer.ObserveStoreOp(op, elapsed, err)
+	}
+	if e.cfg.Tracer != nil {
+		if t := traceOf(ctx); t != nil {
+			t.ObserveStoreOp(op, elapsed, err)
+		}
 	}
 }

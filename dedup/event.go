@@ -1,6 +1,7 @@
 package dedup
 
 import (
+	"context"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -40,6 +41,18 @@ const (
 	// EventFailOpen: Config.FailOpen ran the handler without a claim because
 	// the store failed. Error level.
 	EventFailOpen Event = "fail_open"
+	// EventWouldSkip: Config.Shadow ran the handler without a claim although
+	// the key was completed (Decision.Outcome Duplicate: it would have been
+	// acked without running) or held by another claim (InProgress: it would
+	// have been nacked, then skipped once the holder completed). The record
+	// is left as it was. Info level.
+	EventWouldSkip Event = "would_skip"
+	// EventWouldReject: Config.Shadow ran the handler without a claim although
+	// dedup would have refused the message with a permanent error: the key
+	// was recorded with another fingerprint (Outcome Conflict, ErrKeyReuse)
+	// or the message has no usable key (ErrNoKey, ErrTransportKey; no
+	// Outcome). Decision.Err says which. Info level.
+	EventWouldReject Event = "would_reject"
 )
 
 // Decision describes one event, as passed to an Observer and logged.
@@ -60,6 +73,18 @@ type Decision struct {
 	Elapsed time.Duration
 	// Err is the error behind the decision, if any.
 	Err error
+	// Outcome is what the claim found, on the decisions of Op "claim"
+	// (claim_won, skip_duplicate, in_progress, key_reuse, would_skip,
+	// would_reject); zero on the others.
+	Outcome Outcome
+	// Replayed is true on a skip_duplicate whose stored result came back
+	// for replay (Config.Replay, httpdedup's stored response): what a
+	// business metric counts apart from fresh runs (completed).
+	Replayed bool
+	// Waited is how long the call waited for another claim of the key to
+	// end (Config.InProgressWait) before this claim decision; zero when it
+	// did not wait.
+	Waited time.Duration
 }
 
 // Observer receives every decision and the latency of every store operation.
@@ -68,6 +93,34 @@ type Decision struct {
 type Observer interface {
 	ObserveDecision(Decision)
 	ObserveStoreOp(op string, elapsed time.Duration, err error)
+}
+
+// Tracer follows each call of an Engine (each message of a Deduplicator,
+// each request of httpdedup) from its start, with the call's context, which
+// an Observer does not see: package oteldedup starts a trace span there.
+// Set it as Config.Tracer. Unset, it costs a nil check per call, decision
+// and store operation.
+type Tracer interface {
+	// StartCall is called once per call, before the claim. It returns the
+	// context the call goes on with (the claim, Complete, Release and the
+	// work run in it, so the work's spans are children of a span started
+	// here) and the CallTrace that receives the call's decisions and store
+	// operations, or nil for none. It runs on the call's goroutine and must
+	// be fast.
+	StartCall(ctx context.Context, call Call) (context.Context, CallTrace)
+}
+
+// CallTrace follows one call started by Tracer.StartCall. ObserveDecision
+// receives every decision of the call (also those of its lease, from the
+// lease's goroutines while the work runs); ObserveStoreOp every claim,
+// complete and release of the call (lease extensions reach only
+// Config.Observer). Its methods must be safe for concurrent use.
+type CallTrace interface {
+	Observer
+	// EndCall is called once, when the call returns, with what it returns;
+	// when the work panicked, with a zero ClaimResult and an error saying
+	// so (the panic then goes on).
+	EndCall(res ClaimResult, err error)
 }
 
 func (d Decision) fields() watermill.LogFields {
@@ -86,6 +139,17 @@ func (d Decision) fields() watermill.LogFields {
 	if d.Elapsed > 0 {
 		f["elapsed"] = d.Elapsed
 	}
+	if d.Waited > 0 {
+		f["waited"] = d.Waited
+	}
+	if d.Replayed {
+		f["replayed"] = true
+	}
+	// Seed 003's vocabulary: its claim_lost is a lost conditional write,
+	// here claim="lost" (this project's claim_lost is a claim lost later).
+	if d.Outcome > Acquired {
+		f["claim"] = "lost"
+	}
 	return f
 }
 
@@ -98,7 +162,7 @@ func (d Decision) log(l watermill.LoggerAdapter) {
 	switch d.Event {
 	case EventClaimWon, EventCompleted:
 		l.Debug(msg, d.fields())
-	case EventSkipDuplicate, EventInProgress, EventReleased:
+	case EventSkipDuplicate, EventInProgress, EventReleased, EventWouldSkip, EventWouldReject:
 		f := d.fields()
 		if d.Err != nil {
 			f["err"] = d.Err.Error()

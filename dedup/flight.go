@@ -122,6 +122,11 @@ func (w *workCtx) Value(key any) any {
 	return w.parent.Value(key)
 }
 
+// runShadow is Engine.runShadow for the flight (Config.Shadow).
+func (f *flight) runShadow(ctx context.Context, dec Decision, w worker) (ClaimResult, error) {
+	return f.e.runShadow(ctx, &f.call, dec, w.work)
+}
+
 // worker is the work of a flight: Engine.Do's function, or the middleware's
 // handler call (which implements it without a closure).
 type worker interface {

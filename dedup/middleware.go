@@ -7,6 +7,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
 	"github.com/watermill-dedup/watermill-dedup/internal/replay"
 	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
 )
@@ -39,10 +40,16 @@ func New(config Config) (*Deduplicator, error) {
 //   - Duplicate: returns without calling the handler (ack), with the stored
 //     output messages when Config.Replay is on.
 //   - InProgress: returns ErrInProgress (nack: retry later; never acked).
+//     With Config.InProgressWait it first waits for the holder: then a
+//     duplicate (ack, replay), or the key is won and the handler runs.
 //   - Conflict: returns ErrKeyReuse (permanent).
 //   - no usable key: returns ErrNoKey or ErrTransportKey (permanent); the
 //     store is not touched.
 //   - store failure: returns a *StoreError (nack), unless Config.FailOpen.
+//
+// With Config.Shadow the handler runs for every message whatever the
+// outcome (logged would_skip or would_reject where it would not have), and
+// its messages and error are returned as they are.
 //
 // Cost: two store round trips per new message (claim, complete), one per
 // duplicate, plus one per heartbeat interval while the handler runs.
@@ -65,7 +72,9 @@ type delivery struct {
 }
 
 func (m *delivery) work(workCtx context.Context) ([]byte, error) {
-	m.flight.hc.Replay = m.d.cfg.Replay
+	if hc, ok := claimctx.From(workCtx); ok {
+		hc.Replay = m.d.cfg.Replay
+	}
 	m.msg.SetContext(workCtx)
 	defer m.msg.SetContext(m.ctx)
 	var herr error
@@ -90,18 +99,21 @@ func (d *Deduplicator) handle(h message.HandlerFunc, msg *message.Message) ([]*m
 	}
 	var err error
 	if call.Key, err = d.businessKey(msg); err != nil {
-		d.engine.event(call, EventKeyMissing, "", "", 0, err)
-		return nil, err
+		return d.refuse(h, msg, call, Decision{Event: EventKeyMissing, Err: err})
 	}
 	if d.cfg.Fingerprint != nil {
 		if call.Fingerprint, err = d.cfg.Fingerprint(msg); err != nil {
 			err = &KeyError{Field: "fingerprint", Reason: "fingerprint failed", MessageUUID: msg.UUID, Err: err}
-			d.engine.event(call, EventKeyMissing, "", scopedkey.Of(call.Scope, call.Key), 0, err)
-			return nil, err
+			return d.refuse(h, msg, call, Decision{Event: EventKeyMissing, Key: scopedkey.Of(call.Scope, call.Key), Err: err})
 		}
 	}
 
-	res, err := m.flight.do(ctx, m)
+	var res ClaimResult
+	if d.engine.cfg.Tracer != nil {
+		res, err = d.engine.Do(ctx, *call, m.work) // the Tracer starts the call
+	} else {
+		res, err = m.flight.do(ctx, m)
+	}
 	if err != nil || res.Outcome != Duplicate {
 		return m.out, err
 	}

@@ -1,6 +1,7 @@
 package httpdedup
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -147,6 +148,24 @@ type Config struct {
 	// StaticIdentity.
 	Identity IdentityFunc
 
+	// InTransaction, when set, runs each claimed request's handler inside a
+	// database transaction in which the middleware also stores the response
+	// and completes the key, so that the handler's rows, the stored response
+	// and the completed key commit together or not at all: a crash before
+	// COMMIT leaves neither (the retry runs the handler once the lease
+	// ends), and a response that is not stored (5xx, a status StoreResponse
+	// refuses, too large, streamed) rolls the handler's rows back with the
+	// released key. Pass the method of the PostgreSQL store given as Store:
+	// InTransaction: store.RunInTx (stores/postgres); the handler finds the
+	// transaction with postgres.TxFromContext(r.Context()) and writes
+	// through it. If the transaction cannot be committed the client gets
+	// 503 (not-committed) and the key is released. Cost: one pooled
+	// connection held while the handler runs, and BEGIN and COMMIT around
+	// the completion. Defaults to nil: the response is stored by a separate
+	// Complete after the handler, and a crash between the handler's effect
+	// and that Complete lets the retry run the effect again.
+	InTransaction func(ctx context.Context, work func(ctx context.Context) ([]byte, error)) ([]byte, error)
+
 	// Key takes the idempotency key out of the request. Defaults to
 	// HeaderKey(DefaultHeader): the Idempotency-Key header, quoted (IETF
 	// draft) or not (Stripe). Webhook receivers use the provider's event id:
@@ -233,6 +252,22 @@ type Config struct {
 	// RetryAfter is the Retry-After sent with 409 (request-in-progress) and
 	// 503 (store-unavailable), rounded up to whole seconds. Defaults to 1s.
 	RetryAfter time.Duration
+
+	// InProgressWait, when positive, makes a request whose key is in flight
+	// wait up to this long for the first request to finish instead of
+	// getting 409 at once: it then gets the first request's stored response
+	// (a replay, Idempotent-Replayed: true), or runs the handler itself if
+	// the first request's claim was released (its handler failed). After
+	// the wait, or when the client goes away, 409 as without the option.
+	// The wait claims the key again after InProgressPoll, doubling the pause
+	// (up to 1s): one store round trip per pause, and the waiting request
+	// holds its connection. See dedup.Config.InProgressWait. Defaults to 0:
+	// no wait.
+	InProgressWait time.Duration
+
+	// InProgressPoll is the first pause of an InProgressWait. Defaults to
+	// 20ms.
+	InProgressPoll time.Duration
 
 	// ProblemTypeBase prefixes the problem names to form the "type" member
 	// of problem+json bodies. Defaults to DefaultProblemTypeBase.
@@ -336,7 +371,7 @@ func (c Config) Validate() error {
 	}{
 		{"Lease", c.Lease}, {"Retention", c.Retention}, {"Heartbeat", c.Heartbeat},
 		{"StoreTimeout", c.StoreTimeout}, {"CompleteBackoff", c.CompleteBackoff},
-		{"RetryAfter", c.RetryAfter},
+		{"RetryAfter", c.RetryAfter}, {"InProgressWait", c.InProgressWait}, {"InProgressPoll", c.InProgressPoll},
 	} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%w: Config.%s must not be negative, got %v", dedup.ErrInvalidDuration, d.name, d.v))

@@ -28,6 +28,10 @@
 // streamed, hijacked or wrote too much, 503 with Retry-After when the store
 // cannot be reached (nothing runs without a claim).
 //
+// With the PostgreSQL store, Config.InTransaction (store.RunInTx) runs the
+// handler in a database transaction in which the response is stored and
+// the key completed: the handler's rows and the record commit together.
+//
 // Webhook receivers use the provider's event id as the key (HeaderKey with
 // the provider's header, or BodyKey with a keyfuncs function) and a
 // StaticIdentity.

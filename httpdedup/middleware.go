@@ -10,6 +10,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
+	"github.com/watermill-dedup/watermill-dedup/internal/recordinfo"
 )
 
 // Middleware is the Idempotency-Key middleware. Create it with New and wrap
@@ -32,6 +33,7 @@ func New(config Config) (*Middleware, error) {
 		StoreTimeout: config.StoreTimeout, CompleteRetries: config.CompleteRetries,
 		CompleteBackoff: config.CompleteBackoff, MaxKeyLength: config.MaxKeyLength,
 		Logger: engineLogger(config.Logger), Observer: config.Observer, Clock: config.Clock,
+		InProgressWait: config.InProgressWait, InProgressPoll: config.InProgressPoll,
 	})
 	if err != nil {
 		return nil, err
@@ -63,7 +65,9 @@ func (m *Middleware) Require(next http.Handler) http.Handler {
 //   - key completed with the same fingerprint: the stored response is
 //     replayed (status, stored headers, body byte for byte) with
 //     Idempotent-Replayed: true, without calling next;
-//   - key in flight: 409 (request-in-progress) with Retry-After;
+//   - key in flight: 409 (request-in-progress) with Retry-After; with
+//     Config.InProgressWait, first a wait for the request in flight to
+//     finish, then its replay (or the handler runs, if it failed);
 //   - key used with a different fingerprint: 422 (key-reused);
 //   - store unreachable: 503 (store-unavailable) with Retry-After; next
 //     does not run (fail closed).
@@ -143,81 +147,142 @@ type requestInfo struct {
 	key     string // scoped key, "" before it is known
 }
 
-func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, required bool) {
-	body := &requestBody{w: w, r: r, limit: m.cfg.MaxBodyBytes}
-	route := m.cfg.Route(r)
-	info := requestInfo{handler: decisionHandler(r)}
+// request is one request on its way through the middleware.
+type request struct {
+	w    http.ResponseWriter
+	r    *http.Request
+	body *requestBody
+	info requestInfo
+}
 
-	key, err := m.cfg.Key(r, body.get)
+// serve handles one request: the key, then the call (caller, scope,
+// fingerprint), then the engine, then the response for its outcome. Each
+// step answers the client itself when it refuses the request.
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, required bool) {
+	req := &request{w: w, r: r, body: &requestBody{w: w, r: r, limit: m.cfg.MaxBodyBytes}, info: requestInfo{handler: decisionHandler(r)}}
+	key, err := m.cfg.Key(r, req.body.get)
 	if err == nil {
 		err = checkKey(key, m.cfg.MaxKeyLength)
 	}
-	if err != nil {
-		switch {
-		case errors.Is(err, ErrBodyTooLarge):
-			m.decide(info, dedup.Decision{Event: dedup.EventKeyMissing, Err: err})
-			m.problem(w, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge, "Request body too large",
-				fmt.Sprintf("The request body is longer than %d bytes.", m.cfg.MaxBodyBytes))
-		case errors.Is(err, ErrKeyMissing) && !required:
-			body.restore(r)
-			next.ServeHTTP(w, r)
-		case errors.Is(err, ErrKeyMissing):
-			m.decide(info, dedup.Decision{Event: dedup.EventKeyMissing, Err: err})
-			m.problem(w, http.StatusBadRequest, ProblemKeyMissing, "Idempotency key missing",
-				"This operation requires an idempotency key"+keyReason(err)+".")
-		case body.read && body.err != nil && errors.Is(err, body.err):
-			m.decide(info, dedup.Decision{Event: dedup.EventKeyMissing, Err: err})
-			m.problem(w, http.StatusBadRequest, ProblemBodyUnreadable, "Request body unreadable", "The request body could not be read.")
-		default:
-			m.decide(info, dedup.Decision{Event: dedup.EventKeyMissing, Err: err})
-			m.problem(w, http.StatusBadRequest, ProblemKeyInvalid, "Idempotency key invalid",
-				"The idempotency key is malformed"+keyReason(err)+".")
-		}
+	if errors.Is(err, ErrKeyMissing) && !required && !errors.Is(err, ErrBodyTooLarge) {
+		req.body.restore(r)
+		next.ServeHTTP(w, r)
 		return
 	}
+	if err != nil {
+		m.refuseKey(req, err)
+		return
+	}
+	call, ok := m.call(req, key)
+	if !ok {
+		return
+	}
+	resp, res, err := m.run(req, call, next)
+	m.respond(req, resp, res, err)
+}
 
-	identity, err := m.cfg.Identity(r)
+// refuseKey answers a request whose key could not be read.
+func (m *Middleware) refuseKey(req *request, err error) {
+	m.decide(req.info, dedup.Decision{Event: dedup.EventKeyMissing, Err: err})
+	switch {
+	case errors.Is(err, ErrBodyTooLarge), req.body.read && req.body.err != nil && errors.Is(err, req.body.err) && !errors.Is(err, ErrKeyMissing):
+		m.refuseBody(req, err)
+	case errors.Is(err, ErrKeyMissing):
+		m.problem(req.w, http.StatusBadRequest, ProblemKeyMissing, "Idempotency key missing",
+			"This operation requires an idempotency key"+keyReason(err)+".")
+	default:
+		m.problem(req.w, http.StatusBadRequest, ProblemKeyInvalid, "Idempotency key invalid",
+			"The idempotency key is malformed"+keyReason(err)+".")
+	}
+}
+
+// call identifies the caller, reads the body and fingerprints the request:
+// the engine's call for key. It answers the client and returns false when
+// one of them fails.
+func (m *Middleware) call(req *request, key string) (dedup.Call, bool) {
+	scope, ok := m.scope(req)
+	if !ok {
+		return dedup.Call{}, false
+	}
+	req.info.key = admin.ScopedKey(scope, key)
+	b, ok := m.readBody(req)
+	if !ok {
+		return dedup.Call{}, false
+	}
+	fingerprint, err := m.cfg.Fingerprint(req.r, b)
+	if err != nil {
+		m.decide(req.info, dedup.Decision{Event: dedup.EventKeyMissing, Key: req.info.key, Err: fmt.Errorf("fingerprint: %w", err)})
+		m.problem(req.w, http.StatusBadRequest, ProblemFingerprintFailed, "Request cannot be fingerprinted", err.Error()+".")
+		return dedup.Call{}, false
+	}
+	return dedup.Call{Scope: scope, Key: key, Fingerprint: fingerprint, Handler: req.info.handler, Topic: "http"}, true
+}
+
+// scope is the request's scope: caller, method and route. It answers 401
+// and returns false when the caller is not identified.
+func (m *Middleware) scope(req *request) (string, bool) {
+	identity, err := m.cfg.Identity(req.r)
 	if err == nil && identity == "" {
 		err = errors.New("httpdedup: Identity returned an empty identity")
 	}
 	if err != nil {
-		m.decide(info, dedup.Decision{Event: dedup.EventKeyMissing, Err: fmt.Errorf("identifying the caller: %w", err)})
-		m.problem(w, http.StatusUnauthorized, ProblemUnidentifiedCaller, "Caller not identified",
+		m.decide(req.info, dedup.Decision{Event: dedup.EventKeyMissing, Err: fmt.Errorf("identifying the caller: %w", err)})
+		m.problem(req.w, http.StatusUnauthorized, ProblemUnidentifiedCaller, "Caller not identified",
 			"Requests with an idempotency key must be authenticated.")
-		return
+		return "", false
 	}
-	scope := Scope(identity, r.Method, route)
-	info.key = admin.ScopedKey(scope, key)
+	return Scope(identity, req.r.Method, m.cfg.Route(req.r)), true
+}
 
-	b, err := body.get()
+// readBody reads the body (if the key function has not) and gives it back
+// to the handler. It answers 413 or 400 and returns false when it cannot.
+func (m *Middleware) readBody(req *request) ([]byte, bool) {
+	b, err := req.body.get()
 	if err != nil {
-		m.decide(info, dedup.Decision{Event: dedup.EventKeyMissing, Key: info.key, Err: err})
-		if errors.Is(err, ErrBodyTooLarge) {
-			m.problem(w, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge, "Request body too large",
-				fmt.Sprintf("The request body is longer than %d bytes.", m.cfg.MaxBodyBytes))
-		} else {
-			m.problem(w, http.StatusBadRequest, ProblemBodyUnreadable, "Request body unreadable", "The request body could not be read.")
-		}
-		return
+		m.decide(req.info, dedup.Decision{Event: dedup.EventKeyMissing, Key: req.info.key, Err: err})
+		m.refuseBody(req, err)
+		return nil, false
 	}
-	body.restore(r)
-	fingerprint, err := m.cfg.Fingerprint(r, b)
-	if err != nil {
-		m.decide(info, dedup.Decision{Event: dedup.EventKeyMissing, Key: info.key, Err: fmt.Errorf("fingerprint: %w", err)})
-		m.problem(w, http.StatusBadRequest, ProblemFingerprintFailed, "Request cannot be fingerprinted", err.Error()+".")
-		return
-	}
+	req.body.restore(req.r)
+	return b, true
+}
 
-	call := dedup.Call{Scope: scope, Key: key, Fingerprint: fingerprint, Handler: info.handler, Topic: "http"}
-	var resp Response
-	res, err := m.engine.Do(r.Context(), call, func(ctx context.Context) ([]byte, error) {
+// refuseBody answers a request whose body could not be read: 413 when it
+// is over MaxBodyBytes, else 400.
+func (m *Middleware) refuseBody(req *request, err error) {
+	if errors.Is(err, ErrBodyTooLarge) {
+		m.problem(req.w, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge, "Request body too large",
+			fmt.Sprintf("The request body is longer than %d bytes.", m.cfg.MaxBodyBytes))
+		return
+	}
+	m.problem(req.w, http.StatusBadRequest, ProblemBodyUnreadable, "Request body unreadable", "The request body could not be read.")
+}
+
+// run hands the call to the engine, whose work runs next with a buffering
+// ResponseWriter (inside Config.InTransaction when set) and returns the
+// response to store. resp is what next wrote, if it ran.
+func (m *Middleware) run(req *request, call dedup.Call, next http.Handler) (resp Response, res dedup.ClaimResult, err error) {
+	info := &recordinfo.Info{}
+	work := func(ctx context.Context) ([]byte, error) {
 		var err error
-		resp, err = m.runHandler(r.WithContext(ctx), next)
+		resp, err = m.runHandler(req.r.WithContext(ctx), next)
 		if err != nil {
 			return nil, err
 		}
+		info.ResponseStatus = resp.Status
 		return m.storedResponse(resp), nil
-	})
+	}
+	if m.cfg.InTransaction != nil {
+		inner := work
+		work = func(ctx context.Context) ([]byte, error) { return m.cfg.InTransaction(ctx, inner) }
+	}
+	res, err = m.engine.Do(recordinfo.With(req.r.Context(), info), call, work)
+	return resp, res, err
+}
+
+// respond answers the client for the engine's outcome.
+func (m *Middleware) respond(req *request, resp Response, res dedup.ClaimResult, err error) {
+	w := req.w
 	var notStored *notStoredError
 	switch {
 	case errors.As(err, &notStored) && notStored.sendAsIs:
@@ -234,11 +299,17 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	case errors.Is(err, dedup.ErrNoKey):
 		m.problem(w, http.StatusBadRequest, ProblemKeyInvalid, "Idempotency key invalid",
 			"The idempotency key is malformed"+keyReason(err)+".")
+	case err != nil && res.Outcome == dedup.Acquired:
+		// The handler ran but its work was not recorded: the transaction
+		// of Config.InTransaction failed (its writes rolled back) and the
+		// engine released the claim, logging the cause with the release.
+		m.problem(w, http.StatusServiceUnavailable, ProblemNotCommitted, "Request not committed",
+			"The request's work and its idempotency record could not be committed together, so neither was; retry it with the same key.")
 	case err != nil:
 		m.problem(w, http.StatusServiceUnavailable, ProblemStoreUnavailable, "Idempotency store unavailable",
 			"The request was not processed; retry it with the same key.")
 	case res.Outcome == dedup.Duplicate:
-		m.replay(w, info, res.Result)
+		m.replay(w, req.info, res.Result)
 	default:
 		writeResponse(w, resp)
 	}

@@ -23,6 +23,7 @@ const (
 	ProblemStoredResponse      = "stored-response-corrupt" // 500
 	ProblemResponseNotStored   = "response-not-stored"     // 409, no Retry-After
 	ProblemStoreUnavailable    = "store-unavailable"       // 503
+	ProblemNotCommitted        = "not-committed"           // 503
 )
 
 // Problem is an RFC 9457 problem details object, as the middleware sends it
@@ -43,7 +44,7 @@ func (m *Middleware) problem(w http.ResponseWriter, status int, name, title, det
 	h.Set("Content-Type", ProblemContentType)
 	h.Set("Content-Length", strconv.Itoa(len(body)+1))
 	h.Set("Cache-Control", "no-store")
-	if name == ProblemRequestInProgress || name == ProblemStoreUnavailable {
+	if name == ProblemRequestInProgress || name == ProblemStoreUnavailable || name == ProblemNotCommitted {
 		h.Set("Retry-After", strconv.FormatInt(int64((m.cfg.RetryAfter+time.Second-1)/time.Second), 10))
 	}
 	w.WriteHeader(status)

@@ -109,3 +109,38 @@ func ExampleFirstOf() {
 	//   dedup: no usable business key at first-of: no alternative found a key (message uuid-2): dedup: no usable business key at metadata:order_id: missing (message uuid-2)
 	// dedup: no usable business key at json:order_id: missing (message uuid-2)
 }
+
+// Two systems whose ids may coincide share one scope: a prefix per system
+// keeps their keys apart.
+func ExamplePrefix() {
+	billing := keyfuncs.Prefix("billing/", keyfuncs.JSON("invoice_id"))
+	shop := keyfuncs.Prefix("shop/", keyfuncs.JSON("order_id"))
+	show(billing, message.NewMessage("uuid-1", []byte(`{"invoice_id":42}`)))
+	show(shop, message.NewMessage("uuid-2", []byte(`{"order_id":42}`)))
+	show(shop, message.NewMessage("uuid-3", []byte(`{"invoice_id":42}`))) // errors pass through
+	// Output:
+	// key "billing/42"
+	// key "shop/42"
+	// ErrNoKey: true (permanent: true)
+	//   dedup: no usable business key at json:order_id: missing (message uuid-3)
+}
+
+// With Config.Fingerprint, a key reused for another payload is refused
+// (dedup.ErrKeyReuse) instead of being taken for a duplicate. Metadata is
+// not part of the fingerprint: brokers add their own to every copy.
+func ExamplePayloadFingerprint() {
+	first := message.NewMessage("uuid-1", []byte(`{"order_id":"ORDER-003","amount":150}`))
+	copyOfFirst := message.NewMessage("uuid-2", []byte(`{"order_id":"ORDER-003","amount":150}`))
+	copyOfFirst.Metadata.Set("sqs_message_id", "m-2")
+	reused := message.NewMessage("uuid-3", []byte(`{"order_id":"ORDER-003","amount":999}`))
+	a, _ := keyfuncs.PayloadFingerprint(first)
+	b, _ := keyfuncs.PayloadFingerprint(copyOfFirst)
+	c, _ := keyfuncs.PayloadFingerprint(reused)
+	fmt.Println("copy:", a == b)
+	fmt.Println("reused key:", a == c)
+	fmt.Println(a) // sha256sum of the payload
+	// Output:
+	// copy: true
+	// reused key: false
+	// aa06a236b4284ca629d46ef89db0fd15c036a4259dd6faeac3d3dddcd9a8b95e
+}

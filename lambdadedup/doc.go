@@ -25,7 +25,7 @@
 //	key free, handler ok                      success       completed; SQS deletes it
 //	key free, handler error or panic          failure       released; back after the visibility timeout
 //	key completed (duplicate)                 success       handler not called
-//	key held by another consumer              failure       ErrInProgress: never acked
+//	key held by another consumer              failure       ErrInProgress: never acked (Dedup.InProgressWait: waits for it first, up to the deadline)
 //	no key, transport id as key, key reused   failure       to the DLQ by the redrive policy (DropPermanent: success, error log)
 //	store unreachable                         failure       fail closed (Dedup.FailOpen: handler runs unclaimed)
 //	less than DeadlineMargin left             failure       not claimed, not started

@@ -7,9 +7,16 @@
 //
 // Metrics (with the default namespace "dedup"):
 //
-//	dedup_decisions_total{handler,event}              counter: one per decision (claim_won, skip_duplicate, in_progress, ...)
+//	dedup_decisions_total{handler,event}              counter: one per decision (claim_won, skip_duplicate, in_progress, would_skip, ...)
+//	dedup_replays_total{handler}                      counter: duplicates whose stored result was returned for replay
+//	dedup_in_progress_wait_seconds{handler,event}     histogram: waits for another claim (Config.InProgressWait), by the decision they ended in
 //	dedup_store_operation_duration_seconds{op,result} histogram: claim/complete/release/extend latency; result ok, claim_lost or error
 //	dedup_claims_in_flight{handler}                   gauge: claims won whose handler has not finished
+//
+// Fresh runs are decisions{event="completed"}, duplicates
+// decisions{event="skip_duplicate"} (of which replays_total returned a
+// stored result); in shadow mode (Config.Shadow) the copies dedup would
+// have skipped are decisions{event="would_skip"}.
 package metrics
 
 import (
@@ -29,6 +36,9 @@ type Config struct {
 	// Defaults to 0.25ms … 2.5s, which spans a local Redis to a remote
 	// DynamoDB.
 	Buckets []float64
+	// WaitBuckets are the in-progress wait histogram's buckets, in
+	// seconds. Defaults to 10ms … 30s.
+	WaitBuckets []float64
 	// ConstLabels are added to every metric (e.g. the service name).
 	ConstLabels prometheus.Labels
 }
@@ -37,6 +47,8 @@ type Config struct {
 // safe for concurrent use and cost a few atomic operations each.
 type Observer struct {
 	decisions *prometheus.CounterVec
+	replays   *prometheus.CounterVec
+	waits     *prometheus.HistogramVec
 	latency   *prometheus.HistogramVec
 	inFlight  *prometheus.GaugeVec
 }
@@ -55,10 +67,21 @@ func New(reg prometheus.Registerer, cfg Config) (*Observer, error) {
 	if cfg.Buckets == nil {
 		cfg.Buckets = []float64{.00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
 	}
+	if cfg.WaitBuckets == nil {
+		cfg.WaitBuckets = []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+	}
 	o := &Observer{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: cfg.Namespace, Name: "decisions_total", ConstLabels: cfg.ConstLabels,
-			Help: "Decisions of the dedup middleware, by handler and event (claim_won, completed, skip_duplicate, in_progress, released, claim_lost, key_missing, key_reuse, store_error, fail_open).",
+			Help: "Decisions of the dedup middleware, by handler and event (claim_won, completed, skip_duplicate, in_progress, released, claim_lost, key_missing, key_reuse, store_error, fail_open, would_skip, would_reject).",
+		}, []string{"handler", "event"}),
+		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: cfg.Namespace, Name: "replays_total", ConstLabels: cfg.ConstLabels,
+			Help: "Duplicates whose stored result (output messages, HTTP response) was returned for replay.",
+		}, []string{"handler"}),
+		waits: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: cfg.Namespace, Name: "in_progress_wait_seconds", ConstLabels: cfg.ConstLabels, Buckets: cfg.WaitBuckets,
+			Help: "Waits for another claim of the key to end (InProgressWait), by the decision they ended in (skip_duplicate, claim_won, in_progress, ...).",
 		}, []string{"handler", "event"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: cfg.Namespace, Name: "store_operation_duration_seconds", ConstLabels: cfg.ConstLabels, Buckets: cfg.Buckets,
@@ -69,7 +92,7 @@ func New(reg prometheus.Registerer, cfg Config) (*Observer, error) {
 			Help: "Claims won whose handler has not finished yet.",
 		}, []string{"handler"}),
 	}
-	for _, c := range []prometheus.Collector{o.decisions, o.latency, o.inFlight} {
+	for _, c := range []prometheus.Collector{o.decisions, o.replays, o.waits, o.latency, o.inFlight} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -77,11 +100,17 @@ func New(reg prometheus.Registerer, cfg Config) (*Observer, error) {
 	return o, nil
 }
 
-// ObserveDecision counts the decision and tracks claims in flight: a won
-// claim adds one, and its single terminal decision (op complete or release)
-// removes it.
+// ObserveDecision counts the decision (and the replay, and the wait before
+// it, if any) and tracks claims in flight: a won claim adds one, and its
+// single terminal decision (op complete or release) removes it.
 func (o *Observer) ObserveDecision(d dedup.Decision) {
 	o.decisions.WithLabelValues(d.Handler, string(d.Event)).Inc()
+	if d.Replayed {
+		o.replays.WithLabelValues(d.Handler).Inc()
+	}
+	if d.Waited > 0 {
+		o.waits.WithLabelValues(d.Handler, string(d.Event)).Observe(d.Waited.Seconds())
+	}
 	switch {
 	case d.Event == dedup.EventClaimWon:
 		o.inFlight.WithLabelValues(d.Handler).Inc()

@@ -4,10 +4,17 @@
 #
 #   Debian packages: redis-server (redis-server, redis-cli), postgresql
 #   (only if no server answers on 127.0.0.1:5432 and no postgres binaries
-#   exist), spin (model checking), nodejs/npm (only if node is missing).
+#   exist), spin (model checking), nodejs/npm (only if node is missing),
+#   rabbitmq-server (RabbitMQ 3.10 and Erlang, for the AMQP broker tests;
+#   the tests run their own node, never the service the package starts).
 #   npm packages:    tools/ (dynalite, fauxqs) via `npm ci --prefix tools`
 #                    when tools/node_modules is missing or older than
 #                    tools/package-lock.json.
+#   optional:        moto_server (Python moto 5.2.1, a second DynamoDB
+#                    implementation): Debian has no package of it, so when it
+#                    is missing the script tries pip once and otherwise says
+#                    how to get it; without it the stores/dynamo moto run is
+#                    skipped with that advice (dynalite stays required).
 #
 # The tests start their own servers (internal/testserver); this script only
 # installs programs and never starts or stops a service.
@@ -50,6 +57,9 @@ fi
 if ! have node || ! have npm; then
 	pkgs+=(nodejs npm)
 fi
+if [[ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]] && ! have rabbitmq-server; then
+	pkgs+=(rabbitmq-server)
+fi
 
 if ((${#pkgs[@]})); then
 	export DEBIAN_FRONTEND=noninteractive
@@ -74,6 +84,18 @@ if [[ ! -f $stamp || tools/package-lock.json -nt $stamp ]]; then
 	did=1
 fi
 
+moto_spec='moto[server]==5.2.1'
+if ! have moto_server; then
+	if python3 -m pip --version >/dev/null 2>&1 &&
+		python3 -m pip install --quiet --disable-pip-version-check --retries 0 --timeout 15 "$moto_spec" >/dev/null 2>&1 &&
+		have moto_server; then
+		say "pip install $moto_spec"
+		did=1
+	else
+		say "note: moto_server not found and pip could not install it (no PyPI here?): the DynamoDB suite's moto run will be skipped; to run it: python3 -m pip install '$moto_spec'"
+	fi
+fi
+
 if ((did == 0)); then
-	say "all present"
+	say "all required programs present"
 fi

@@ -2,13 +2,23 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 
 	"github.com/ThreeDotsLabs/watermill"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/brokers"
+	"github.com/watermill-dedup/watermill-dedup/internal/awsbroker"
+	"github.com/watermill-dedup/watermill-dedup/internal/awsenv"
+	"github.com/watermill-dedup/watermill-dedup/internal/embedded"
+	"github.com/watermill-dedup/watermill-dedup/internal/kafkabroker"
 	"github.com/watermill-dedup/watermill-dedup/internal/lab"
+	"github.com/watermill-dedup/watermill-dedup/internal/redisaddr"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 	redisstore "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
@@ -18,9 +28,66 @@ import (
 type options struct {
 	concurrency  int
 	kafkaBrokers string // KAFKA_BROKERS; empty: embedded kfake
-	redisAddr    string // REDIS_ADDR; empty: embedded miniredis
+	natsURL      string // NATS_URL; empty: embedded nats-server
+	amqpURL      string // AMQP_URL; required for -broker amqp
 	dynamoTable  string
 	logger       watermill.LoggerAdapter
+	// redis is the one Redis server of the run (REDIS_ADDR, or an embedded
+	// miniredis), shared by -store redis and -broker redisstream.
+	redis *sharedRedis
+}
+
+// sharedRedis opens the Redis server on first use and closes it at the end.
+type sharedRedis struct {
+	addr string // REDIS_ADDR; empty: embedded miniredis
+
+	client goredis.UniversalClient
+	mini   *embedded.Redis
+}
+
+// get connects to the server, or starts the embedded one, once.
+func (r *sharedRedis) get() (goredis.UniversalClient, error) {
+	if r.client != nil {
+		return r.client, nil
+	}
+	client, err := redisaddr.Client(r.addr)
+	if errors.Is(err, redisaddr.ErrEmpty) {
+		if r.mini, err = embedded.StartRedis(); err != nil {
+			return nil, err
+		}
+		client = goredis.NewClient(&goredis.Options{Addr: r.mini.Addr})
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.client = client
+	return client, nil
+}
+
+// newClient returns one more client for the server (get first).
+func (r *sharedRedis) newClient() goredis.UniversalClient {
+	if r.mini != nil {
+		return goredis.NewClient(&goredis.Options{Addr: r.mini.Addr})
+	}
+	c, _ := redisaddr.Client(r.addr) // parsed by get already
+	return c
+}
+
+// describe names the server for the output.
+func (r *sharedRedis) describe() string {
+	if r.mini != nil {
+		return "embedded Redis (miniredis, in this process) at " + r.mini.Addr + " (set REDIS_ADDR for a real server)"
+	}
+	return "Redis at " + redisaddr.Describe(r.client)
+}
+
+func (r *sharedRedis) close() {
+	if r.client != nil {
+		_ = r.client.Close()
+	}
+	if r.mini != nil {
+		r.mini.Close()
+	}
 }
 
 // broker creates one transport per lab run.
@@ -50,10 +117,13 @@ func (e *setupError) Error() string { return e.err.Error() }
 func (e *setupError) Unwrap() error { return e.err }
 
 var brokerNames = map[string]func(ctx context.Context, o options) (*broker, error){
-	"gochannel": newGoChannelBroker,
-	"kafka":     newKafkaBroker,
-	"sqs":       newSQSBroker,
-	"sns":       newSNSBroker,
+	"gochannel":   newGoChannelBroker,
+	"kafka":       newKafkaBroker,
+	"sqs":         newSQSBroker,
+	"sns":         newSNSBroker,
+	"redisstream": newRedisStreamBroker,
+	"nats":        newNATSBroker,
+	"amqp":        newAMQPBroker,
 }
 
 var storeNames = map[string]func(ctx context.Context, o options) (*store, error){
@@ -67,31 +137,36 @@ func newGoChannelBroker(context.Context, options) (*broker, error) {
 }
 
 func newKafkaBroker(_ context.Context, o options) (*broker, error) {
-	k, err := brokers.ConnectKafka(o.kafkaBrokers, 1)
+	k := &kafkabroker.Kafka{Brokers: kafkabroker.ParseBrokers(o.kafkaBrokers)}
+	if len(k.Brokers) > 0 {
+		about := fmt.Sprintf("Kafka at %s, %d partitions per topic, one consumer group per run", strings.Join(k.Brokers, ","), lab.KafkaPartitions)
+		return &broker{transport: lab.Kafka(k, false, o.logger), about: about, close: func() {}}, nil
+	}
+	cluster, err := embedded.StartKafka(1)
 	if err != nil {
 		return nil, err
 	}
-	about := fmt.Sprintf("%s, %d partitions per topic, one consumer group per run", k.Describe(), lab.KafkaPartitions)
-	if k.Embedded {
-		about += " (set KAFKA_BROKERS for real brokers)"
-	}
-	return &broker{transport: lab.Kafka(k, o.logger), about: about, close: k.Close}, nil
+	k.Brokers = cluster.Addrs
+	about := fmt.Sprintf("embedded Kafka (kfake) at %s, %d partitions per topic, one consumer group per run (set KAFKA_BROKERS for real brokers)",
+		strings.Join(k.Brokers, ","), lab.KafkaPartitions)
+	return &broker{transport: lab.Kafka(k, true, o.logger), about: about, close: cluster.Close}, nil
 }
 
 // loadAWS loads the AWS configuration for services and checks that each
 // answers.
-func loadAWS(ctx context.Context, hint string, services ...string) (*brokers.AWS, error) {
-	a, err := brokers.LoadAWS(ctx, services...)
+func loadAWS(ctx context.Context, hint string, services ...string) (*awsenv.AWS, error) {
+	a, err := awsenv.LoadAWS(ctx, services...)
 	if err != nil {
 		return nil, &setupError{err: err, hint: hint}
 	}
+	b := awsbroker.New(a)
 	for _, s := range services {
 		var err error
 		switch s {
 		case "sqs":
-			err = a.PingSQS(ctx)
+			err = b.PingSQS(ctx)
 		case "sns":
-			err = a.PingSNS(ctx)
+			err = b.PingSNS(ctx)
 		case "dynamodb":
 			err = a.PingDynamoDB(ctx)
 		}
@@ -103,21 +178,74 @@ func loadAWS(ctx context.Context, hint string, services ...string) (*brokers.AWS
 }
 
 func newSQSBroker(ctx context.Context, o options) (*broker, error) {
-	a, err := loadAWS(ctx, brokers.FauxqsHint, "sqs")
+	a, err := loadAWS(ctx, awsenv.FauxqsHint, "sqs")
 	if err != nil {
 		return nil, err
 	}
 	about := fmt.Sprintf("SQS at %s, one queue per run, %d receivers", a.Describe("sqs"), o.concurrency)
-	return &broker{transport: lab.SQS(a, o.concurrency, o.logger), about: about, close: func() {}}, nil
+	return &broker{transport: lab.SQS(awsbroker.New(a), o.concurrency, o.logger), about: about, close: func() {}}, nil
 }
 
 func newSNSBroker(ctx context.Context, o options) (*broker, error) {
-	a, err := loadAWS(ctx, brokers.FauxqsHint, "sqs", "sns")
+	a, err := loadAWS(ctx, awsenv.FauxqsHint, "sqs", "sns")
 	if err != nil {
 		return nil, err
 	}
 	about := fmt.Sprintf("SNS at %s fanning out to an SQS queue, one topic and queue per run, %d receivers", a.Describe("sns"), o.concurrency)
-	return &broker{transport: lab.SNS(a, o.concurrency, o.logger), about: about, close: func() {}}, nil
+	return &broker{transport: lab.SNS(awsbroker.New(a), o.concurrency, o.logger), about: about, close: func() {}}, nil
+}
+
+func newRedisStreamBroker(ctx context.Context, o options) (*broker, error) {
+	client, err := o.redis.get()
+	if err != nil {
+		return nil, err
+	}
+	if err := client.Ping(ctx).Err(); err != nil {
+		return nil, &setupError{err: err, hint: redisHint}
+	}
+	about := fmt.Sprintf("Redis Streams on %s, one stream per run, consumer group %q of %d consumers",
+		o.redis.describe(), lab.RedisStreamGroup, o.concurrency)
+	return &broker{transport: lab.RedisStream(o.redis.newClient, labStreamPrefix, o.concurrency, o.logger), about: about, close: func() {}}, nil
+}
+
+func newNATSBroker(_ context.Context, o options) (*broker, error) {
+	if o.natsURL != "" {
+		about := fmt.Sprintf("NATS JetStream at %s, one stream per run, durable consumer %q pulled by %d handlers", o.natsURL, lab.NATSGroup, o.concurrency)
+		return &broker{transport: lab.NATS(o.natsURL, o.concurrency, o.logger), about: about, close: func() {}}, nil
+	}
+	n, err := embedded.StartNATS()
+	if err != nil {
+		return nil, err
+	}
+	about := fmt.Sprintf("embedded NATS JetStream (nats-server, in this process) at %s, one stream per run, durable consumer %q pulled by %d handlers (set NATS_URL for a real server)",
+		n.URL, lab.NATSGroup, o.concurrency)
+	return &broker{transport: lab.NATS(n.URL, o.concurrency, o.logger), about: about, close: n.Close}, nil
+}
+
+// amqpHint says how to start a local RabbitMQ for -broker amqp.
+const amqpHint = "start RabbitMQ (Debian package rabbitmq-server: `sudo service rabbitmq-server start` listens on 127.0.0.1:5672; " +
+	"cmd/dedup-lab/README.md shows a throwaway node) and set AMQP_URL=amqp://guest:guest@127.0.0.1:5672/"
+
+func newAMQPBroker(_ context.Context, o options) (*broker, error) {
+	if o.amqpURL == "" {
+		return nil, &setupError{err: errors.New("no RabbitMQ: AMQP_URL is not set (there is no embedded RabbitMQ)"), hint: amqpHint}
+	}
+	conn, err := amqp.Dial(o.amqpURL)
+	if err != nil {
+		return nil, &setupError{err: fmt.Errorf("RabbitMQ at %s: %w", redactURL(o.amqpURL), err), hint: amqpHint}
+	}
+	_ = conn.Close()
+	about := fmt.Sprintf("RabbitMQ at %s, one durable queue per run, %d consumers (prefetch 1)", redactURL(o.amqpURL), o.concurrency)
+	return &broker{transport: lab.AMQP(o.amqpURL, o.concurrency, o.logger), about: about, close: func() {}}, nil
+}
+
+// redactURL drops the password of a URL for the output.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
 }
 
 func newMemoryStore(context.Context, options) (*store, error) {
@@ -125,29 +253,36 @@ func newMemoryStore(context.Context, options) (*store, error) {
 	return &store{store: func(context.Context) (dedup.Store, error) { return s, nil }, close: func() {}}, nil
 }
 
+// redisHint says how to get a Redis server that answers.
+const redisHint = "start one with `redis-server --bind 127.0.0.1 --port 6379` and set REDIS_ADDR=127.0.0.1:6379, or unset REDIS_ADDR for the embedded one"
+
+// labKeyPrefix is the lab's own key prefix on a shared Redis: every key it
+// writes starts with it (see README.md for what a run leaves behind).
+const labKeyPrefix = "dedup-lab:"
+
+// labStreamPrefix starts the names of the lab's Redis streams (deleted after
+// each run), apart from the store's keys.
+const labStreamPrefix = "dedup-lab-stream-"
+
 func newRedisStore(ctx context.Context, o options) (*store, error) {
-	r, err := brokers.ConnectRedis(o.redisAddr)
+	client, err := o.redis.get()
 	if err != nil {
 		return nil, err
 	}
-	s, err := r.Store(ctx, redisstore.Config{KeyPrefix: "dedup-lab:"})
+	s, err := redisstore.New(ctx, client, redisstore.Config{KeyPrefix: labKeyPrefix})
 	if err != nil {
-		r.Close()
-		return nil, &setupError{err: err, hint: "start one with `redis-server --bind 127.0.0.1 --port 6379` and set REDIS_ADDR=127.0.0.1:6379, or unset REDIS_ADDR for the embedded one"}
+		return nil, &setupError{err: err, hint: redisHint}
 	}
-	about := r.Describe()
-	if r.Embedded {
-		about += " (set REDIS_ADDR for a real server)"
-	}
-	return &store{store: func(context.Context) (dedup.Store, error) { return s, nil }, about: about, close: r.Close}, nil
+	about := o.redis.describe() + ", key prefix " + labKeyPrefix
+	return &store{store: func(context.Context) (dedup.Store, error) { return s, nil }, about: about, close: func() {}}, nil
 }
 
 func newDynamoStore(ctx context.Context, o options) (*store, error) {
-	a, err := loadAWS(ctx, brokers.DynaliteHint, "dynamodb")
+	a, err := loadAWS(ctx, awsenv.DynaliteHint, "dynamodb")
 	if err != nil {
 		return nil, err
 	}
-	s, err := a.DynamoStore(ctx, o.dynamoTable)
+	s, err := lab.DynamoStore(ctx, a.DynamoDB(), o.dynamoTable)
 	if err != nil {
 		return nil, err
 	}

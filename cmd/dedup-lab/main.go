@@ -42,111 +42,160 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/brokers"
+	"github.com/watermill-dedup/watermill-dedup/internal/kafkabroker"
 	"github.com/watermill-dedup/watermill-dedup/internal/lab"
+	"github.com/watermill-dedup/watermill-dedup/internal/redisaddr"
 )
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
+// flags is the parsed command line.
+type flags struct {
+	copies, orders, maxDup, concurrency, loseAcks int
+	off, on, shadow                               bool
+	seed                                          uint64
+	effect, timeout                               time.Duration
+	broker, store, runtime                        string
+	kafkaBrokers, redisAddr, natsURL, amqpURL     string
+	dynamoTable                                   string
+	verbose                                       bool
+}
+
+// errUsagePrinted: the flag package has printed the problem and the usage.
+var errUsagePrinted = errors.New("usage printed")
+
+// parseFlags parses args.
+func parseFlags(args []string, stderr io.Writer) (flags, error) {
+	var f flags
 	fs := flag.NewFlagSet("dedup-lab", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var (
-		copies      = fs.Int("copies", 10, "how many times ORDER-003 is published")
-		orders      = fs.Int("orders", 100, "how many other orders are published")
-		maxDup      = fs.Int("max-duplicates", 3, "each other order is published 1..N times")
-		concurrency = fs.Int("concurrency", 8, "handler calls running at once")
-		idem        = fs.String("idempotency", "both", "on, off or both")
-		seed        = fs.Uint64("seed", 1, "random seed for duplicates and their order")
-		effect      = fs.Duration("effect-time", 2*time.Millisecond, "how long one charge takes")
-		timeout     = fs.Duration("timeout", 2*time.Minute, "give up a run after this long")
-		loseAcks    = fs.Int("lose-acks", 0, "lose the first ack of N messages (nack after the charge) so the broker redelivers them")
-		brokerName  = fs.String("broker", "gochannel", "broker: "+strings.Join(names(brokerNames), ", "))
-		storeName   = fs.String("store", "memory", "store: "+strings.Join(names(storeNames), ", "))
-		kafkaAddrs  = fs.String("kafka-brokers", os.Getenv(brokers.KafkaBrokersEnv), "Kafka bootstrap brokers, comma-separated (default $KAFKA_BROKERS; empty: embedded kfake cluster)")
-		redisAddr   = fs.String("redis-addr", os.Getenv(brokers.RedisAddrEnv), "Redis server, host:port or redis:// URL (default $REDIS_ADDR; empty: embedded miniredis)")
-		dynamoTable = fs.String("dynamo-table", "dedup-lab", "DynamoDB table (created if missing)")
-		verbose     = fs.Bool("v", false, "log Watermill's and the middleware's events to stderr")
-		runtimeName = fs.String("runtime", "router", "consumer runtime: router (a Watermill router on -broker) or lambda (SQS batches through lambdadedup, in process)")
-	)
+	idem := fs.String("idempotency", "both", "on, off, both, or shadow (dedup.Config.Shadow: every copy charged, the ones dedup would skip counted)")
+	fs.IntVar(&f.copies, "copies", 10, "how many times ORDER-003 is published")
+	fs.IntVar(&f.orders, "orders", 100, "how many other orders are published")
+	fs.IntVar(&f.maxDup, "max-duplicates", 3, "each other order is published 1..N times")
+	fs.IntVar(&f.concurrency, "concurrency", 8, "handler calls running at once (SQS/SNS receivers, group members, consumers)")
+	fs.Uint64Var(&f.seed, "seed", 1, "random seed for duplicates and their order")
+	fs.DurationVar(&f.effect, "effect-time", 2*time.Millisecond, "how long one charge takes")
+	fs.DurationVar(&f.timeout, "timeout", 2*time.Minute, "give up a run after this long")
+	fs.IntVar(&f.loseAcks, "lose-acks", 0, "lose the first ack of N messages (nack after the charge) so the broker redelivers them")
+	fs.StringVar(&f.broker, "broker", "gochannel", "broker: "+strings.Join(names(brokerNames), ", "))
+	fs.StringVar(&f.store, "store", "memory", "store: "+strings.Join(names(storeNames), ", "))
+	fs.StringVar(&f.kafkaBrokers, "kafka-brokers", os.Getenv(kafkabroker.Env), "Kafka bootstrap brokers, comma-separated (default $KAFKA_BROKERS; empty: embedded kfake cluster)")
+	fs.StringVar(&f.redisAddr, "redis-addr", os.Getenv(redisaddr.Env), "Redis server of -store redis and -broker redisstream: host:port, redis:// or rediss:// URL, or comma-separated Cluster nodes (default $REDIS_ADDR; empty: embedded miniredis)")
+	fs.StringVar(&f.natsURL, "nats-url", os.Getenv("NATS_URL"), "NATS server with JetStream (default $NATS_URL; empty: embedded nats-server)")
+	fs.StringVar(&f.amqpURL, "amqp-url", os.Getenv("AMQP_URL"), "RabbitMQ, amqp://user:password@host:port/ (default $AMQP_URL; required for -broker amqp)")
+	fs.StringVar(&f.dynamoTable, "dynamo-table", "dedup-lab", "DynamoDB table (created if missing)")
+	fs.BoolVar(&f.verbose, "v", false, "log Watermill's and the middleware's events to stderr")
+	fs.StringVar(&f.runtime, "runtime", "router", "consumer runtime: router (a Watermill router on -broker) or lambda (SQS batches through lambdadedup, in process)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: dedup-lab [flags]\n\nPublishes ORDER-003 -copies times plus -orders other orders with random duplicates,\nconsumes them with idempotency off and on, and prints the charges.\n\n")
 		fs.PrintDefaults()
-		fmt.Fprintf(fs.Output(), "\nSQS, SNS and DynamoDB use the AWS SDK's environment: AWS_ENDPOINT_URL (or AWS_ENDPOINT_URL_SQS,\n_SNS, _DYNAMODB) for a local emulator, AWS_REGION and credentials for AWS.\n")
+		fmt.Fprintf(fs.Output(), "\nSQS, SNS and DynamoDB use the AWS SDK's environment: AWS_ENDPOINT_URL (or AWS_ENDPOINT_URL_SQS,\n_SNS, _DYNAMODB) for a local emulator, AWS_REGION and credentials for AWS.\n"+
+			"-broker redisstream uses the Redis of -store redis (one server for both). -broker amqp needs a RabbitMQ:\n%s.\n", amqpHint)
 	}
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return f, errUsagePrinted
 	}
-	off, on := false, false
 	switch *idem {
 	case "on":
-		on = true
+		f.on = true
 	case "off":
-		off = true
+		f.off = true
 	case "both":
-		off, on = true, true
+		f.off, f.on = true, true
+	case "shadow":
+		f.on, f.shadow = true, true
 	default:
-		fmt.Fprintf(stderr, "dedup-lab: -idempotency must be on, off or both, not %q\n", *idem)
-		return 2
+		return f, fmt.Errorf("-idempotency must be on, off, both or shadow, not %q", *idem)
 	}
-	if *copies < 1 || *orders < 0 || *maxDup < 1 || *concurrency < 1 || *loseAcks < 0 {
-		fmt.Fprintln(stderr, "dedup-lab: -copies, -max-duplicates and -concurrency must be at least 1, -orders and -lose-acks at least 0")
-		return 2
+	return f, f.check()
+}
+
+// check reports a flag combination the lab cannot run.
+func (f flags) check() error {
+	if f.copies < 1 || f.orders < 0 || f.maxDup < 1 || f.concurrency < 1 || f.loseAcks < 0 {
+		return errors.New("-copies, -max-duplicates and -concurrency must be at least 1, -orders and -lose-acks at least 0")
 	}
-	lambdaRuntime := *runtimeName == "lambda"
-	if !lambdaRuntime && *runtimeName != "router" {
-		fmt.Fprintf(stderr, "dedup-lab: -runtime must be router or lambda, not %q\n", *runtimeName)
-		return 2
+	if f.runtime != "router" && f.runtime != "lambda" {
+		return fmt.Errorf("-runtime must be router or lambda, not %q", f.runtime)
 	}
-	if lambdaRuntime && (*brokerName != "gochannel" || *loseAcks != 0) {
-		fmt.Fprintln(stderr, "dedup-lab: -runtime lambda simulates SQS in process: it takes no -broker and no -lose-acks")
-		return 2
+	if f.runtime == "lambda" && (f.broker != "gochannel" || f.loseAcks != 0) {
+		return errors.New("-runtime lambda simulates SQS in process: it takes no -broker and no -lose-acks")
 	}
-	newBroker, ok := brokerNames[*brokerName]
-	if !ok {
-		fmt.Fprintf(stderr, "dedup-lab: unknown -broker %q (have %s)\n", *brokerName, strings.Join(names(brokerNames), ", "))
-		return 2
+	if _, ok := brokerNames[f.broker]; !ok {
+		return fmt.Errorf("unknown -broker %q (have %s)", f.broker, strings.Join(names(brokerNames), ", "))
 	}
-	newStore, ok := storeNames[*storeName]
-	if !ok {
-		fmt.Fprintf(stderr, "dedup-lab: unknown -store %q (have %s)\n", *storeName, strings.Join(names(storeNames), ", "))
+	if _, ok := storeNames[f.store]; !ok {
+		return fmt.Errorf("unknown -store %q (have %s)", f.store, strings.Join(names(storeNames), ", "))
+	}
+	return nil
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	f, err := parseFlags(args, stderr)
+	if err != nil {
+		if !errors.Is(err, errUsagePrinted) {
+			fmt.Fprintf(stderr, "dedup-lab: %v\n", err)
+		}
 		return 2
 	}
 	var logger watermill.LoggerAdapter = watermill.NopLogger{}
-	if *verbose {
+	if f.verbose {
 		logger = watermill.NewStdLoggerWithOut(stderr, false, false)
 	}
-	opts := options{concurrency: *concurrency, kafkaBrokers: *kafkaAddrs, redisAddr: *redisAddr, dynamoTable: *dynamoTable, logger: logger}
+	opts := options{
+		concurrency: f.concurrency, kafkaBrokers: f.kafkaBrokers, natsURL: f.natsURL, amqpURL: f.amqpURL,
+		dynamoTable: f.dynamoTable, logger: logger, redis: &sharedRedis{addr: f.redisAddr},
+	}
+	defer opts.redis.close()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-
-	cfg := lab.Config{
-		Copies: *copies, Orders: *orders, MaxDuplicates: *maxDup, Concurrency: *concurrency,
-		EffectTime: *effect, Seed: *seed, Timeout: *timeout, Progress: stderr,
-		LoseAcks: *loseAcks, Broker: *brokerName, StoreName: *storeName, Logger: logger,
-	}
-	broker, err := newBroker(ctx, opts)
+	broker, err := brokerNames[f.broker](ctx, opts)
 	if err != nil {
-		return setupFailed(stderr, "broker "+*brokerName, err)
+		return setupFailed(stderr, "broker "+f.broker, err)
 	}
 	defer broker.close()
-	store, err := newStore(ctx, opts)
+	store, err := storeNames[f.store](ctx, opts)
 	if err != nil {
-		return setupFailed(stderr, "store "+*storeName, err)
+		return setupFailed(stderr, "store "+f.store, err)
 	}
 	defer store.close()
-	cfg.NewTransport = broker.transport
-	cfg.NewStore = store.store
 
-	if lambdaRuntime {
+	printHeader(stdout, f, broker, store)
+	cfg := lab.Config{
+		Copies: f.copies, Orders: f.orders, MaxDuplicates: f.maxDup, Concurrency: f.concurrency,
+		EffectTime: f.effect, Seed: f.seed, Timeout: f.timeout, Progress: stderr,
+		LoseAcks: f.loseAcks, Broker: f.broker, StoreName: f.store, Logger: logger, Shadow: f.shadow,
+		NewTransport: broker.transport, NewStore: store.store,
+	}
+	runLab := lab.Run
+	if f.runtime == "lambda" {
+		runLab = lab.RunLambda
+	}
+	results, err := runLab(ctx, cfg, f.off, f.on)
+	lab.PrintTable(stdout, results)
+	if err != nil {
+		fmt.Fprintf(stderr, "dedup-lab: %v\n", err)
+		return 1
+	}
+	status := printVerdicts(stdout, results)
+	if broker.about != "" && status == 0 {
+		fmt.Fprintln(stdout, "broker: every message acked, none left waiting, in flight or uncommitted")
+	}
+	return status
+}
+
+// printHeader says what runs where.
+func printHeader(stdout io.Writer, f flags, broker *broker, store *store) {
+	if f.runtime == "lambda" {
 		fmt.Fprintf(stdout, "dedup-lab: ORDER-003 x%d + %d other orders (1-%d copies each), runtime lambda (SQS batches of up to %d, %d invocations at once), store %s\n",
-			*copies, *orders, *maxDup, lab.LambdaBatchSize, *concurrency, *storeName)
+			f.copies, f.orders, f.maxDup, lab.LambdaBatchSize, f.concurrency, f.store)
 	} else {
 		fmt.Fprintf(stdout, "dedup-lab: ORDER-003 x%d + %d other orders (1-%d copies each), broker %s, store %s, concurrency %d\n",
-			*copies, *orders, *maxDup, *brokerName, *storeName, *concurrency)
+			f.copies, f.orders, f.maxDup, f.broker, f.store, f.concurrency)
 	}
 	if broker.about != "" {
 		fmt.Fprintf(stdout, "  broker: %s\n", broker.about)
@@ -154,20 +203,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if store.about != "" {
 		fmt.Fprintf(stdout, "  store:  %s\n", store.about)
 	}
-	if *loseAcks > 0 {
-		fmt.Fprintf(stdout, "  lost acks: the first delivery of %d messages is nacked after its charge, so the broker redelivers it\n", *loseAcks)
+	if f.loseAcks > 0 {
+		fmt.Fprintf(stdout, "  lost acks: the first delivery of %d messages is nacked after its charge, so the broker redelivers it\n", f.loseAcks)
 	}
 	fmt.Fprintln(stdout)
-	runLab := lab.Run
-	if lambdaRuntime {
-		runLab = lab.RunLambda
-	}
-	results, err := runLab(ctx, cfg, off, on)
-	lab.PrintTable(stdout, results)
-	if err != nil {
-		fmt.Fprintf(stderr, "dedup-lab: %v\n", err)
-		return 1
-	}
+}
+
+// printVerdicts writes one line per run and returns the exit status: 1 when
+// a run does not show what it should.
+func printVerdicts(stdout io.Writer, results []lab.Result) int {
 	status := 0
 	fmt.Fprintln(stdout)
 	for _, r := range results {
@@ -178,16 +222,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 		switch {
 		case !r.OK():
 			fmt.Fprintf(stdout, "FAIL idempotency %s: %d charges for %d messages%s of %d orders, %d acked, %d left in the broker\n",
-				onOff(r.Idempotency), r.Charges, r.Messages, again, r.DistinctOrders, r.Acked, r.Pending)
+				runName(r), r.Charges, r.Messages, again, r.DistinctOrders, r.Acked, r.Pending)
 			status = 1
+		case r.Shadow:
+			lost := ""
+			if r.LostAcks > 0 {
+				lost = fmt.Sprintf(" + %d lost acks", r.LostAcks)
+			}
+			fmt.Fprintf(stdout, "idempotency shadow: %d charges for %d messages%s: every copy charged, as without dedup; would skip %d = %d messages%s - %d distinct orders (%.2fs)\n",
+				r.Charges, r.Messages, again, r.WouldSkip, r.Messages, lost, r.DistinctOrders, r.Elapsed.Seconds())
 		case r.Idempotency:
 			fmt.Fprintf(stdout, "idempotency on:  %d charges for %d distinct orders: every order charged exactly once (%.2fs)\n", r.Charges, r.DistinctOrders, r.Elapsed.Seconds())
 		default:
 			fmt.Fprintf(stdout, "idempotency off: %d charges for %d messages%s: every copy charged again (%.2fs)\n", r.Charges, r.Messages, again, r.Elapsed.Seconds())
 		}
-	}
-	if broker.about != "" && status == 0 {
-		fmt.Fprintln(stdout, "broker: every message acked, none left waiting, in flight or uncommitted")
 	}
 	return status
 }
@@ -203,8 +251,12 @@ func setupFailed(stderr io.Writer, what string, err error) int {
 	return 1
 }
 
-func onOff(b bool) string {
-	if b {
+// runName names a run as -idempotency does.
+func runName(r lab.Result) string {
+	switch {
+	case r.Shadow:
+		return "shadow"
+	case r.Idempotency:
 		return "on"
 	}
 	return "off"

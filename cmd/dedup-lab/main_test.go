@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -174,4 +176,101 @@ func TestLabCommandOnEmulators(t *testing.T) {
 		}
 	}
 	t.Log("\n" + out.String())
+}
+
+// runLab runs the command and checks its output holds want.
+func runLab(t *testing.T, args []string, want ...string) string {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	if code := run(args, &out, &errOut); code != 0 {
+		t.Fatalf("dedup-lab %v exited %d\n%s%s", args, code, out.String(), errOut.String())
+	}
+	for _, w := range want {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("output lacks %q:\n%s", w, out.String())
+		}
+	}
+	return out.String()
+}
+
+// -broker redisstream -store redis with no REDIS_ADDR: one embedded Redis
+// carries the stream and the records.
+func TestLabCommandRedisStreamAndStoreOnOneEmbeddedRedis(t *testing.T) {
+	out := runLab(t, []string{"-broker", "redisstream", "-store", "redis", "-redis-addr", "", "-orders", "40", "-effect-time", "1ms", "-lose-acks", "3"},
+		"broker: Redis Streams on embedded Redis (miniredis, in this process) at 127.0.0.1:",
+		`consumer group "charge-orders" of 8 consumers`,
+		"(+3 redelivered after a lost ack): every copy charged again",
+		"idempotency on:  41 charges for 41 distinct orders: every order charged exactly once",
+		"broker: every message acked, none left waiting, in flight or uncommitted",
+	)
+	addr := regexp.MustCompile(`Redis Streams on embedded Redis \(miniredis, in this process\) at (127\.0\.0\.1:\d+)`).FindStringSubmatch(out)
+	if addr == nil || !strings.Contains(out, "store:  embedded Redis (miniredis, in this process) at "+addr[1]) {
+		t.Errorf("the stream and the store are not on one server:\n%s", out)
+	}
+}
+
+// -broker nats with no NATS_URL: an embedded nats-server with JetStream.
+func TestLabCommandEmbeddedNATS(t *testing.T) {
+	t.Setenv("NATS_URL", "")
+	runLab(t, []string{"-broker", "nats", "-store", "memory", "-nats-url", "", "-orders", "40", "-effect-time", "1ms", "-lose-acks", "3"},
+		"broker: embedded NATS JetStream (nats-server, in this process) at nats://127.0.0.1:",
+		"(+3 redelivered after a lost ack): every copy charged again",
+		"idempotency on:  41 charges for 41 distinct orders: every order charged exactly once",
+		"broker: every message acked, none left waiting, in flight or uncommitted",
+	)
+}
+
+// -broker amqp on a RabbitMQ node the test starts; without AMQP_URL the
+// lab says how to start one.
+func TestLabCommandAMQP(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run([]string{"-broker", "amqp", "-amqp-url", ""}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "hint: start RabbitMQ") {
+		t.Errorf("without AMQP_URL: exit %d\n%s", code, errOut.String())
+	}
+	r, err := testserver.StartRabbitMQ()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	t.Logf("RabbitMQ node %s accepted AMQP connections after %v", r.NodeName, r.Startup)
+	runLab(t, []string{"-broker", "amqp", "-amqp-url", r.URL, "-store", "redis", "-redis-addr", "", "-orders", "40", "-effect-time", "1ms", "-lose-acks", "3"},
+		"broker: RabbitMQ at amqp://guest:xxxxx@127.0.0.1:",
+		"(+3 redelivered after a lost ack): every copy charged again",
+		"idempotency on:  41 charges for 41 distinct orders: every order charged exactly once",
+		"broker: every message acked, none left waiting, in flight or uncommitted",
+	)
+}
+
+// -idempotency shadow on a real redis-server: every copy charged (also the
+// redelivered lost acks), the copies dedup would have skipped counted.
+func TestLabCommandShadowOnRedis(t *testing.T) {
+	r, err := testserver.StartRedis()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	out := runLab(t, []string{"-idempotency", "shadow", "-store", "redis", "-redis-addr", r.Addr,
+		"-orders", "40", "-effect-time", "1ms", "-lose-acks", "3", "-seed", "3"})
+	m := regexp.MustCompile(`(?m)^shadow\s+(\d+)\s+41\s+(\d+)\s+41\s+-\s+-\s+3$`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no shadow row with 41 distinct orders, 41 claims won, 3 nacks (the lost acks):\n%s", out)
+	}
+	messages, charges := atoi(t, m[1]), atoi(t, m[2])
+	if charges != messages+3 {
+		t.Fatalf("shadow: %d charges for %d messages and 3 lost acks:\n%s", charges, messages, out)
+	}
+	want := fmt.Sprintf("idempotency shadow: %d charges for %d messages (+3 redelivered after a lost ack): every copy charged, as without dedup; would skip %d = %d messages + 3 lost acks - 41 distinct orders",
+		messages+3, messages, messages+3-41, messages)
+	if !strings.Contains(out, want) {
+		t.Errorf("output lacks %q:\n%s", want, out)
+	}
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

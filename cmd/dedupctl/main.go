@@ -31,7 +31,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
-	"github.com/watermill-dedup/watermill-dedup/internal/brokers"
+	"github.com/watermill-dedup/watermill-dedup/internal/redisaddr"
 	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 )
 
@@ -78,7 +78,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.timeout, "timeout", o.timeout, "give up after this long")
 	fs.DurationVar(&o.retention, "retention", o.retention, "the consumers' dedup.Config.Retention: shows when a completed record was completed, for stores that do not keep it (Redis, DynamoDB)")
 	fs.StringVar(&o.scope, "scope", o.scope, "scope of KEY (KEY is then a business key) or of the listing")
-	fs.StringVar(&o.redisAddr, "redis-addr", o.redisAddr, "Redis server: host:port, redis:// or rediss:// URL, or comma-separated Cluster nodes; $"+brokers.RedisAddrEnv+" sets the default")
+	fs.StringVar(&o.redisAddr, "redis-addr", o.redisAddr, "Redis server: host:port, redis:// or rediss:// URL, or comma-separated Cluster nodes; $"+redisaddr.Env+" sets the default")
 	fs.StringVar(&o.redisPrefix, "redis-prefix", o.redisPrefix, "the Redis store's KeyPrefix")
 	fs.StringVar(&o.dynamoTable, "dynamo-table", o.dynamoTable, "DynamoDB table")
 	fs.StringVar(&o.pgDSN, "postgres-dsn", o.pgDSN, "PostgreSQL connection string; $DATABASE_URL sets the default; empty: the PG* variables")
@@ -90,7 +90,7 @@ func defaultOptions() options {
 	return options{
 		store:       "redis",
 		timeout:     30 * time.Second,
-		redisAddr:   os.Getenv(brokers.RedisAddrEnv),
+		redisAddr:   os.Getenv(redisaddr.Env),
 		redisPrefix: "dedup:",
 		dynamoTable: "dedup",
 		pgDSN:       os.Getenv("DATABASE_URL"),

@@ -2,14 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
-	"github.com/watermill-dedup/watermill-dedup/internal/brokers"
+	"github.com/watermill-dedup/watermill-dedup/internal/awsenv"
+	"github.com/watermill-dedup/watermill-dedup/internal/redisaddr"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
 	redisstore "github.com/watermill-dedup/watermill-dedup/stores/redis"
@@ -36,44 +37,18 @@ func openStore(ctx context.Context, opts options) (admin.Interface, string, func
 	}
 }
 
-// redisClient builds a client from a -redis-addr value: comma-separated
-// addresses are the seed nodes of a Cluster, a redis:// or rediss:// URL is
-// parsed, anything else is host:port.
+// redisClient builds a client from a -redis-addr value (see
+// internal/redisaddr: host:port, a redis:// or rediss:// URL, or
+// comma-separated Cluster seeds).
 func redisClient(addr string) (goredis.UniversalClient, error) {
-	addr = strings.TrimSpace(addr)
+	client, err := redisaddr.Client(addr)
 	switch {
-	case addr == "":
-		return nil, &usageError{"no Redis server: set " + brokers.RedisAddrEnv + " or -redis-addr"}
-	case strings.Contains(addr, ","):
-		var addrs []string
-		for _, a := range strings.Split(addr, ",") {
-			if a = strings.TrimSpace(a); a != "" {
-				addrs = append(addrs, a)
-			}
-		}
-		return goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs}), nil
-	case strings.Contains(addr, "://"):
-		o, err := goredis.ParseURL(addr)
-		if err != nil {
-			return nil, &usageError{fmt.Sprintf("Redis address %q: %v", addr, err)}
-		}
-		return goredis.NewClient(o), nil
-	default:
-		return goredis.NewClient(&goredis.Options{Addr: addr}), nil
+	case errors.Is(err, redisaddr.ErrEmpty):
+		return nil, &usageError{"no Redis server: set " + redisaddr.Env + " or -redis-addr"}
+	case err != nil:
+		return nil, &usageError{err.Error()}
 	}
-}
-
-// redisWhere names the server(s) of a client without the credentials a
-// redis:// URL may carry.
-func redisWhere(c goredis.UniversalClient) string {
-	switch c := c.(type) {
-	case *goredis.Client:
-		return c.Options().Addr
-	case *goredis.ClusterClient:
-		return "Cluster " + strings.Join(c.Options().Addrs, ",")
-	default:
-		return "?"
-	}
+	return client, nil
 }
 
 func openRedis(ctx context.Context, opts options) (admin.Interface, string, func(), error) {
@@ -88,13 +63,13 @@ func openRedis(ctx context.Context, opts options) (admin.Interface, string, func
 	store, err := redisstore.New(ctx, client, redisstore.Config{KeyPrefix: opts.redisPrefix})
 	if err != nil {
 		_ = client.Close()
-		return nil, "", nil, fmt.Errorf("Redis at %s: %w", redisWhere(client), err)
+		return nil, "", nil, fmt.Errorf("Redis at %s: %w", redisaddr.Describe(client), err)
 	}
-	return store, fmt.Sprintf("Redis at %s, prefix %q", redisWhere(client), opts.redisPrefix), func() { _ = client.Close() }, nil
+	return store, fmt.Sprintf("Redis at %s, prefix %q", redisaddr.Describe(client), opts.redisPrefix), func() { _ = client.Close() }, nil
 }
 
 func openDynamo(ctx context.Context, opts options) (admin.Interface, string, func(), error) {
-	a, err := brokers.LoadAWS(ctx, "dynamodb")
+	a, err := awsenv.LoadAWS(ctx, "dynamodb")
 	if err != nil {
 		return nil, "", nil, err
 	}

@@ -23,8 +23,6 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-
-	"github.com/watermill-dedup/watermill-dedup/internal/brokers"
 )
 
 func main() {
@@ -41,16 +39,11 @@ func run(addr string, verbose bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	redis, err := brokers.ConnectRedis(os.Getenv("REDIS_ADDR")) // unset: an in-process miniredis
+	client, what, closeRedis, err := openRedis(os.Getenv("REDIS_ADDR")) // unset: an in-process miniredis
 	if err != nil {
 		return err
 	}
-	defer redis.Close()
-	what := "Redis at " + redis.Addr
-	if redis.Embedded {
-		what = "in-process miniredis (set REDIS_ADDR to use a real Redis 7)"
-	}
-	client := redis.Client
+	defer closeRedis()
 
 	var logger watermill.LoggerAdapter = watermill.NopLogger{}
 	if verbose {

@@ -14,7 +14,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/brokers"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 )
 
@@ -206,12 +205,12 @@ func runSession(t *testing.T, client goredis.UniversalClient) {
 }
 
 func TestSessionOnMiniredis(t *testing.T) {
-	mr, err := brokers.StartMiniredis() // what the example starts without REDIS_ADDR
+	client, _, closeRedis, err := openRedis("") // what the example starts without REDIS_ADDR
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(mr.Close)
-	runSession(t, mr.Client)
+	t.Cleanup(closeRedis)
+	runSession(t, client)
 }
 
 func TestSessionOnRedis(t *testing.T) {

@@ -64,6 +64,13 @@ func where(msg *message.Message) string {
 	return fmt.Sprintf("%s, partition %d offset %d, key from %s", message.HandlerNameFromCtx(msg.Context()), p, o, keyFrom)
 }
 
+// failFirst makes the first charge of orderID fail.
+func (l *ledger) failFirst(orderID string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.failOnce[orderID] = true
+}
+
 // charge is the handler of every group member.
 func (l *ledger) charge(msg *message.Message) error {
 	var o order

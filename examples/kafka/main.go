@@ -7,10 +7,11 @@
 //
 //	go run ./examples/kafka                                 # embedded Kafka (kfake) and Redis (miniredis)
 //	KAFKA_BROKERS=broker1:9092 REDIS_ADDR=my-redis:6379 go run ./examples/kafka
-//	AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:4567 go run ./examples/kafka -store dynamo
 //
-// Without KAFKA_BROKERS it starts an in-process Kafka-protocol cluster, so
-// it runs with no setup. See README.md.
+// Without KAFKA_BROKERS it starts an in-process Kafka-protocol cluster, and
+// without REDIS_ADDR an in-process Redis, so it runs with no setup. The
+// folder imports nothing internal to this module: copy it out and it
+// builds. See README.md.
 package main
 
 import (
@@ -29,8 +30,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/brokers"
-	redisstore "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
 func main() {
@@ -42,9 +41,7 @@ func main() {
 // config is the command line.
 type config struct {
 	kafkaBrokers string // empty: embedded kfake
-	store        string // redis or dynamo
 	redisAddr    string // empty: embedded miniredis
-	dynamoTable  string
 	topic        string
 	group        string
 	partitions   int
@@ -60,10 +57,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("kafka", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.kafkaBrokers, "kafka-brokers", os.Getenv(brokers.KafkaBrokersEnv), "Kafka bootstrap brokers, comma-separated (default $KAFKA_BROKERS; empty: embedded kfake cluster)")
-	fs.StringVar(&c.store, "store", "redis", "dedup store: redis or dynamo")
-	fs.StringVar(&c.redisAddr, "redis-addr", os.Getenv(brokers.RedisAddrEnv), "Redis server (default $REDIS_ADDR; empty: embedded miniredis)")
-	fs.StringVar(&c.dynamoTable, "dynamo-table", "dedup-example", "DynamoDB table (created if missing)")
+	fs.StringVar(&c.kafkaBrokers, "kafka-brokers", os.Getenv("KAFKA_BROKERS"), "Kafka bootstrap brokers, comma-separated (default $KAFKA_BROKERS; empty: embedded kfake cluster)")
+	fs.StringVar(&c.redisAddr, "redis-addr", os.Getenv("REDIS_ADDR"), "Redis server, host:port or redis:// URL (default $REDIS_ADDR; empty: embedded miniredis)")
 	fs.StringVar(&c.topic, "topic", "orders-demo", "Kafka topic (created if missing)")
 	fs.StringVar(&c.group, "group", "charge-orders-demo", "consumer group")
 	fs.IntVar(&c.partitions, "partitions", 4, "partitions of the topic, when this creates it")
@@ -75,9 +70,6 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.verbose, "v", false, "log Watermill's and the middleware's events")
 	if err := fs.Parse(args); err != nil {
 		return c, err
-	}
-	if c.store != "redis" && c.store != "dynamo" {
-		return c, fmt.Errorf("-store must be redis or dynamo, not %q", c.store)
 	}
 	if c.members < 1 || c.partitions < 1 {
 		return c, errors.New("-members and -partitions must be at least 1")
@@ -94,18 +86,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	out := lockWriter(stdout)
-	k, err := brokers.ConnectKafka(cfg.kafkaBrokers, 1)
+	k, err := connectKafka(cfg.kafkaBrokers)
 	if err != nil {
 		fmt.Fprintln(stderr, "kafka:", err)
 		return 1
 	}
-	defer k.Close()
+	defer k.close()
 	if err := runWith(ctx, cfg, k, demoOrders, newLedger(out), newPrinter(out), out); err != nil {
 		fmt.Fprintln(stderr, "kafka:", err)
-		var ue *brokers.UnreachableError
-		if errors.As(err, &ue) {
-			fmt.Fprintln(stderr, "hint:", ue.Hint)
-		}
 		return 1
 	}
 	return 0
@@ -131,94 +119,35 @@ var demoOrders = []publication{
 	{order: order{"ORDER-004", 80, "BRL"}, copies: 2, failFirst: true},
 }
 
-// openStore opens the dedup store: Redis (REDIS_ADDR, or an embedded
-// miniredis) or DynamoDB (the AWS SDK's environment).
-func openStore(ctx context.Context, cfg config) (dedup.Store, string, func(), error) {
-	if cfg.store == "dynamo" {
-		a, err := brokers.LoadAWS(ctx, "dynamodb")
-		if err != nil {
-			return nil, "", nil, fmt.Errorf("%w\nhint: %s", err, brokers.DynaliteHint)
-		}
-		if err := a.PingDynamoDB(ctx); err != nil {
-			return nil, "", nil, err
-		}
-		s, err := a.DynamoStore(ctx, cfg.dynamoTable)
-		if err != nil {
-			return nil, "", nil, err
-		}
-		return s, fmt.Sprintf("DynamoDB table %s at %s", cfg.dynamoTable, a.Describe("dynamodb")), func() {}, nil
-	}
-	r, err := brokers.ConnectRedis(cfg.redisAddr)
-	if err != nil {
-		return nil, "", nil, err
-	}
-	s, err := r.Store(ctx, redisstore.Config{})
-	if err != nil {
-		r.Close()
-		return nil, "", nil, err
-	}
-	about := r.Describe()
-	if r.Embedded {
-		about += " (set REDIS_ADDR to share records between processes)"
-	}
-	return s, about, r.Close, nil
-}
-
-func runWith(ctx context.Context, cfg config, k *brokers.Kafka, orders []publication, l *ledger, p *printer, out io.Writer) error {
+func runWith(ctx context.Context, cfg config, k *cluster, orders []publication, l *ledger, p *printer, out io.Writer) error {
 	var logger watermill.LoggerAdapter = watermill.NopLogger{}
 	if cfg.verbose {
 		logger = watermill.NewStdLoggerWithOut(out, false, false)
 	}
 	ctx, cancelTimeout := context.WithTimeout(ctx, cfg.timeout)
 	defer cancelTimeout()
-	store, storeAbout, closeStore, err := openStore(ctx, cfg)
+	store, storeAbout, closeStore, err := openStore(ctx, cfg.redisAddr)
 	if err != nil {
 		return err
 	}
 	defer closeStore()
-	if err := k.CreateTopic(ctx, cfg.topic, int32(cfg.partitions)); err != nil {
+	if err := k.createTopic(cfg.topic, int32(cfg.partitions)); err != nil {
 		return err
 	}
-	pub, err := k.Publisher(nil, logger)
+	pub, err := k.publisher(logger)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = pub.Close() }()
-	sub, err := k.Subscriber(cfg.group, logger)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "%s: topic %s, consumer group %s with %d members\nstore: %s\n", k.Describe(), cfg.topic, cfg.group, cfg.members, storeAbout)
+	fmt.Fprintf(out, "%s: topic %s, consumer group %s with %d members\nstore: %s\n", k.describe(), cfg.topic, cfg.group, cfg.members, storeAbout)
 
-	// One Deduplicator for every member: same store, key function and scope.
-	d, err := dedup.New(dedup.Config{Store: store, Key: orderKey, Scope: cfg.scope, Observer: p, Logger: logger})
-	if err != nil {
-		return err
-	}
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second}, logger)
-	if err != nil {
-		return err
-	}
 	acks := newAckCounter()
-	router.AddMiddleware(acks.middleware)
-	if cfg.idempotency {
-		poison, err := middleware.PoisonQueueWithFilter(pub, cfg.topic+"-poison", dedup.IsPermanent)
-		if err != nil {
-			return err
-		}
-		router.AddMiddleware(poison, d.Middleware)
+	router, err := newRouter(cfg, k, pub, store, acks, l, p, logger)
+	if err != nil {
+		return err
 	}
-	// Each handler subscribes once: one more member of the group.
-	for i := range cfg.members {
-		router.AddConsumerHandler(fmt.Sprintf("member-%d", i+1), cfg.topic, sub, l.charge)
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	runErr := make(chan error, 1)
-	go func() { runErr <- router.Run(runCtx) }()
-	select {
-	case <-router.Running():
-	case err := <-runErr:
+	runErr, err := startRouter(ctx, router)
+	if err != nil {
 		return err
 	}
 	defer func() { _ = router.Close() }()
@@ -230,7 +159,6 @@ func runWith(ctx context.Context, cfg config, k *brokers.Kafka, orders []publica
 		return err
 	}
 	fmt.Fprintf(out, "group %s stable: partitions per member %v\n\n", cfg.group, assignment)
-
 	if cfg.consume {
 		fmt.Fprintln(out, "consuming; Ctrl-C to stop")
 		select {
@@ -241,32 +169,10 @@ func runWith(ctx context.Context, cfg config, k *brokers.Kafka, orders []publica
 		}
 	}
 
-	published, distinct := map[string]bool{}, map[string]bool{}
-	for _, o := range orders {
-		if o.failFirst {
-			l.mu.Lock()
-			l.failOnce[o.order.OrderID] = true
-			l.mu.Unlock()
-		}
-		for range o.copies {
-			body := fmt.Sprintf(`{"order_id":%q,"amount":%d,"currency":%q}`, o.order.OrderID, o.order.Amount, o.order.Currency)
-			msg := message.NewMessage(watermill.NewUUID(), []byte(body))
-			if o.header {
-				msg.Metadata.Set(orderHeader, o.order.OrderID)
-			}
-			if err := pub.Publish(cfg.topic, msg); err != nil {
-				return fmt.Errorf("publishing %s: %w", o.order.OrderID, err)
-			}
-			published[msg.UUID] = true
-		}
-		distinct[o.order.OrderID] = true
-		header := "without header"
-		if o.header {
-			header = "with header order_id"
-		}
-		fmt.Fprintf(out, "published %s x%d %s\n", o.order.OrderID, o.copies, header)
+	published, distinct, err := publishOrders(cfg, pub, orders, l, out)
+	if err != nil {
+		return err
 	}
-
 	// Done when every message was acked and its offset committed (Sarama
 	// commits marked offsets in the background; closing before the commit
 	// would redeliver the last messages to the next consumer).
@@ -277,20 +183,92 @@ func runWith(ctx context.Context, cfg config, k *brokers.Kafka, orders []publica
 		return err
 	}
 	summary, charges := l.summary()
-	fmt.Fprintf(out, "\n%d messages, %d distinct orders, %d charges: %s\n", len(published), len(distinct), charges, summary)
+	fmt.Fprintf(out, "\n%d messages, %d distinct orders, %d charges: %s\n", len(published), distinct, charges, summary)
 	fmt.Fprintf(out, "group %s: every offset committed\n", cfg.group)
 	return nil
+}
+
+// newRouter builds the consumer group: cfg.members handlers, each one more
+// member of the group (each Subscribe call joins it), all behind one
+// Deduplicator (same store, key function and scope).
+func newRouter(cfg config, k *cluster, pub message.Publisher, store dedup.Store, acks *ackCounter, l *ledger, p *printer, logger watermill.LoggerAdapter) (*message.Router, error) {
+	d, err := dedup.New(dedup.Config{Store: store, Key: orderKey, Scope: cfg.scope, Observer: p, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	sub, err := k.subscriber(cfg.group, logger)
+	if err != nil {
+		return nil, err
+	}
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second}, logger)
+	if err != nil {
+		return nil, err
+	}
+	router.AddMiddleware(acks.middleware)
+	if cfg.idempotency {
+		poison, err := middleware.PoisonQueueWithFilter(pub, cfg.topic+"-poison", dedup.IsPermanent)
+		if err != nil {
+			return nil, err
+		}
+		router.AddMiddleware(poison, d.Middleware)
+	}
+	for i := range cfg.members {
+		router.AddConsumerHandler(fmt.Sprintf("member-%d", i+1), cfg.topic, sub, l.charge)
+	}
+	return router, nil
+}
+
+// startRouter runs the router until ctx ends and returns once it is
+// running; the channel receives what Run returned.
+func startRouter(ctx context.Context, router *message.Router) (<-chan error, error) {
+	runErr := make(chan error, 1)
+	go func() { runErr <- router.Run(ctx) }()
+	select {
+	case <-router.Running():
+		return runErr, nil
+	case err := <-runErr:
+		return nil, err
+	}
+}
+
+// publishOrders produces each publication's copies, each a new record with
+// a new UUID, and returns the UUIDs sent and the number of distinct orders.
+func publishOrders(cfg config, pub message.Publisher, orders []publication, l *ledger, out io.Writer) (map[string]bool, int, error) {
+	published, distinct := map[string]bool{}, map[string]bool{}
+	for _, o := range orders {
+		if o.failFirst {
+			l.failFirst(o.order.OrderID)
+		}
+		for range o.copies {
+			body := fmt.Sprintf(`{"order_id":%q,"amount":%d,"currency":%q}`, o.order.OrderID, o.order.Amount, o.order.Currency)
+			msg := message.NewMessage(watermill.NewUUID(), []byte(body))
+			if o.header {
+				msg.Metadata.Set(orderHeader, o.order.OrderID)
+			}
+			if err := pub.Publish(cfg.topic, msg); err != nil {
+				return nil, 0, fmt.Errorf("publishing %s: %w", o.order.OrderID, err)
+			}
+			published[msg.UUID] = true
+		}
+		distinct[o.order.OrderID] = true
+		header := "without header"
+		if o.header {
+			header = "with header order_id"
+		}
+		fmt.Fprintf(out, "published %s x%d %s\n", o.order.OrderID, o.copies, header)
+	}
+	return published, len(distinct), nil
 }
 
 // waitForMembers polls the group until it is stable with cfg.members
 // members (of this or other processes: at least cfg.members) that each own
 // a partition of the topic.
-func waitForMembers(ctx context.Context, k *brokers.Kafka, cfg config) ([][]int32, error) {
+func waitForMembers(ctx context.Context, k *cluster, cfg config) ([][]int32, error) {
 	want := min(cfg.members, cfg.partitions)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		state, members, err := k.GroupAssignment(cfg.group, cfg.topic)
+		state, members, err := k.assignment(cfg.group, cfg.topic)
 		owners := 0
 		for _, m := range members {
 			if len(m) > 0 {
@@ -309,11 +287,11 @@ func waitForMembers(ctx context.Context, k *brokers.Kafka, cfg config) ([][]int3
 }
 
 // waitCommitted polls the group's lag until every offset is committed.
-func waitCommitted(ctx context.Context, k *brokers.Kafka, cfg config) error {
+func waitCommitted(ctx context.Context, k *cluster, cfg config) error {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		lag, err := k.Lag(ctx, cfg.group, cfg.topic)
+		lag, err := k.lag(ctx, cfg.group, cfg.topic)
 		if err == nil && lag == 0 {
 			return nil
 		}

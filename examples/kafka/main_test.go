@@ -13,13 +13,12 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/brokers"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 )
 
 // Kafka is an in-process kfake cluster per test (the Kafka protocol, spoken
-// to by Sarama); the stores are a real redis-server and dynalite on free
-// loopback ports.
+// to by Sarama), as the example starts without KAFKA_BROKERS; the store is a
+// real redis-server on a free loopback port.
 var redisAddr string
 
 func TestMain(m *testing.M) {
@@ -28,36 +27,25 @@ func TestMain(m *testing.M) {
 		if err != nil {
 			return nil, err
 		}
-		dyn, err := testserver.StartDynalite()
-		if err != nil {
-			_ = r.Close()
-			return nil, err
-		}
 		redisAddr = r.Addr
-		cleanup := func() { _ = r.Close(); _ = dyn.Close() }
-		if err := os.Setenv("AWS_ENDPOINT_URL_DYNAMODB", dyn.Endpoint); err != nil {
-			cleanup()
-			return nil, err
-		}
-		return cleanup, nil
+		return func() { _ = r.Close() }, nil
 	})
 }
 
-func startKafka(t *testing.T) *brokers.Kafka {
+func startKafka(t *testing.T) *cluster {
 	t.Helper()
-	k, err := brokers.StartKafka(1)
+	k, err := connectKafka("")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(k.Close)
+	t.Cleanup(k.close)
 	return k
 }
 
-func testConfig(t *testing.T, store string, extra ...string) config {
+func testConfig(t *testing.T, extra ...string) config {
 	t.Helper()
 	id := strings.ToLower(watermill.NewShortUUID())
-	args := append([]string{"-store", store, "-redis-addr", redisAddr, "-dynamo-table", "example-test",
-		"-scope", "charge-order-" + id, "-timeout", "90s"}, extra...)
+	args := append([]string{"-redis-addr", redisAddr, "-scope", "charge-order-" + id, "-timeout", "90s"}, extra...)
 	cfg, err := parseFlags(args, os.Stderr)
 	if err != nil {
 		t.Fatal(err)
@@ -65,18 +53,22 @@ func testConfig(t *testing.T, store string, extra ...string) config {
 	return cfg
 }
 
-// The demo on both stores: 8 messages of 3 orders (keys from headers and
-// bodies, one first charge failing) consumed by a group of two: each order
-// charged once, the rest acked as duplicates, every offset committed.
+// The demo: 8 messages of 3 orders (keys from headers and bodies, one first
+// charge failing) consumed by a group of two: each order charged once, the
+// rest acked as duplicates, every offset committed.
 func TestDemoChargesEachOrderOnce(t *testing.T) {
-	for _, store := range []string{"redis", "dynamo"} {
-		t.Run(store, func(t *testing.T) {
+	for _, embedded := range []bool{true, false} {
+		t.Run(fmt.Sprintf("embedded Redis %v", embedded), func(t *testing.T) {
 			t.Parallel()
 			k := startKafka(t)
 			var out bytes.Buffer
 			w := lockWriter(&out)
 			l, p := newLedger(w), newPrinter(w)
-			err := runWith(context.Background(), testConfig(t, store), k, demoOrders, l, p, w)
+			cfg := testConfig(t)
+			if embedded {
+				cfg.redisAddr = ""
+			}
+			err := runWith(context.Background(), cfg, k, demoOrders, l, p, w)
 			t.Log("\n" + out.String())
 			if err != nil {
 				t.Fatal(err)
@@ -110,7 +102,7 @@ func TestDemoWithoutIdempotencyChargesEveryCopy(t *testing.T) {
 	var out bytes.Buffer
 	w := lockWriter(&out)
 	l := newLedger(w)
-	cfg := testConfig(t, "redis", "-idempotency=false")
+	cfg := testConfig(t, "-idempotency=false")
 	err := runWith(context.Background(), cfg, k, demoOrders, l, newPrinter(w), w)
 	t.Log("\n" + out.String())
 	if err != nil {
@@ -129,7 +121,7 @@ func TestDemoWithoutIdempotencyChargesEveryCopy(t *testing.T) {
 func TestConsumerGroupOfTwoChargesEachOrderOnce(t *testing.T) {
 	t.Parallel()
 	k := startKafka(t)
-	k.Partitioner = sarama.NewRoundRobinPartitioner
+	k.partitioner = sarama.NewRoundRobinPartitioner
 	rng := rand.New(rand.NewPCG(42, 7))
 	var orders []publication
 	messages := 0
@@ -144,7 +136,7 @@ func TestConsumerGroupOfTwoChargesEachOrderOnce(t *testing.T) {
 	var out bytes.Buffer
 	w := lockWriter(&out)
 	l, p := newLedger(w), newPrinter(w)
-	cfg := testConfig(t, "redis", "-members", "2", "-partitions", "4")
+	cfg := testConfig(t, "-members", "2", "-partitions", "4")
 	if err := runWith(context.Background(), cfg, k, orders, l, p, w); err != nil {
 		t.Log("\n" + out.String())
 		t.Fatal(err)

@@ -13,7 +13,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/brokers"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 )
 
@@ -68,6 +67,13 @@ func newLedger(out io.Writer) *ledger {
 	return &ledger{out: out, charges: map[string]int{}, failOnce: map[string]bool{}}
 }
 
+// failFirst makes the first charge of orderID fail.
+func (l *ledger) failFirst(orderID string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.failOnce[orderID] = true
+}
+
 // charge is the handler: the same function consumes the SQS queue and the
 // queue subscribed to SNS.
 func (l *ledger) charge(via string) message.NoPublishHandlerFunc {
@@ -96,7 +102,7 @@ func (l *ledger) charge(via string) message.NoPublishHandlerFunc {
 // short returns the beginning of the message's SQS MessageId: a new one
 // for every copy.
 func short(msg *message.Message) string {
-	id := msg.Metadata.Get(brokers.MetaSQSMessageID)
+	id := msg.Metadata.Get(metaMessageID)
 	if len(id) > 8 {
 		return id[:8] + "…"
 	}

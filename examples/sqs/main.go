@@ -9,11 +9,13 @@
 //	AWS_ENDPOINT_URL=http://127.0.0.1:4566 go run ./examples/sqs -store dynamo
 //	AWS_REGION=eu-west-1 REDIS_ADDR=my-redis:6379 go run ./examples/sqs     # AWS
 //
-// It uses watermill-aws v1.0.1 unchanged, with two adapters from
-// internal/brokers: SNS Publish with TopicArn instead of TargetArn (local
-// emulators need it; AWS accepts both), and a shorter redelivery delay for
-// nacked messages (ChangeMessageVisibility). Endpoint, region and
-// credentials come from the AWS SDK's standard environment. See README.md.
+// It uses watermill-aws v1.0.1 unchanged, with three small adapters in
+// aws.go: SNS Publish with TopicArn instead of TargetArn (local emulators
+// need it; AWS accepts both), the SQS MessageId on received messages, and a
+// shorter redelivery delay for nacked messages (ChangeMessageVisibility).
+// Endpoint, region and credentials come from the AWS SDK's standard
+// environment. The folder imports nothing internal to this module: copy it
+// out and it builds. See README.md.
 package main
 
 import (
@@ -32,9 +34,13 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 
+	wsns "github.com/ThreeDotsLabs/watermill-aws/sns"
+	wsqs "github.com/ThreeDotsLabs/watermill-aws/sqs"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sns"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/brokers"
-	redisstore "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
 func main() {
@@ -66,7 +72,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("sqs", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.store, "store", "redis", "dedup store: redis or dynamo")
-	fs.StringVar(&c.redisAddr, "redis-addr", os.Getenv(brokers.RedisAddrEnv), "Redis server (default $REDIS_ADDR; empty: embedded miniredis)")
+	fs.StringVar(&c.redisAddr, "redis-addr", os.Getenv("REDIS_ADDR"), "Redis server (default $REDIS_ADDR; empty: embedded miniredis)")
 	fs.StringVar(&c.dynamoTable, "dynamo-table", "dedup-example", "DynamoDB table (created if missing)")
 	fs.StringVar(&c.queue, "queue", "orders", "SQS queue producers send orders to")
 	fs.StringVar(&c.topic, "topic", "order-events", "SNS topic orders are published to")
@@ -101,9 +107,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if err := runConsumer(ctx, cfg, demoOrders, stdout); err != nil {
 		fmt.Fprintln(stderr, "sqs:", err)
-		var ue *brokers.UnreachableError
-		if errors.As(err, &ue) {
-			fmt.Fprintln(stderr, "hint:", ue.Hint)
+		var he *hintError
+		if errors.As(err, &he) {
+			fmt.Fprintln(stderr, "hint:", he.hint)
 		}
 		return 1
 	}
@@ -130,39 +136,6 @@ var demoOrders = []publication{
 	{via: "sns", order: order{"ORDER-004", 80, "BRL"}, copies: 2, failFirst: true},
 }
 
-// openStore opens the dedup store: Redis (REDIS_ADDR, or an embedded
-// miniredis) or DynamoDB (the AWS SDK's environment).
-func openStore(ctx context.Context, cfg config) (dedup.Store, string, func(), error) {
-	if cfg.store == "dynamo" {
-		a, err := brokers.LoadAWS(ctx, "dynamodb")
-		if err != nil {
-			return nil, "", nil, fmt.Errorf("%w\nhint: %s", err, brokers.DynaliteHint)
-		}
-		if err := a.PingDynamoDB(ctx); err != nil {
-			return nil, "", nil, err
-		}
-		s, err := a.DynamoStore(ctx, cfg.dynamoTable)
-		if err != nil {
-			return nil, "", nil, err
-		}
-		return s, fmt.Sprintf("DynamoDB table %s at %s", cfg.dynamoTable, a.Describe("dynamodb")), func() {}, nil
-	}
-	r, err := brokers.ConnectRedis(cfg.redisAddr)
-	if err != nil {
-		return nil, "", nil, err
-	}
-	s, err := r.Store(ctx, redisstore.Config{})
-	if err != nil {
-		r.Close()
-		return nil, "", nil, err
-	}
-	about := r.Describe()
-	if r.Embedded {
-		about += " (set REDIS_ADDR to share records between processes)"
-	}
-	return s, about, r.Close, nil
-}
-
 // runConsumer sets up the queues, the topic and the router, then publishes
 // orders and waits until every message is acked and both queues are empty
 // (or, with -consume, consumes until ctx ends).
@@ -176,14 +149,11 @@ func runWith(ctx context.Context, cfg config, orders []publication, l *ledger, p
 	if cfg.verbose {
 		logger = watermill.NewStdLoggerWithOut(out, false, false)
 	}
-	a, err := brokers.LoadAWS(ctx, "sqs", "sns")
+	awsCfg, err := loadAWS(ctx, "sqs", "sns")
 	if err != nil {
-		return fmt.Errorf("%w\nhint: %s", err, brokers.FauxqsHint)
+		return &hintError{err, fauxqsHint}
 	}
-	if err := a.PingSQS(ctx); err != nil {
-		return err
-	}
-	if err := a.PingSNS(ctx); err != nil {
+	if err := pingSQS(ctx, awsCfg); err != nil {
 		return err
 	}
 	store, storeAbout, closeStore, err := openStore(ctx, cfg)
@@ -191,71 +161,22 @@ func runWith(ctx context.Context, cfg config, orders []publication, l *ledger, p
 		return err
 	}
 	defer closeStore()
+	ep, err := openEntryPoints(ctx, awsCfg, cfg, logger)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "SQS %s: queue %s; SNS topic %s → queue %s\nstore: %s\n\n", where(awsCfg, "sqs"), cfg.queue, cfg.topic, cfg.snsQueue, storeAbout)
 
-	// The two entry points. The topic exists before the queue subscribes.
-	opts := brokers.QueueOptions{VisibilityTimeout: cfg.visibility}
-	sqsSub, queueURL, err := a.SQSSubscriber(ctx, cfg.queue, opts, logger)
-	if err != nil {
-		return err
-	}
-	topicArn, err := a.CreateTopic(ctx, cfg.topic)
-	if err != nil {
-		return err
-	}
-	snsSub, snsQueueURL, err := a.SNSSubscriber(ctx, topicArn, cfg.snsQueue, opts, logger)
-	if err != nil {
-		return err
-	}
-	sqsPub, err := a.SQSPublisher(logger)
-	if err != nil {
-		return err
-	}
-	snsPub, err := a.SNSPublisher(logger)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "SQS %s: queue %s; SNS topic %s → queue %s\nstore: %s\n\n", a.Describe("sqs"), cfg.queue, cfg.topic, cfg.snsQueue, storeAbout)
-
-	// One Deduplicator for both handlers: same store, same key function,
-	// same scope, so a copy arriving through the other queue is a duplicate
-	// too.
-	d, err := dedup.New(dedup.Config{Store: store, Key: orderKey, Scope: cfg.scope, Observer: p, Logger: logger})
-	if err != nil {
-		return err
-	}
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second}, logger)
-	if err != nil {
-		return err
-	}
 	acks := newAckCounter()
-	// Outermost: a nacked message comes back after -retry-after instead of
-	// the whole visibility timeout.
-	router.AddMiddleware(a.RetryAfter(cfg.retryAfter), acks.middleware)
-	if cfg.idempotency {
-		// Permanent errors (no order id, a reused key) go to a poison queue;
-		// the rest (in progress, store down, a failed charge) are retried.
-		poison, err := middleware.PoisonQueueWithFilter(sqsPub, cfg.queue+"-poison", dedup.IsPermanent)
-		if err != nil {
-			return err
-		}
-		router.AddMiddleware(poison, d.Middleware)
+	router, err := newRouter(cfg, ep, store, acks, l, p, logger)
+	if err != nil {
+		return err
 	}
-	for i := range cfg.receivers {
-		router.AddConsumerHandler(fmt.Sprintf("charge-orders-sqs-%d", i+1), cfg.queue, sqsSub, l.charge("sqs"))
-		router.AddConsumerHandler(fmt.Sprintf("charge-orders-sns-%d", i+1), topicArn, snsSub, l.charge("sns"))
-	}
-
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	runErr := make(chan error, 1)
-	go func() { runErr <- router.Run(runCtx) }()
-	select {
-	case <-router.Running():
-	case err := <-runErr:
+	runErr, err := startRouter(ctx, router)
+	if err != nil {
 		return err
 	}
 	defer func() { _ = router.Close() }()
-
 	if cfg.consume {
 		fmt.Fprintln(out, "consuming; Ctrl-C to stop")
 		select {
@@ -268,23 +189,127 @@ func runWith(ctx context.Context, cfg config, orders []publication, l *ledger, p
 
 	ctx, cancelTimeout := context.WithTimeout(ctx, cfg.timeout)
 	defer cancelTimeout()
+	published, distinct, err := publishOrders(cfg, ep, orders, l, out)
+	if err != nil {
+		return err
+	}
+	if err := waitDone(ctx, ep, acks, published); err != nil {
+		return err
+	}
+	summary, charges := l.summary()
+	fmt.Fprintf(out, "\n%d messages, %d distinct orders, %d charges: %s\n", len(published), distinct, charges, summary)
+	fmt.Fprintf(out, "queues %s and %s: no message waiting or in flight\n", cfg.queue, cfg.snsQueue)
+	return nil
+}
+
+// entryPoints are the two ways orders arrive: the queue producers send to,
+// and the topic whose subscribed queue the consumer reads.
+type entryPoints struct {
+	sqs         *sqs.Client
+	sqsSub      *wsqs.Subscriber
+	sqsPub      *wsqs.Publisher
+	queueURL    string
+	topicArn    string
+	snsSub      *wsns.Subscriber
+	snsPub      *wsns.Publisher
+	snsQueueURL string
+}
+
+// openEntryPoints creates the queue, the topic (before the queue that
+// subscribes to it) and the publishers and subscribers.
+func openEntryPoints(ctx context.Context, awsCfg aws.Config, cfg config, logger watermill.LoggerAdapter) (*entryPoints, error) {
+	ep := &entryPoints{sqs: sqs.NewFromConfig(awsCfg)}
+	var err error
+	if ep.queueURL, err = createQueue(ctx, ep.sqs, cfg.queue, cfg.visibility); err != nil {
+		return nil, err
+	}
+	if ep.sqsSub, err = wsqs.NewSubscriber(subscriberConfig(awsCfg, ep.queueURL, cfg.visibility), logger); err != nil {
+		return nil, err
+	}
+	topic, err := sns.NewFromConfig(awsCfg).CreateTopic(ctx, &sns.CreateTopicInput{Name: aws.String(cfg.topic)})
+	if err != nil {
+		return nil, fmt.Errorf("creating SNS topic %q: %w", cfg.topic, err)
+	}
+	ep.topicArn = aws.ToString(topic.TopicArn)
+	if ep.snsSub, ep.snsQueueURL, err = snsSubscriber(ctx, awsCfg, ep.topicArn, cfg.snsQueue, cfg.visibility, logger); err != nil {
+		return nil, err
+	}
+	if ep.sqsPub, err = wsqs.NewPublisher(wsqs.PublisherConfig{AWSConfig: awsCfg}, logger); err != nil {
+		return nil, err
+	}
+	ep.snsPub, err = wsns.NewPublisher(wsns.PublisherConfig{
+		AWSConfig:                   awsCfg,
+		TopicResolver:               wsns.TransparentTopicResolver{},
+		Marshaler:                   topicArnMarshaler{},
+		DoNotCreateTopicIfNotExists: true,
+	}, logger)
+	return ep, err
+}
+
+// newRouter builds the consumer: cfg.receivers handlers per queue, all
+// behind one Deduplicator (same store, key function and scope), so a copy
+// arriving through the other queue is a duplicate too.
+func newRouter(cfg config, ep *entryPoints, store dedup.Store, acks *ackCounter, l *ledger, p *printer, logger watermill.LoggerAdapter) (*message.Router, error) {
+	d, err := dedup.New(dedup.Config{Store: store, Key: orderKey, Scope: cfg.scope, Observer: p, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second}, logger)
+	if err != nil {
+		return nil, err
+	}
+	// Outermost: a nacked message comes back after -retry-after instead of
+	// the whole visibility timeout.
+	router.AddMiddleware(retryAfter(ep.sqs, cfg.retryAfter), acks.middleware)
+	if cfg.idempotency {
+		// Permanent errors (no order id, a reused key) go to a poison queue;
+		// the rest (in progress, store down, a failed charge) are retried.
+		poison, err := middleware.PoisonQueueWithFilter(ep.sqsPub, cfg.queue+"-poison", dedup.IsPermanent)
+		if err != nil {
+			return nil, err
+		}
+		router.AddMiddleware(poison, d.Middleware)
+	}
+	for i := range cfg.receivers {
+		router.AddConsumerHandler(fmt.Sprintf("charge-orders-sqs-%d", i+1), cfg.queue, ep.sqsSub, l.charge("sqs"))
+		router.AddConsumerHandler(fmt.Sprintf("charge-orders-sns-%d", i+1), ep.topicArn, ep.snsSub, l.charge("sns"))
+	}
+	return router, nil
+}
+
+// startRouter runs the router until ctx ends and returns once it is
+// running; the channel receives what Run returned.
+func startRouter(ctx context.Context, router *message.Router) (<-chan error, error) {
+	runErr := make(chan error, 1)
+	go func() { runErr <- router.Run(ctx) }()
+	select {
+	case <-router.Running():
+		return runErr, nil
+	case err := <-runErr:
+		return nil, err
+	}
+}
+
+// publishOrders sends each publication's copies to its entry point, each
+// copy a new message, and returns the UUIDs sent and the number of
+// distinct orders.
+func publishOrders(cfg config, ep *entryPoints, orders []publication, l *ledger, out io.Writer) (map[string]bool, int, error) {
 	published, distinct := map[string]bool{}, map[string]bool{}
 	for _, pub := range orders {
 		if pub.failFirst {
-			l.mu.Lock()
-			l.failOnce[pub.order.OrderID] = true
-			l.mu.Unlock()
+			l.failFirst(pub.order.OrderID)
 		}
 		for range pub.copies {
 			body := fmt.Sprintf(`{"order_id":%q,"amount":%d,"currency":%q}`, pub.order.OrderID, pub.order.Amount, pub.order.Currency)
 			msg := message.NewMessage(watermill.NewUUID(), []byte(body))
+			var err error
 			if pub.via == "sns" {
-				err = snsPub.Publish(topicArn, msg)
+				err = ep.snsPub.Publish(ep.topicArn, msg)
 			} else {
-				err = sqsPub.Publish(cfg.queue, msg)
+				err = ep.sqsPub.Publish(cfg.queue, msg)
 			}
 			if err != nil {
-				return fmt.Errorf("publishing %s: %w", pub.order.OrderID, err)
+				return nil, 0, fmt.Errorf("publishing %s: %w", pub.order.OrderID, err)
 			}
 			published[msg.UUID] = true
 		}
@@ -299,20 +324,21 @@ func runWith(ctx context.Context, cfg config, orders []publication, l *ledger, p
 		}
 		fmt.Fprintf(out, "published %s to %s (%s)\n", pub.order.OrderID, where, copies)
 	}
+	return published, len(distinct), nil
+}
 
-	// Done when every message was acked and SQS holds none of them any more
-	// (the acks are DeleteMessage calls, made after the handler returns).
+// waitDone returns once every message was acked and SQS holds none of
+// them any more (the acks are DeleteMessage calls, made after the handler
+// returns).
+func waitDone(ctx context.Context, ep *entryPoints, acks *ackCounter, published map[string]bool) error {
 	if err := acks.wait(ctx, published); err != nil {
 		return fmt.Errorf("waiting for %d acks: %w", len(published), err)
 	}
-	for _, url := range []string{queueURL, snsQueueURL} {
-		if err := waitEmpty(ctx, a, url); err != nil {
+	for _, u := range []string{ep.queueURL, ep.snsQueueURL} {
+		if err := waitEmpty(ctx, ep.sqs, u); err != nil {
 			return err
 		}
 	}
-	summary, charges := l.summary()
-	fmt.Fprintf(out, "\n%d messages, %d distinct orders, %d charges: %s\n", len(published), len(distinct), charges, summary)
-	fmt.Fprintf(out, "queues %s and %s: no message waiting or in flight\n", cfg.queue, cfg.snsQueue)
 	return nil
 }
 
@@ -367,18 +393,17 @@ func (c *ackCounter) wait(ctx context.Context, uuids map[string]bool) error {
 
 // waitEmpty waits until the queue has no message waiting, in flight or
 // delayed.
-func waitEmpty(ctx context.Context, a *brokers.AWS, url string) error {
+func waitEmpty(ctx context.Context, client *sqs.Client, queueURL string) error {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		visible, inFlight, delayed, err := a.QueueDepth(ctx, url)
-		if err == nil && visible+inFlight+delayed == 0 {
+		n, err := queueDepth(ctx, client, queueURL)
+		if err == nil && n == 0 {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("queue %s not empty (%d waiting, %d in flight, %d delayed; %v): %w",
-				url[strings.LastIndexByte(url, '/')+1:], visible, inFlight, delayed, err, ctx.Err())
+			return fmt.Errorf("queue %s not empty (%d messages; %v): %w", queueURL[strings.LastIndexByte(queueURL, '/')+1:], n, err, ctx.Err())
 		case <-tick.C:
 		}
 	}

@@ -66,3 +66,20 @@ func (c *Claim) StopHeartbeat() {
 		c.stopper.StopHeartbeat()
 	}
 }
+
+// shadow marks a run without a claim that Config.Shadow let through; its
+// value is the dedup.Outcome the claim found (0: no key).
+type shadow int
+
+// WithShadow returns ctx marking a shadow run (see dedup.OutcomeFromContext)
+// under the same key as a claim, so that the innermost run wins: a shadow
+// run hides the claim of an enclosing run (it must not complete it).
+func WithShadow(ctx context.Context, outcome int) context.Context {
+	return context.WithValue(ctx, key{}, shadow(outcome))
+}
+
+// ShadowFrom returns the outcome of the shadow run ctx marks, if it is one.
+func ShadowFrom(ctx context.Context) (int, bool) {
+	s, ok := ctx.Value(key{}).(shadow)
+	return int(s), ok
+}

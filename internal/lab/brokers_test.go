@@ -12,37 +12,69 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/brokers"
+	"github.com/watermill-dedup/watermill-dedup/internal/awsbroker"
+	"github.com/watermill-dedup/watermill-dedup/internal/awsenv"
+	"github.com/watermill-dedup/watermill-dedup/internal/embedded"
+	"github.com/watermill-dedup/watermill-dedup/internal/kafkabroker"
 	"github.com/watermill-dedup/watermill-dedup/internal/lab"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	redisstore "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
-// The servers every broker and store test shares: a real redis-server,
-// dynalite (DynamoDB) and fauxqs (SQS and SNS), each on a free 127.0.0.1
-// port; the AWS SDK finds the emulators through the standard endpoint
+// The servers every broker and store test shares: a real redis-server
+// (store and Redis Streams), dynalite (DynamoDB), fauxqs (SQS and SNS) and a
+// RabbitMQ node, each on free 127.0.0.1 ports, and an in-process NATS
+// server; the AWS SDK finds the emulators through the standard endpoint
 // variables, as the lab and the examples do. Kafka is an in-process kfake
 // cluster per test.
-var redisAddr string
+var (
+	redisAddr string
+	natsURL   string
+	amqpURL   string
+)
 
 func TestMain(m *testing.M) {
 	testserver.Main(m, func() (func(), error) {
+		var closers []func()
+		cleanup := func() {
+			for _, c := range closers {
+				c()
+			}
+		}
 		r, err := testserver.StartRedis()
 		if err != nil {
 			return nil, err
 		}
+		closers = append(closers, func() { _ = r.Close() })
 		dyn, err := testserver.StartDynalite()
 		if err != nil {
-			_ = r.Close()
+			cleanup()
 			return nil, err
 		}
+		closers = append(closers, func() { _ = dyn.Close() })
 		fq, err := testserver.StartFauxqs()
 		if err != nil {
-			_ = r.Close()
-			_ = dyn.Close()
+			cleanup()
 			return nil, err
 		}
-		redisAddr = r.Addr
+		closers = append(closers, func() { _ = fq.Close() })
+		rabbit, err := testserver.StartRabbitMQ()
+		if err != nil {
+			cleanup()
+			return nil, err
+		}
+		closers = append(closers, func() { _ = rabbit.Close() })
+		n, err := embedded.StartNATS()
+		if err != nil {
+			cleanup()
+			return nil, err
+		}
+		closers = append(closers, n.Close)
+		redisAddr, natsURL, amqpURL = r.Addr, n.URL, rabbit.URL
+		if err := setSharedConfig(); err != nil {
+			cleanup()
+			return nil, err
+		}
 		for k, v := range map[string]string{
 			"AWS_ENDPOINT_URL":          "",
 			"AWS_ENDPOINT_URL_SQS":      fq.Endpoint,
@@ -50,20 +82,17 @@ func TestMain(m *testing.M) {
 			"AWS_ENDPOINT_URL_DYNAMODB": dyn.Endpoint,
 		} {
 			if err := os.Setenv(k, v); err != nil {
+				cleanup()
 				return nil, err
 			}
 		}
-		return func() {
-			_ = r.Close()
-			_ = dyn.Close()
-			_ = fq.Close()
-		}, nil
+		return cleanup, nil
 	})
 }
 
-func loadAWS(t *testing.T, services ...string) *brokers.AWS {
+func loadAWS(t *testing.T, services ...string) *awsenv.AWS {
 	t.Helper()
-	a, err := brokers.LoadAWS(context.Background(), services...)
+	a, err := awsenv.LoadAWS(context.Background(), services...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +121,7 @@ func newStore(t *testing.T, kind storeKind) func(context.Context) (dedup.Store, 
 	case dynamoStore:
 		a := loadAWS(t, "dynamodb")
 		return func(ctx context.Context) (dedup.Store, error) {
-			return a.DynamoStore(ctx, "dedup-lab-test")
+			return lab.DynamoStore(ctx, a.DynamoDB(), "dedup-lab-test")
 		}
 	}
 	t.Fatalf("unknown store %q", kind)
@@ -166,21 +195,22 @@ func labConfig(broker string, store storeKind, transport lab.NewTransportFunc, t
 
 func TestLabOnKafka(t *testing.T) {
 	t.Parallel()
-	k, err := brokers.StartKafka(1)
+	cluster, err := embedded.StartKafka(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(k.Close)
+	t.Cleanup(cluster.Close)
+	k := &kafkabroker.Kafka{Brokers: cluster.Addrs}
 	for _, store := range []storeKind{redisStore, dynamoStore} {
 		t.Run(string(store), func(t *testing.T) {
-			checkRuns(t, labConfig("kafka", store, lab.Kafka(k, watermill.NopLogger{}), t))
+			checkRuns(t, labConfig("kafka", store, lab.Kafka(k, true, watermill.NopLogger{}), t))
 		})
 	}
 }
 
 func TestLabOnSQS(t *testing.T) {
 	t.Parallel()
-	a := loadAWS(t, "sqs")
+	a := awsbroker.New(loadAWS(t, "sqs"))
 	for _, store := range []storeKind{redisStore, dynamoStore} {
 		t.Run(string(store), func(t *testing.T) {
 			checkRuns(t, labConfig("sqs", store, lab.SQS(a, 8, watermill.NopLogger{}), t))
@@ -190,7 +220,7 @@ func TestLabOnSQS(t *testing.T) {
 
 func TestLabOnSNS(t *testing.T) {
 	t.Parallel()
-	a := loadAWS(t, "sqs", "sns")
+	a := awsbroker.New(loadAWS(t, "sqs", "sns"))
 	for _, store := range []storeKind{redisStore, dynamoStore} {
 		t.Run(string(store), func(t *testing.T) {
 			checkRuns(t, labConfig("sns", store, lab.SNS(a, 8, watermill.NopLogger{}), t))
@@ -198,10 +228,35 @@ func TestLabOnSNS(t *testing.T) {
 	}
 }
 
+func newRedisClient() goredis.UniversalClient {
+	return goredis.NewClient(&goredis.Options{Addr: redisAddr})
+}
+
+// Redis Streams on the redis-server that also holds the store: a whole
+// local stack on one Redis.
+func TestLabOnRedisStream(t *testing.T) {
+	t.Parallel()
+	checkRuns(t, labConfig("redisstream", redisStore, lab.RedisStream(newRedisClient, "lab-test-stream-", 8, nil), t))
+}
+
+func TestLabOnNATS(t *testing.T) {
+	t.Parallel()
+	for _, store := range []storeKind{redisStore, dynamoStore} {
+		t.Run(string(store), func(t *testing.T) {
+			checkRuns(t, labConfig("nats", store, lab.NATS(natsURL, 8, nil), t))
+		})
+	}
+}
+
+func TestLabOnAMQP(t *testing.T) {
+	t.Parallel()
+	checkRuns(t, labConfig("amqp", redisStore, lab.AMQP(amqpURL, 8, nil), t))
+}
+
 // The lab deletes what it created on the broker.
 func TestLabCleansUpSQS(t *testing.T) {
 	t.Parallel()
-	a := loadAWS(t, "sqs", "sns")
+	a := awsbroker.New(loadAWS(t, "sqs", "sns"))
 	ctx := context.Background()
 	for _, tr := range []lab.NewTransportFunc{lab.SQS(a, 1, nil), lab.SNS(a, 1, nil)} {
 		x, err := tr(ctx, "cleanup")

@@ -90,6 +90,10 @@ type Config struct {
 	Progress io.Writer
 	// Logger is the router's logger. Defaults to watermill.NopLogger.
 	Logger watermill.LoggerAdapter
+	// Shadow runs the idempotent run in shadow mode (dedup.Config.Shadow):
+	// records are claimed and completed, but every copy is charged; the
+	// copies dedup would have skipped are counted as would_skip.
+	Shadow bool
 }
 
 func (c *Config) setDefaults() {
@@ -137,7 +141,9 @@ func (c Config) Validate() error {
 // Result is one run's figures.
 type Result struct {
 	Idempotency    bool
-	Messages       int // published copies
+	Shadow         bool // the idempotent run was in shadow mode
+	WouldSkip      int  // shadow mode: copies charged that dedup would have skipped
+	Messages       int  // published copies
 	DistinctOrders int
 	Charges        int // effects performed
 	Acked          int // messages acked by the consumer
@@ -153,10 +159,15 @@ type Result struct {
 
 // OK reports whether the run shows what it should: every message acked and
 // none left in the broker, and charges == messages (plus one per lost ack)
-// without idempotency, charges == distinct orders with.
+// without idempotency, charges == distinct orders with, and in shadow mode
+// charges == messages and would-skip == messages − distinct orders (plus
+// one each per lost ack).
 func (r Result) OK() bool {
 	if r.Acked != r.Messages || r.Pending != 0 {
 		return false
+	}
+	if r.Shadow {
+		return r.Charges == r.Messages+r.LostAcks && r.WouldSkip == r.Messages-r.DistinctOrders+r.LostAcks
 	}
 	if r.Idempotency {
 		return r.Charges == r.DistinctOrders
@@ -235,206 +246,283 @@ func (c *counter) ObserveDecision(d dedup.Decision) {
 
 func (c *counter) ObserveStoreOp(string, time.Duration, error) {}
 
+// run is one run of the lab: its messages, what the consumer did with
+// them, and the progress line.
+type run struct {
+	cfg         Config
+	name        string // "off", "on" or "shadow"
+	idempotency bool
+	msgs        []*message.Message
+	distinct    int
+	lose        map[string]bool // UUIDs whose first ack is lost
+
+	charges, nacks, published atomic.Int64
+	obs                       *counter
+
+	mu       sync.Mutex
+	acked    map[string]bool // UUIDs acked
+	lost     map[string]bool // UUIDs whose first ack was lost
+	allAcked chan struct{}   // closed when every message was acked once
+	start    time.Time
+}
+
+func newRun(cfg Config, idempotency bool) *run {
+	name := "off"
+	switch {
+	case idempotency && cfg.Shadow:
+		name = "shadow"
+	case idempotency:
+		name = "on"
+	}
+	msgs, distinct := Orders(cfg)
+	return &run{
+		cfg: cfg, name: name, idempotency: idempotency,
+		msgs: msgs, distinct: distinct, lose: lostAcks(cfg, msgs),
+		obs:   &counter{outcomes: map[dedup.Event]int{}},
+		acked: map[string]bool{}, lost: map[string]bool{}, allAcked: make(chan struct{}),
+	}
+}
+
 func runOnce(ctx context.Context, cfg Config, idempotency bool) (Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	runName := "off"
-	if idempotency {
-		runName = "on"
-	}
-	msgs, distinct := Orders(cfg)
-	lose := lostAcks(cfg, msgs)
-	res := Result{Idempotency: idempotency, Messages: len(msgs), DistinctOrders: distinct, Outcomes: map[dedup.Event]int{}}
-
-	tr, err := cfg.NewTransport(ctx, runName)
+	r := newRun(cfg, idempotency)
+	tr, err := cfg.NewTransport(ctx, r.name)
 	if err != nil {
-		return res, fmt.Errorf("lab: broker %s: %w", cfg.Broker, err)
+		return r.result(0), fmt.Errorf("lab: broker %s: %w", cfg.Broker, err)
 	}
 	if tr.Close != nil {
 		defer func() { _ = tr.Close() }()
 	}
-	consumers := max(tr.Consumers, 1)
-	poisonTopic := tr.PoisonTopic
-	if poisonTopic == "" {
-		poisonTopic = tr.Topic + ".poison"
-	}
-
-	var (
-		charges, nacks atomic.Int64
-		ackedMu        sync.Mutex
-		acked          = map[string]bool{}
-		lost           = map[string]bool{}
-		allAcked       = make(chan struct{})
-	)
-	obs := &counter{outcomes: map[dedup.Event]int{}}
-
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second}, cfg.Logger)
+	router, err := r.newRouter(ctx, tr)
 	if err != nil {
-		return res, err
+		return r.result(0), err
 	}
-	// Outermost: what the broker needs (e.g. SQS redelivery delay).
+	runErr, err := startRouter(ctx, router)
+	if err != nil {
+		return r.result(0), err
+	}
+	pending, publishing, waitErr := r.publishAndWait(ctx, tr, runErr)
+	elapsed := time.Since(r.start)
+	if err := router.Close(); err != nil && waitErr == nil {
+		waitErr = err
+	}
+	if publishing != nil {
+		// Stopped early: let the publisher finish (its calls are bounded
+		// by the broker client's own timeouts) before the transport closes.
+		<-publishing
+	}
+	res := r.result(pending)
+	res.Elapsed = elapsed
+	return res, waitErr
+}
+
+// newRouter builds the consumer: the transport's middleware outermost, then
+// the ack counter, the concurrency bound, dedup (on the "on" run) and the
+// charge handler, subscribed Transport.Consumers times.
+func (r *run) newRouter(ctx context.Context, tr *Transport) (*message.Router, error) {
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second}, r.cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
 	router.AddMiddleware(tr.Middleware...)
-	// Then: count what the broker sees (ack or nack), and lose the chosen
-	// first acks.
-	router.AddMiddleware(func(h message.HandlerFunc) message.HandlerFunc {
-		return func(msg *message.Message) ([]*message.Message, error) {
-			out, err := h(msg)
-			if err != nil {
-				nacks.Add(1)
-				return out, err
-			}
-			ackedMu.Lock()
-			defer ackedMu.Unlock()
-			if lose[msg.UUID] && !lost[msg.UUID] {
-				lost[msg.UUID] = true
-				nacks.Add(1)
-				return nil, errLostAck
-			}
-			if !acked[msg.UUID] {
-				acked[msg.UUID] = true
-				if len(acked) == len(msgs) {
-					close(allAcked)
-				}
-			}
-			return out, nil
-		}
-	})
-	// Bounded concurrency, and a short pause before an in-progress copy is
-	// retried (on a real broker: the redelivery delay).
-	sem := make(chan struct{}, cfg.Concurrency)
-	router.AddMiddleware(func(h message.HandlerFunc) message.HandlerFunc {
-		return func(msg *message.Message) ([]*message.Message, error) {
-			sem <- struct{}{}
-			out, err := h(msg)
-			<-sem
-			if errors.Is(err, dedup.ErrInProgress) {
-				time.Sleep(cfg.EffectTime)
-			}
-			return out, err
-		}
-	})
-	if idempotency {
-		store, err := cfg.NewStore(ctx)
+	router.AddMiddleware(r.countAcks, r.bound())
+	if r.idempotency {
+		mw, err := r.dedupMiddleware(ctx, tr)
 		if err != nil {
-			return res, fmt.Errorf("lab: store %s: %w", cfg.StoreName, err)
+			return nil, err
 		}
-		d, err := dedup.New(dedup.Config{
-			Store:    store,
-			Key:      keyfuncs.JSON("order_id"),
-			Scope:    "charge-orders-" + watermill.NewShortUUID(), // a fresh scope per run: a shared store may hold earlier runs
-			Observer: obs,
-			Logger:   cfg.Logger,
-		})
-		if err != nil {
-			return res, err
-		}
-		poison, err := middleware.PoisonQueueWithFilter(tr.Publisher, poisonTopic, dedup.IsPermanent)
-		if err != nil {
-			return res, err
-		}
-		router.AddMiddleware(poison, d.Middleware)
+		router.AddMiddleware(mw...)
 	}
-	charge := func(msg *message.Message) error {
-		if _, err := keyfuncs.JSON("order_id")(msg); err != nil {
-			return err
-		}
-		select {
-		case <-time.After(cfg.EffectTime): // the payment gateway
-		case <-msg.Context().Done():
-			return msg.Context().Err()
-		}
-		charges.Add(1)
-		return nil
-	}
+	consumers := max(tr.Consumers, 1)
 	for i := range consumers {
 		name := "charge-orders"
 		if consumers > 1 {
 			name = fmt.Sprintf("charge-orders-%d", i+1)
 		}
-		router.AddConsumerHandler(name, tr.Topic, tr.Subscriber, charge)
+		router.AddConsumerHandler(name, tr.Topic, tr.Subscriber, r.charge)
 	}
+	return router, nil
+}
 
+// countAcks counts what the broker sees (ack or nack), and turns the chosen
+// first acks into nacks (Config.LoseAcks).
+func (r *run) countAcks(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		out, err := h(msg)
+		if err != nil {
+			r.nacks.Add(1)
+			return out, err
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.lose[msg.UUID] && !r.lost[msg.UUID] {
+			r.lost[msg.UUID] = true
+			r.nacks.Add(1)
+			return nil, errLostAck
+		}
+		if !r.acked[msg.UUID] {
+			r.acked[msg.UUID] = true
+			if len(r.acked) == len(r.msgs) {
+				close(r.allAcked)
+			}
+		}
+		return out, nil
+	}
+}
+
+// bound limits the handler calls running at once to Config.Concurrency and
+// pauses an in-progress copy for Config.EffectTime before it is nacked (on
+// a real broker: the redelivery delay).
+func (r *run) bound() message.HandlerMiddleware {
+	sem := make(chan struct{}, r.cfg.Concurrency)
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			sem <- struct{}{}
+			out, err := h(msg)
+			<-sem
+			if errors.Is(err, dedup.ErrInProgress) {
+				time.Sleep(r.cfg.EffectTime)
+			}
+			return out, err
+		}
+	}
+}
+
+// dedupMiddleware returns the poison queue for permanent errors and the
+// Deduplicator, on a fresh scope (a shared store may hold earlier runs).
+func (r *run) dedupMiddleware(ctx context.Context, tr *Transport) ([]message.HandlerMiddleware, error) {
+	store, err := r.cfg.NewStore(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("lab: store %s: %w", r.cfg.StoreName, err)
+	}
+	d, err := dedup.New(dedup.Config{
+		Store:    store,
+		Key:      keyfuncs.JSON("order_id"),
+		Scope:    "charge-orders-" + watermill.NewShortUUID(),
+		Observer: r.obs,
+		Logger:   r.cfg.Logger,
+		Shadow:   r.cfg.Shadow,
+	})
+	if err != nil {
+		return nil, err
+	}
+	poisonTopic := tr.PoisonTopic
+	if poisonTopic == "" {
+		poisonTopic = tr.Topic + ".poison"
+	}
+	poison, err := middleware.PoisonQueueWithFilter(tr.Publisher, poisonTopic, dedup.IsPermanent)
+	if err != nil {
+		return nil, err
+	}
+	return []message.HandlerMiddleware{poison, d.Middleware}, nil
+}
+
+// charge is the effect: a call to the payment gateway taking EffectTime.
+func (r *run) charge(msg *message.Message) error {
+	if _, err := keyfuncs.JSON("order_id")(msg); err != nil {
+		return err
+	}
+	select {
+	case <-time.After(r.cfg.EffectTime):
+	case <-msg.Context().Done():
+		return msg.Context().Err()
+	}
+	r.charges.Add(1)
+	return nil
+}
+
+// startRouter runs router until ctx ends and returns once it is running;
+// the channel receives what Run returned.
+func startRouter(ctx context.Context, router *message.Router) (<-chan error, error) {
 	runErr := make(chan error, 1)
 	go func() { runErr <- router.Run(ctx) }()
 	select {
 	case <-router.Running():
+		return runErr, nil
 	case err := <-runErr:
-		return res, fmt.Errorf("lab: router: %w", err)
+		return nil, fmt.Errorf("lab: router: %w", err)
 	}
+}
 
-	// Publish while consuming, as producers do; the progress line covers
-	// both.
-	start := time.Now()
-	var published atomic.Int64
+// publishAndWait publishes the messages while the router consumes them, as
+// producers do, waits until every one was acked and, with
+// Transport.Pending, until the broker holds none. It returns the last
+// pending count and, when it stopped before the publisher did, the channel
+// that receives the publisher's result.
+func (r *run) publishAndWait(ctx context.Context, tr *Transport, runErr <-chan error) (int, <-chan error, error) {
+	r.start = time.Now()
 	pubDone := make(chan error, 1)
-	go func() { pubDone <- publish(tr, msgs, cfg.Concurrency, &published) }()
-	pubErr := pubDone // nil once the publisher has finished
-
+	go func() { pubDone <- publish(tr, r.msgs, r.cfg.Concurrency, &r.published) }()
 	progress := time.NewTicker(2 * time.Second)
 	defer progress.Stop()
-	report := func(what string) {
-		if cfg.Progress == nil {
-			return
+	pubErr, err := r.waitAcked(ctx, pubDone, runErr, progress.C)
+	pending := 0
+	if err == nil && tr.Pending != nil {
+		pending, err = drain(ctx, tr.Pending, progress.C, r.report)
+		if err != nil {
+			err = fmt.Errorf("lab: run %q: %d messages still in the broker after every ack: %w", r.name, pending, err)
 		}
-		ackedMu.Lock()
-		n := len(acked)
-		ackedMu.Unlock()
-		sent := ""
-		if p := published.Load(); int(p) < len(msgs) {
-			sent = fmt.Sprintf("%d/%d messages published, ", p, len(msgs))
-		}
-		fmt.Fprintf(cfg.Progress, "  idempotency %s: %s%d/%d messages acked, %d charges, %.0fs%s\n", runName, sent, n, len(msgs), charges.Load(), time.Since(start).Seconds(), what)
 	}
-	var waitErr error
-wait:
+	return pending, pubErr, err
+}
+
+// waitAcked waits until every message was acked, the publisher failed, the
+// router stopped or ctx ended, printing progress. It returns pubDone, or
+// nil once the publisher's result was received.
+func (r *run) waitAcked(ctx context.Context, pubDone, runErr <-chan error, progress <-chan time.Time) (<-chan error, error) {
 	for {
 		select {
-		case <-allAcked:
-			break wait
-		case err := <-pubErr:
-			pubErr = nil
+		case <-r.allAcked:
+			return pubDone, nil
+		case err := <-pubDone:
+			pubDone = nil
 			if err != nil {
-				waitErr = fmt.Errorf("lab: publish: %w", err)
-				break wait
+				return nil, fmt.Errorf("lab: publish: %w", err)
 			}
-		case <-progress.C:
-			report("")
+		case <-progress:
+			r.report("")
 		case <-ctx.Done():
-			waitErr = fmt.Errorf("lab: run %q timed out: %w", runName, ctx.Err())
-			break wait
+			return pubDone, fmt.Errorf("lab: run %q timed out: %w", r.name, ctx.Err())
 		case err := <-runErr:
-			waitErr = fmt.Errorf("lab: router stopped: %w", err)
-			break wait
+			return pubDone, fmt.Errorf("lab: router stopped: %w", err)
 		}
 	}
-	if waitErr == nil && tr.Pending != nil {
-		res.Pending, waitErr = drain(ctx, tr.Pending, progress.C, report)
-		if waitErr != nil {
-			waitErr = fmt.Errorf("lab: run %q: %d messages still in the broker after every ack: %w", runName, res.Pending, waitErr)
-		}
-	}
-	res.Elapsed = time.Since(start)
-	if err := router.Close(); err != nil && waitErr == nil {
-		waitErr = err
-	}
-	if pubErr != nil {
-		// Stopped early: let the publisher finish (its calls are bounded
-		// by the broker client's own timeouts) before the transport closes.
-		<-pubErr
-	}
+}
 
-	ackedMu.Lock()
-	res.Acked = len(acked)
-	res.LostAcks = len(lost)
-	ackedMu.Unlock()
-	res.Charges = int(charges.Load())
-	res.HandlerErrors = int(nacks.Load())
-	obs.mu.Lock()
-	for k, v := range obs.outcomes {
+// report writes a progress line to Config.Progress.
+func (r *run) report(what string) {
+	if r.cfg.Progress == nil {
+		return
+	}
+	r.mu.Lock()
+	n := len(r.acked)
+	r.mu.Unlock()
+	sent := ""
+	if p := r.published.Load(); int(p) < len(r.msgs) {
+		sent = fmt.Sprintf("%d/%d messages published, ", p, len(r.msgs))
+	}
+	fmt.Fprintf(r.cfg.Progress, "  idempotency %s: %s%d/%d messages acked, %d charges, %.0fs%s\n",
+		r.name, sent, n, len(r.msgs), r.charges.Load(), time.Since(r.start).Seconds(), what)
+}
+
+// result collects the run's figures.
+func (r *run) result(pending int) Result {
+	res := Result{
+		Idempotency: r.idempotency, Shadow: r.idempotency && r.cfg.Shadow, Messages: len(r.msgs), DistinctOrders: r.distinct,
+		Charges: int(r.charges.Load()), HandlerErrors: int(r.nacks.Load()), Pending: pending,
+		Outcomes: map[dedup.Event]int{},
+	}
+	r.mu.Lock()
+	res.Acked, res.LostAcks = len(r.acked), len(r.lost)
+	r.mu.Unlock()
+	r.obs.mu.Lock()
+	for k, v := range r.obs.outcomes {
 		res.Outcomes[k] = v
 	}
-	obs.mu.Unlock()
-	return res, waitErr
+	res.WouldSkip = r.obs.outcomes[dedup.EventWouldSkip]
+	r.obs.mu.Unlock()
+	return res
 }
 
 // publish sends msgs with up to workers concurrent Publish calls (as many
@@ -507,7 +595,10 @@ func PrintTable(w io.Writer, results []Result) {
 		"idempotency", "messages", "distinct orders", "charges", "claim won", "duplicate skipped", "in-progress retried", "nacks")
 	for _, r := range results {
 		state, won, dup, inprog := "off", "-", "-", "-"
-		if r.Idempotency {
+		switch {
+		case r.Shadow:
+			state, won = "shadow", fmt.Sprint(r.Outcomes[dedup.EventClaimWon])
+		case r.Idempotency:
 			state = "on"
 			won = fmt.Sprint(r.Outcomes[dedup.EventClaimWon])
 			dup = fmt.Sprint(r.Outcomes[dedup.EventSkipDuplicate])

@@ -93,6 +93,9 @@ func TestResultOK(t *testing.T) {
 		{"on: an order never charged", lab.Result{Idempotency: true, Messages: 20, DistinctOrders: 5, Charges: 4, Acked: 20}, false},
 		{"on: a message not acked", lab.Result{Idempotency: true, Messages: 20, DistinctOrders: 5, Charges: 5, Acked: 19}, false},
 		{"on: a message left in the broker", lab.Result{Idempotency: true, Messages: 20, DistinctOrders: 5, Charges: 5, Acked: 20, Pending: 1}, false},
+		{"shadow: every copy charged, the rest would skip", lab.Result{Idempotency: true, Shadow: true, Messages: 20, DistinctOrders: 5, Charges: 23, WouldSkip: 18, Acked: 20, LostAcks: 3}, true},
+		{"shadow: a copy skipped", lab.Result{Idempotency: true, Shadow: true, Messages: 20, DistinctOrders: 5, Charges: 19, WouldSkip: 15, Acked: 20}, false},
+		{"shadow: would-skip miscounted", lab.Result{Idempotency: true, Shadow: true, Messages: 20, DistinctOrders: 5, Charges: 20, WouldSkip: 14, Acked: 20}, false},
 	} {
 		if got := tc.r.OK(); got != tc.want {
 			t.Errorf("%s: OK() = %v, want %v", tc.name, got, tc.want)
@@ -118,5 +121,28 @@ func TestLabLostAcksOnGoChannel(t *testing.T) {
 	}
 	if on.LostAcks != 7 || on.Charges != on.DistinctOrders || on.Outcomes[dedup.EventSkipDuplicate]+on.Outcomes[dedup.EventClaimWon] != on.Messages+7 || !on.OK() {
 		t.Errorf("on: %d lost acks, %d charges for %d orders, outcomes %v", on.LostAcks, on.Charges, on.DistinctOrders, on.Outcomes)
+	}
+}
+
+// Shadow mode: every copy charged, as without dedup; one claim won per
+// order; every other copy counted as would_skip; nothing nacked.
+func TestLabShadowOnGoChannelAndMemory(t *testing.T) {
+	cfg := lab.Config{
+		Copies: 10, Orders: 200, MaxDuplicates: 4, Concurrency: 16, EffectTime: time.Millisecond, Shadow: true,
+		NewTransport: goChannel,
+		NewStore:     func(context.Context) (dedup.Store, error) { return memory.New(nil), nil },
+	}
+	results, err := lab.Run(context.Background(), cfg, false, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(results) != 1 || !results[0].Shadow {
+		t.Fatalf("results %+v, want one shadow run", results)
+	}
+	r := results[0]
+	if r.Charges != r.Messages || r.WouldSkip != r.Messages-r.DistinctOrders || r.Outcomes[dedup.EventClaimWon] != r.DistinctOrders ||
+		r.HandlerErrors != 0 || !r.OK() {
+		t.Fatalf("shadow: %d charges, %d would skip, %d claims won, %d nacks for %d messages of %d orders",
+			r.Charges, r.WouldSkip, r.Outcomes[dedup.EventClaimWon], r.HandlerErrors, r.Messages, r.DistinctOrders)
 	}
 }

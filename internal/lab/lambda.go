@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -56,139 +55,159 @@ func RunLambda(ctx context.Context, cfg Config, off, on bool) ([]Result, error) 
 func runLambdaOnce(ctx context.Context, cfg Config, idempotency bool) (Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	msgs, distinct := Orders(cfg)
-	res := Result{Idempotency: idempotency, Messages: len(msgs), DistinctOrders: distinct, Outcomes: map[dedup.Event]int{}}
-	obs := &counter{outcomes: map[dedup.Event]int{}}
-
-	var charges atomic.Int64
-	charge := func(msg *message.Message) error {
-		if _, err := keyfuncs.JSON("order_id")(msg); err != nil {
-			return err
-		}
-		select {
-		case <-time.After(cfg.EffectTime): // the payment gateway
-		case <-msg.Context().Done():
-			return msg.Context().Err()
-		}
-		charges.Add(1)
-		return nil
+	r := newRun(cfg, idempotency)
+	handler, err := r.lambdaHandler(ctx)
+	if err != nil {
+		return r.result(0), err
 	}
-	var handler any
-	if idempotency {
-		store, err := cfg.NewStore(ctx)
-		if err != nil {
-			return res, fmt.Errorf("lab: store %s: %w", cfg.StoreName, err)
-		}
-		h, err := lambdadedup.New(lambdadedup.Config{
-			Scope: "charge-orders-" + watermill.NewShortUUID(), // a fresh scope per run: a shared store may hold earlier runs
-			Dedup: dedup.Config{Store: store, Key: keyfuncs.JSON("order_id"), Observer: obs, Logger: cfg.Logger},
-		}, charge)
-		if err != nil {
-			return res, err
-		}
-		handler = h.Handle
-	} else {
-		handler = func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	queue := sqsRecords(r.msgs)
+	var (
+		wg    sync.WaitGroup
+		again sync.WaitGroup // records waiting for their visibility timeout
+		errs  = make(chan error, cfg.Concurrency)
+	)
+	r.start = time.Now()
+	for range cfg.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := r.environment(ctx, lambda.NewHandler(handler), queue, &again); err != nil {
+				errs <- err
+				cancel()
+			}
+		}()
+	}
+	var waitErr error
+	select {
+	case <-r.allAcked:
+	case <-ctx.Done():
+		waitErr = fmt.Errorf("lab: lambda run timed out waiting for every record to be processed: %w", ctx.Err())
+	}
+	wg.Wait()
+	again.Wait()
+	res := r.result(0)
+	res.Elapsed = time.Since(r.start)
+	close(errs)
+	var invokeErrs []error
+	for err := range errs {
+		invokeErrs = append(invokeErrs, err)
+	}
+	if len(invokeErrs) > 0 {
+		waitErr = errors.Join(invokeErrs...)
+	}
+	return res, waitErr
+}
+
+// lambdaHandler returns the function's handler: lambdadedup's on the store
+// (idempotency on, a fresh scope per run), or a batch handler that charges
+// every record (off).
+func (r *run) lambdaHandler(ctx context.Context) (any, error) {
+	if !r.idempotency {
+		return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 			var resp events.SQSEventResponse
-			for _, r := range ev.Records {
-				msg := lambdadedup.Message(r)
+			for _, rec := range ev.Records {
+				msg := lambdadedup.Message(rec)
 				msg.SetContext(ctx)
-				if err := charge(msg); err != nil {
-					resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: r.MessageId})
+				if err := r.charge(msg); err != nil {
+					resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
 				}
 			}
 			return resp, nil
-		}
+		}, nil
 	}
+	store, err := r.cfg.NewStore(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("lab: store %s: %w", r.cfg.StoreName, err)
+	}
+	h, err := lambdadedup.New(lambdadedup.Config{
+		Scope: "charge-orders-" + watermill.NewShortUUID(),
+		Dedup: dedup.Config{Store: store, Key: keyfuncs.JSON("order_id"), Observer: r.obs, Logger: r.cfg.Logger, Shadow: r.cfg.Shadow},
+	}, r.charge)
+	if err != nil {
+		return nil, err
+	}
+	return h.Handle, nil
+}
 
+// sqsRecords turns the messages into SQS records (MessageId: the UUID) in
+// a queue with room for all of them.
+func sqsRecords(msgs []*message.Message) chan events.SQSMessage {
 	queue := make(chan events.SQSMessage, len(msgs))
 	for _, m := range msgs {
-		order, _ := m.Metadata["order_id"]
+		order := m.Metadata["order_id"]
 		queue <- events.SQSMessage{
 			MessageId: m.UUID, Body: string(m.Payload), EventSource: "aws:sqs",
 			EventSourceARN: "arn:aws:sqs:us-east-1:000000000000:orders", AWSRegion: "us-east-1",
 			MessageAttributes: map[string]events.SQSMessageAttribute{"order_id": {DataType: "String", StringValue: &order}},
 		}
 	}
-	var (
-		mu       sync.Mutex
-		acked    int
-		failures int
-		allAcked = make(chan struct{})
-		errs     []error
-		wg       sync.WaitGroup
-		again    sync.WaitGroup // records waiting for their visibility timeout
-	)
-	start := time.Now()
-	for range cfg.Concurrency {
-		wg.Add(1)
-		fn := lambda.NewHandler(handler) // one execution environment
-		go func() {
-			defer wg.Done()
-			for {
-				var batch []events.SQSMessage
-				select {
-				case r := <-queue:
-					batch = append(batch, r)
-				case <-allAcked:
-					return
-				case <-ctx.Done():
-					return
-				}
-			fill:
-				for len(batch) < LambdaBatchSize {
-					select {
-					case r := <-queue:
-						batch = append(batch, r)
-					default:
-						break fill
-					}
-				}
-				failed, err := invokeBatch(ctx, fn, batch)
-				mu.Lock()
-				if err != nil {
-					errs = append(errs, err)
-					mu.Unlock()
-					cancel()
-					return
-				}
-				failures += len(failed)
-				acked += len(batch) - len(failed)
-				if acked == len(msgs) {
-					close(allAcked)
-				}
-				mu.Unlock()
-				for _, r := range batch {
-					if failed[r.MessageId] {
-						again.Add(1)
-						time.AfterFunc(cfg.EffectTime, func() { defer again.Done(); queue <- r })
-					}
-				}
+	return queue
+}
+
+// environment is one execution environment: it takes batches of up to
+// LambdaBatchSize records, invokes fn with each, and puts the records
+// reported in BatchItemFailures back after EffectTime (their visibility
+// timeout), until every record was acked or ctx ends.
+func (r *run) environment(ctx context.Context, fn lambda.Handler, queue chan events.SQSMessage, again *sync.WaitGroup) error {
+	for {
+		batch := takeBatch(ctx, queue, r.allAcked)
+		if batch == nil {
+			return nil
+		}
+		failed, err := invokeBatch(ctx, fn, batch)
+		if err != nil {
+			return err
+		}
+		r.recordBatch(batch, failed)
+		for _, rec := range batch {
+			if failed[rec.MessageId] {
+				again.Add(1)
+				time.AfterFunc(r.cfg.EffectTime, func() { defer again.Done(); queue <- rec })
 			}
-		}()
+		}
 	}
-	var waitErr error
+}
+
+// takeBatch waits for one record, then takes what else is waiting, up to
+// LambdaBatchSize; nil once done is closed or ctx ends.
+func takeBatch(ctx context.Context, queue chan events.SQSMessage, done <-chan struct{}) []events.SQSMessage {
+	var batch []events.SQSMessage
 	select {
-	case <-allAcked:
+	case rec := <-queue:
+		batch = append(batch, rec)
+	case <-done:
+		return nil
 	case <-ctx.Done():
-		waitErr = fmt.Errorf("lab: lambda run timed out waiting for every record to be processed: %w", ctx.Err())
+		return nil
 	}
-	wg.Wait()
-	again.Wait()
-	res.Elapsed = time.Since(start)
-	mu.Lock()
-	res.Acked, res.HandlerErrors = acked, failures
-	if len(errs) > 0 {
-		waitErr = errors.Join(errs...)
+	for len(batch) < LambdaBatchSize {
+		select {
+		case rec := <-queue:
+			batch = append(batch, rec)
+		default:
+			return batch
+		}
 	}
-	mu.Unlock()
-	res.Charges = int(charges.Load())
-	obs.mu.Lock()
-	for k, v := range obs.outcomes {
-		res.Outcomes[k] = v
+	return batch
+}
+
+// recordBatch counts the batch's acks (records not reported as failed) and
+// failures.
+func (r *run) recordBatch(batch []events.SQSMessage, failed map[string]bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rec := range batch {
+		if failed[rec.MessageId] {
+			r.nacks.Add(1)
+			continue
+		}
+		if !r.acked[rec.MessageId] {
+			r.acked[rec.MessageId] = true
+			if len(r.acked) == len(r.msgs) {
+				close(r.allAcked)
+			}
+		}
 	}
-	obs.mu.Unlock()
-	return res, waitErr
 }
 
 // invokeBatch invokes one batch as the Lambda runtime does and returns the

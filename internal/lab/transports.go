@@ -10,7 +10,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/brokers"
+	"github.com/watermill-dedup/watermill-dedup/internal/awsbroker"
+	"github.com/watermill-dedup/watermill-dedup/internal/kafkabroker"
 )
 
 // NewTransportFunc is the type of Config.NewTransport.
@@ -35,8 +36,9 @@ const KafkaPartitions = 4
 // (watermill-kafka/v3, Sarama); a second member would trigger a rebalance
 // mid-run, and a rebalance redelivers uncommitted messages, which the run
 // without idempotency would charge again (see the examples/kafka test for a
-// two-member group). Topics are deleted afterwards on real brokers.
-func Kafka(k *brokers.Kafka, logger watermill.LoggerAdapter) NewTransportFunc {
+// two-member group). Topics are deleted afterwards unless embedded (an in-process cluster
+// that goes away with the process).
+func Kafka(k *kafkabroker.Kafka, embedded bool, logger watermill.LoggerAdapter) NewTransportFunc {
 	logger = orNop(logger)
 	prefix := "dedup-lab-" + watermill.NewShortUUID()
 	return func(ctx context.Context, run string) (*Transport, error) {
@@ -61,7 +63,7 @@ func Kafka(k *brokers.Kafka, logger watermill.LoggerAdapter) NewTransportFunc {
 			},
 			Close: func() error {
 				err := errors.Join(sub.Close(), pub.Close())
-				if !k.Embedded {
+				if !embedded {
 					err = errors.Join(err, k.DeleteTopic(topic), k.DeleteTopic(topic+"-poison"))
 				}
 				return err
@@ -74,13 +76,13 @@ func Kafka(k *brokers.Kafka, logger watermill.LoggerAdapter) NewTransportFunc {
 // timeout, so a message is never delivered twice because a consumer was
 // slow, and RetryAfter(0) on nacks, so an in-progress copy or a lost ack
 // comes back at once instead of after those 30s.
-var sqsQueue = brokers.QueueOptions{VisibilityTimeout: 30 * time.Second, MaxMessages: 1, WaitTime: 5 * time.Second}
+var sqsQueue = awsbroker.QueueOptions{VisibilityTimeout: 30 * time.Second, MaxMessages: 1, WaitTime: 5 * time.Second}
 
 // SQS returns transports on SQS: each run gets its own queue, consumed by
 // consumers receivers (watermill-aws hands a receiver's messages over one
 // at a time, so the receivers are the concurrency). Queues are deleted
 // afterwards.
-func SQS(a *brokers.AWS, consumers int, logger watermill.LoggerAdapter) NewTransportFunc {
+func SQS(a *awsbroker.Broker, consumers int, logger watermill.LoggerAdapter) NewTransportFunc {
 	logger = orNop(logger)
 	prefix := "dedup-lab-" + watermill.NewShortUUID()
 	return func(ctx context.Context, run string) (*Transport, error) {
@@ -101,7 +103,7 @@ func SQS(a *brokers.AWS, consumers int, logger watermill.LoggerAdapter) NewTrans
 			Pending:    queuePending(a, url),
 			Close: func() error {
 				err := sub.Close()
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 				defer cancel()
 				return errors.Join(err, a.DeleteQueue(ctx, url), a.DeleteQueueNamed(ctx, poison))
 			},
@@ -113,7 +115,7 @@ func SQS(a *brokers.AWS, consumers int, logger watermill.LoggerAdapter) NewTrans
 // its own queue subscribed to it (raw message delivery), consumed by
 // consumers receivers. Every copy reaches the queue as a new SQS message
 // with a new MessageId. Topics and queues are deleted afterwards.
-func SNS(a *brokers.AWS, consumers int, logger watermill.LoggerAdapter) NewTransportFunc {
+func SNS(a *awsbroker.Broker, consumers int, logger watermill.LoggerAdapter) NewTransportFunc {
 	logger = orNop(logger)
 	prefix := "dedup-lab-" + watermill.NewShortUUID()
 	return func(ctx context.Context, run string) (*Transport, error) {
@@ -141,7 +143,7 @@ func SNS(a *brokers.AWS, consumers int, logger watermill.LoggerAdapter) NewTrans
 			Pending:    queuePending(a, url),
 			Close: func() error {
 				err := sub.Close()
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 				defer cancel()
 				return errors.Join(err, a.DeleteQueue(ctx, url), a.DeleteTopic(ctx, topicArn), a.DeleteTopic(ctx, poisonArn))
 			},
@@ -151,7 +153,7 @@ func SNS(a *brokers.AWS, consumers int, logger watermill.LoggerAdapter) NewTrans
 
 // queuePending counts the messages left in a queue: waiting, in flight and
 // delayed.
-func queuePending(a *brokers.AWS, url string) func(context.Context) (int, error) {
+func queuePending(a *awsbroker.Broker, url string) func(context.Context) (int, error) {
 	return func(ctx context.Context) (int, error) {
 		visible, inFlight, delayed, err := a.QueueDepth(ctx, url)
 		if err != nil {
@@ -160,6 +162,15 @@ func queuePending(a *brokers.AWS, url string) func(context.Context) (int, error)
 		return visible + inFlight + delayed, nil
 	}
 }
+
+// NackDelay is how long the Redis Streams, NATS and RabbitMQ transports wait
+// before a nacked message is delivered again: long enough that a copy whose
+// key another consumer holds does not come back in a busy loop, short
+// enough for a lost ack to be redelivered within the run.
+const NackDelay = 50 * time.Millisecond
+
+// cleanupTimeout bounds the deletion of what a run created on the broker.
+const cleanupTimeout = 10 * time.Second
 
 func orNop(l watermill.LoggerAdapter) watermill.LoggerAdapter {
 	if l == nil {

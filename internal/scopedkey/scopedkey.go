@@ -16,3 +16,19 @@ func Of(scope, key string) string {
 }
 
 var escaper = strings.NewReplacer("%", "%25", ":", "%3A")
+
+// Split returns the scope (unescaped) and the business key of a record key
+// made by Of. A record key without ":" (not made by Of) has an empty scope
+// and is its own business key.
+func Split(record string) (scope, key string) {
+	escaped, key, ok := strings.Cut(record, ":")
+	switch {
+	case !ok:
+		return "", record
+	case strings.IndexByte(escaped, '%') < 0: // nothing to unescape: no allocation
+		return escaped, key
+	}
+	return unescaper.Replace(escaped), key
+}
+
+var unescaper = strings.NewReplacer("%3A", ":", "%25", "%")

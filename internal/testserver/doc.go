@@ -1,6 +1,7 @@
 // Package testserver starts the servers that the test suite needs (Redis,
-// a Redis Cluster, dynalite, fauxqs and PostgreSQL) as child processes on
-// free 127.0.0.1 ports, and stops them again.
+// a Redis Cluster, dynalite, fauxqs and PostgreSQL, and moto_server where it
+// is installed) as child processes on free 127.0.0.1 ports, and stops them
+// again.
 //
 // Every Start function returns a handle whose Close method stops the
 // server and removes its temporary directory; call it from t.Cleanup or
@@ -26,7 +27,10 @@
 // Missing programs produce errors that say how to install them: the
 // repository's `make test` installs everything through
 // scripts/ensure-test-deps.sh (Debian packages redis-server and postgresql,
-// and the npm packages of tools/ through `npm ci --prefix tools`).
+// and the npm packages of tools/ through `npm ci --prefix tools`). The one
+// optional server is moto_server (Python moto, a second DynamoDB
+// implementation): StartMoto returns ErrMotoMissing where it is not
+// installed, and the tests that use it skip with that error's advice.
 //
 // The package uses only the standard library; it speaks just enough RESP
 // and PostgreSQL wire protocol to tell when a server is ready.

@@ -1,7 +1,6 @@
 package dynamo_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -66,34 +65,6 @@ func rawItem(t *testing.T, key string) map[string]types.AttributeValue {
 		t.Fatalf("GetItem: %v", err)
 	}
 	return out.Item
-}
-
-// The ALL_OLD path: with the old item attached to the failed condition (as
-// real DynamoDB does), Duplicate, Conflict and InProgress are decided in one
-// round trip, with the result byte-exact, and no GetItem is issued.
-func TestClaimUsesOldItemFromFailedCondition(t *testing.T) {
-	c := &allOldClient{Client: client, pk: "pk"}
-	s := newStore(t, dynamo.Config{Client: c})
-	done, busy := testKey(t, "done"), testKey(t, "busy")
-	result := []byte{0, 1, 2, 0xff, 'x', 0}
-
-	claim := mustClaim(t, s, done, "fp-a", time.Minute, dedup.Acquired).Claim
-	mustComplete(t, s, claim, result, time.Hour)
-	if res := mustClaim(t, s, done, "fp-a", time.Minute, dedup.Duplicate); !bytes.Equal(res.Result, result) {
-		t.Fatalf("Duplicate result = %q, want %q", res.Result, result)
-	}
-	if res := mustClaim(t, s, done, "fp-b", time.Minute, dedup.Conflict); res.Result != nil {
-		t.Fatalf("Conflict carried the stored result %q", res.Result)
-	}
-	mustClaim(t, s, busy, "", time.Minute, dedup.Acquired)
-	mustClaim(t, s, busy, "fp", time.Minute, dedup.InProgress)
-
-	if n := c.attached.Load(); n != 3 {
-		t.Fatalf("old item attached to %d failed PutItems, want 3", n)
-	}
-	if n := c.storeGets.Load(); n != 0 {
-		t.Fatalf("store issued %d GetItem calls, want 0: the old item came with the failure", n)
-	}
 }
 
 // The fallback: dynalite returns no old item, so a claim that finds a
@@ -308,33 +279,14 @@ func TestLongKeysAndFingerprintsAreHashed(t *testing.T) {
 	mustClaim(t, s, other, "\xff", time.Minute, dedup.InProgress)
 }
 
-// Results up to MaxResultSize are stored byte-exact even with the longest
-// partition key and fingerprint; one byte more is refused before any
-// request, and the record stays in progress for the owner to complete.
-func TestResultSizeLimit(t *testing.T) {
-	c := &hookClient{Client: client}
-	s := newStore(t, dynamo.Config{Client: c})
-	if got := s.MaxResultSize(); got != 408817 {
+// MaxResultSize leaves room for the longest partition key and fingerprint
+// in DynamoDB's 400 KB item; long attribute names leave less. That results
+// up to it are stored and one byte more is refused with ErrResultTooLarge
+// is storetest's TestResultTooLarge (TestConformance).
+func TestMaxResultSize(t *testing.T) {
+	if got := newStore(t, dynamo.Config{}).MaxResultSize(); got != 408817 {
 		t.Fatalf("MaxResultSize with default names = %d, want 408817", got)
 	}
-	key := testKey(t, strings.Repeat("k", 3000))
-	claim := mustClaim(t, s, key, strings.Repeat("f", 100), time.Minute, dedup.Acquired).Claim
-
-	tooLarge := bytes.Repeat([]byte{0xab}, s.MaxResultSize()+1)
-	err := s.Complete(context.Background(), claim, tooLarge, time.Hour)
-	if !errors.Is(err, dynamo.ErrResultTooLarge) {
-		t.Fatalf("Complete with %d bytes = %v, want ErrResultTooLarge", len(tooLarge), err)
-	}
-	mustClaim(t, s, key, "", time.Minute, dedup.InProgress)
-
-	largest := tooLarge[:s.MaxResultSize()]
-	largest[0], largest[len(largest)-1] = 1, 2
-	mustComplete(t, s, claim, largest, time.Hour)
-	if res := mustClaim(t, s, key, "", time.Minute, dedup.Duplicate); !bytes.Equal(res.Result, largest) {
-		t.Fatalf("Duplicate returned %d bytes, want the %d stored", len(res.Result), len(largest))
-	}
-
-	// Long attribute names leave less room.
 	named := newStore(t, dynamo.Config{Attributes: dynamo.AttributeNames{Result: strings.Repeat("r", 200)}})
 	if got := named.MaxResultSize(); got != 408817-194 {
 		t.Fatalf("MaxResultSize with a 200-byte result name = %d, want %d", got, 408817-194)
@@ -384,20 +336,6 @@ func TestUnreachableServerKeepsTheCause(t *testing.T) {
 		if err == nil || errors.Is(err, dedup.ErrClaimLost) || !errors.As(err, &opErr) || !errors.As(err, &netErr) {
 			t.Errorf("%s = %v, want a *smithy.OperationError wrapping a *net.OpError, not ErrClaimLost", name, err)
 		}
-	}
-}
-
-func TestCancelledContext(t *testing.T) {
-	s := newStore(t, dynamo.Config{})
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	_, err := s.Claim(ctx, testKey(t, "k"), "", time.Minute)
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("Claim with a cancelled context = %v, want context.Canceled", err)
-	}
-	err = s.Complete(ctx, dedup.Claim{Key: testKey(t, "k"), Token: storekit.NewToken()}, nil, time.Hour)
-	if !errors.Is(err, context.Canceled) || errors.Is(err, dedup.ErrClaimLost) {
-		t.Fatalf("Complete with a cancelled context = %v, want context.Canceled", err)
 	}
 }
 

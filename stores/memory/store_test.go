@@ -8,27 +8,8 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
-	"github.com/watermill-dedup/watermill-dedup/dedup/storetest"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
-
-var epoch = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-
-func TestMemoryStoreConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) {
-		clock := fakeclock.New(epoch)
-		return memory.New(clock), clock.Advance
-	}, storetest.Features{})
-}
-
-// The suite again on the wall clock, as a shared store: the path a
-// server-side store takes.
-func TestMemoryStoreConformanceRealTime(t *testing.T) {
-	store := memory.New(nil)
-	storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) {
-		return store, nil
-	}, storetest.Features{ShortDuration: 20 * time.Millisecond})
-}
 
 func TestMemoryStoreSweepsExpiredRecords(t *testing.T) {
 	ctx := context.Background()

@@ -118,7 +118,8 @@ func (s *Store) Evict(ctx context.Context, key string) (bool, error) {
 // are skipped.
 //
 // Cost: the table has no index on key (Migrate creates the primary key on
-// key_hash and an index on expires_at only), so every page reads every live
+// key_hash, an index on expires_at and a hash index on business_key, which
+// serves equality only), so every page reads every live
 // row (a sequential scan, or the expires_at index), filters it by prefix and
 // sorts the matches: O(table) per page, whatever the prefix and limit, and
 // O(table × pages) for a full listing. If you list often on a large table,

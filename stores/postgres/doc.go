@@ -1,11 +1,16 @@
-// Package postgres is a dedup.Store in a PostgreSQL table (pgx v5), and a
-// Watermill middleware, TxMiddleware, that commits a handler's business
-// writes and the completion of its key in one transaction.
+// Package postgres is a dedup.Store in a PostgreSQL table (pgx v5) that
+// commits a handler's business writes and the completion of its key in one
+// transaction: TxMiddleware for Watermill handlers, RunInTx for httpdedup
+// (Config.InTransaction) and any dedup.Engine.Do work. Subpackage outbox
+// adds the handler's outgoing messages to that transaction.
 //
 // Schema: one table (default "dedup_keys", see Config.Table and
 // Store.SchemaSQL) with one row per scoped key. The primary key is the
 // SHA-256 of the key, so keys of any length fit the btree; the key itself is
-// kept verbatim. Migrate creates it.
+// kept verbatim, and readable columns (scope, business_key, state,
+// response_status, created_at, completed_at) let an operator query it in
+// plain SQL. Migrate creates it, and upgrades a table of an earlier version
+// in place with additive steps.
 //
 // Claim is one statement (a CTE): INSERT … ON CONFLICT (key_hash) DO
 // NOTHING creates the record, an UPDATE guarded by "expired" takes over an
@@ -30,9 +35,10 @@
 //
 // Guarantees, from strongest to weakest:
 //
-//   - With TxMiddleware, the effect (the handler's writes in the same
-//     database) and its record commit together or not at all: no window
-//     between effect and record, whatever crashes when.
+//   - With TxMiddleware or RunInTx, the effect (the handler's writes in the
+//     same database) and its record (with the stored HTTP response, and
+//     with the outbox the outgoing messages) commit together or not at all:
+//     no window between effect and record, whatever crashes when.
 //   - Without it, the store gives the dedup middleware's guarantee for any
 //     effect: the record is completed after the handler returns; a crash
 //     between the two leaves the record in progress until its lease ends,

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"log"
 	"os"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
 )
 
@@ -88,4 +90,46 @@ func ExampleStore_DeleteExpired() {
 		case <-ticker.C:
 		}
 	}
+}
+
+// One record in PostgreSQL: claimed, completed with its result, a
+// duplicate, and refused as a conflict for another payload's fingerprint.
+// The example works in a schema of its own, dropped at its end; in
+// production postgres.Config{} keeps the records in public.dedup_keys.
+func ExampleNew() {
+	ctx := context.Background()
+	db := pool // the test's; pgxpool.New(ctx, os.Getenv("DATABASE_URL")) in production
+	schema := "dedup_example_" + randomHex(4)
+	if _, err := db.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _, _ = db.Exec(context.WithoutCancel(ctx), "DROP SCHEMA "+schema+" CASCADE") }()
+
+	store, err := postgres.New(db, postgres.Config{Schema: schema})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := store.Migrate(ctx); err != nil { // CREATE TABLE IF NOT EXISTS, safe to run at every start
+		log.Fatal(err)
+	}
+	key := admin.ScopedKey("charge-orders", "ORDER-003")
+	res, err := store.Claim(ctx, key, "fp-a", 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(res.Outcome)
+	if err := store.Complete(ctx, res.Claim, []byte("receipt-7"), 24*time.Hour); err != nil {
+		log.Fatal(err)
+	}
+	for _, fp := range []string{"fp-a", "fp-b"} {
+		res, err := store.Claim(ctx, key, fp, 30*time.Second)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("%s %q\n", res.Outcome, res.Result)
+	}
+	// Output:
+	// acquired
+	// duplicate "receipt-7"
+	// conflict ""
 }

@@ -6,8 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/watermill-dedup/watermill-dedup/internal/pgtest"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
 )
@@ -37,32 +36,12 @@ const maxConns = 12
 
 func TestMain(m *testing.M) {
 	testserver.Main(m, func() (func(), error) {
-		closeServer := func() {}
-		dsn = os.Getenv(envChildDSN)
-		if dsn == "" {
-			pg, err := testserver.StartPostgres()
-			if err != nil {
-				return nil, err
-			}
-			dsn, closeServer = pg.DSN, func() { _ = pg.Close() }
-		}
-		cfg, err := pgxpool.ParseConfig(dsn)
-		if err != nil {
-			closeServer()
-			return nil, err
-		}
-		cfg.MaxConns = maxConns
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		pool, err = pgxpool.NewWithConfig(ctx, cfg)
-		if err == nil {
-			err = pool.Ping(ctx)
-		}
-		if err != nil {
-			closeServer()
-			return nil, fmt.Errorf("connecting to %s: %w", dsn, err)
-		}
-		return func() { pool.Close(); closeServer() }, nil
+		var (
+			closeAll func()
+			err      error
+		)
+		pool, dsn, closeAll, err = pgtest.Connect(envChildDSN, maxConns)
+		return closeAll, err
 	})
 }
 
@@ -87,18 +66,7 @@ func testCtx(t testing.TB) context.Context {
 // The server may be shared: nothing outside this schema is touched.
 func newSchema(t testing.TB) string {
 	t.Helper()
-	name := "dedup_pgtest_" + randomHex(6)
-	if _, err := pool.Exec(testCtx(t), "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize()); err != nil {
-		t.Fatalf("create schema: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", name, err)
-		}
-	})
-	return name
+	return pgtest.Schema(t, pool, "dedup_pgtest_")
 }
 
 // newStore returns a migrated store in a fresh schema.

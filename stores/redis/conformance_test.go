@@ -2,8 +2,9 @@ package redis_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
+	"crypto/sha256"
+	"encoding/hex"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,32 +12,88 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/storetest"
-	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
-// Expiry is decided by the server (PX), so the suite waits in real time and
-// every subtest shares one store.
+// features: expiry is decided by the server (PX), so the suite waits in
+// real time; the fingerprint an operator sees is the hex of its 16-byte
+// digest.
+var features = storetest.Features{
+	ShortDuration:    300 * time.Millisecond,
+	AlreadyCompleted: true,
+	Admin:            true,
+	AdminFingerprint: func(fp string) string { sum := sha256.Sum256([]byte(fp)); return hex.EncodeToString(sum[:16]) },
+}
+
+// shared returns a constructor that gives every case the same store.
+func shared(store dedup.Store) storetest.Constructor {
+	return func(*testing.T) (dedup.Store, func(time.Duration)) { return store, nil }
+}
+
+// countingStore is a store on a client of its own that counts the commands
+// it sends (storetest.RequestCounter).
+type countingStore struct {
+	*redis.Store
+	hook *countHook
+}
+
+func (s countingStore) Requests() int64 { return s.hook.n.Load() }
+
+type countHook struct{ n atomic.Int64 }
+
+func (h *countHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (h *countHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *countHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		h.n.Add(1) // one round trip
+		return next(ctx, cmds)
+	}
+}
+
+// newCountingStore gives each case a client and store of its own on the
+// shared server, counting requests: SET NX PX GET answers every claim in
+// one.
+func newCountingStore(t *testing.T) (dedup.Store, func(time.Duration)) {
+	client := newClient(t)
+	hook := &countHook{}
+	s := newStore(t, client, redis.Config{})
+	client.AddHook(hook)
+	return countingStore{Store: s, hook: hook}, nil
+}
+
 func TestConformanceStandalone(t *testing.T) {
-	store := newStore(t, newClient(t), redis.Config{})
-	storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) {
-		return store, nil
-	}, storetest.Features{ShortDuration: 300 * time.Millisecond})
+	f := features
+	f.OneRequestClaim = true
+	storetest.Run(t, newCountingStore, f)
+}
+
+func TestAdmin(t *testing.T) { storetest.RunAdmin(t, newCountingStore, features) }
+
+// The middleware through a Watermill router, on one store shared by every
+// case.
+func TestRouter(t *testing.T) {
+	storetest.RunRouter(t, shared(newStore(t, newClient(t), redis.Config{})), features)
 }
 
 // The Lua claim that the benchmark compares with SET NX PX GET must be
 // equivalent, or the comparison means nothing.
 func TestConformanceLuaClaim(t *testing.T) {
 	store := redis.LuaClaimStore{Store: newStore(t, newClient(t), redis.Config{KeyPrefix: "dedup-lua:"})}
-	storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) {
-		return store, nil
-	}, storetest.Features{ShortDuration: 300 * time.Millisecond})
+	storetest.Run(t, shared(store), features)
 }
 
-// A 3-master Redis Cluster on free loopback ports: the suite through a
-// ClusterClient, then a check that the records were spread over every master
-// (each record is one key, so no operation spans slots).
+// A 3-master Redis Cluster on free loopback ports: the store and admin
+// contracts through a ClusterClient (List scans every master in turn), then
+// a check that the records were spread over every master (each record is
+// one key, so no operation spans slots).
 func TestConformanceCluster(t *testing.T) {
 	cluster, err := testserver.StartRedisCluster(3)
 	if err != nil {
@@ -47,19 +104,12 @@ func TestConformanceCluster(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	store := newStore(t, client, redis.Config{})
 
-	t.Run("suite", func(t *testing.T) {
-		storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) {
-			return store, nil
-		}, storetest.Features{ShortDuration: 300 * time.Millisecond})
-	})
+	t.Run("suite", func(t *testing.T) { storetest.Run(t, shared(store), features) })
+	t.Run("admin", func(t *testing.T) { storetest.RunAdmin(t, shared(store), features) })
 	// Config.AutoPipeline on a Cluster: go-redis splits each batch per
 	// master by the slots of its keys.
 	pipelined := newStore(t, client, redis.Config{KeyPrefix: "dedup-ap:", AutoPipeline: true})
-	t.Run("suite-autopipeline", func(t *testing.T) {
-		storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) {
-			return pipelined, nil
-		}, storetest.Features{ShortDuration: 300 * time.Millisecond})
-	})
+	t.Run("suite-autopipeline", func(t *testing.T) { storetest.Run(t, shared(pipelined), features) })
 
 	ctx := context.Background()
 	for _, addr := range cluster.Addrs {
@@ -72,32 +122,6 @@ func TestConformanceCluster(t *testing.T) {
 		if n == 0 {
 			t.Errorf("master %s holds no record: keys were not spread over the cluster", addr)
 		}
-	}
-}
-
-// Every operation refuses a cancelled context with its error, before or while
-// talking to Redis, and a cancelled claim creates nothing.
-func TestCancelledContext(t *testing.T) {
-	store := newStore(t, newClient(t), redis.Config{})
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	key := fmt.Sprint("cancelled-", time.Now().UnixNano())
-	if _, err := store.Claim(ctx, key, "", time.Minute); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Claim with a cancelled context: %v, want context.Canceled", err)
-	}
-	c := dedup.Claim{Key: key, Token: storekit.NewToken()}
-	for name, err := range map[string]error{
-		"Complete": store.Complete(ctx, c, nil, time.Minute),
-		"Release":  store.Release(ctx, c),
-		"Extend":   store.Extend(ctx, c, time.Minute),
-	} {
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("%s with a cancelled context: %v, want context.Canceled", name, err)
-		}
-	}
-	res, err := store.Claim(context.Background(), key, "", time.Minute)
-	if err != nil || res.Outcome != dedup.Acquired {
-		t.Fatalf("claim after the cancelled one: %v %v, want acquired", res.Outcome, err)
 	}
 }
 
@@ -118,11 +142,7 @@ func TestConformanceSentinel(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	store := newStore(t, client, redis.Config{})
 
-	t.Run("suite", func(t *testing.T) {
-		storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) {
-			return store, nil
-		}, storetest.Features{ShortDuration: 300 * time.Millisecond})
-	})
+	t.Run("suite", func(t *testing.T) { storetest.Run(t, shared(store), features) })
 
 	// The records are on the master the Sentinel named.
 	node := goredis.NewClient(&goredis.Options{Addr: master.Addr})

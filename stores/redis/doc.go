@@ -8,15 +8,31 @@
 // (redis.NewFailoverClient) and Cluster (redis.NewClusterClient) work
 // unchanged:
 //
-//	client := goredis.NewClient(&goredis.Options{Addr: "localhost:6379"})
-//	store, err := redis.New(ctx, client, redis.Config{}) // keys "dedup:<scope>:<key>"
+//	import (
+//		"github.com/redis/go-redis/v9"
+//
+//		dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
+//	)
+//
+//	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+//	store, err := dedupredis.New(ctx, client, dedupredis.Config{}) // keys "dedup:<scope>:<key>"
 //	if err != nil {
 //		return err // unreachable, or older than Redis 7.0 (ErrServerTooOld)
 //	}
 //	d, err := dedup.New(dedup.Config{Store: store, Key: keyfuncs.JSON("order_id")})
 //
-// The package name clashes with go-redis' own; import one of them under
-// another name (goredis above).
+// # The package name
+//
+// The package is named redis, like go-redis' own, and a file that uses both
+// must rename one import. Import this one as dedupredis, as above; go-redis
+// keeps its own name. The name stays redis because a Go package is named
+// after the last element of its import path (stores/redis, beside
+// stores/dynamo and stores/postgres), renaming it would break every
+// program that imports it, and Watermill itself keeps colliding names (its
+// watermill-sql package is sql, like database/sql). The alias goes on this
+// package rather than on go-redis because a program that adds
+// deduplication already calls go-redis as redis in many places and calls
+// this package in one: the alias changes that one line only.
 //
 // See README.md in this directory for the key layout, the record encoding,
 // the benchmark figures and how to run Redis for local development.

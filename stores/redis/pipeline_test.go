@@ -27,9 +27,7 @@ func TestConformanceAutoPipeline(t *testing.T) {
 	client.AddHook(pipes)
 	store := newStore(t, client, redis.Config{KeyPrefix: "dedup-ap:", AutoPipeline: true})
 	t.Run("suite", func(t *testing.T) {
-		storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) {
-			return store, nil
-		}, storetest.Features{ShortDuration: 300 * time.Millisecond})
+		storetest.Run(t, shared(store), features)
 	})
 	t.Logf("%d pipelines, the largest of %d commands", pipes.count(), pipes.largest())
 }

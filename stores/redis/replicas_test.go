@@ -166,7 +166,7 @@ func TestConformanceWaitReplicas(t *testing.T) {
 		client := goredis.NewClient(&goredis.Options{Addr: master.Addr})
 		t.Cleanup(func() { _ = client.Close() })
 		store := newStore(t, client, redis.Config{WaitReplicas: 1})
-		storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) { return store, nil }, storetest.Features{ShortDuration: waitShortDuration})
+		storetest.Run(t, shared(store), waitFeatures)
 	})
 	t.Run("cluster", func(t *testing.T) {
 		cluster, err := testserver.StartRedisClusterWithReplicas(3, 2*time.Second)
@@ -177,7 +177,7 @@ func TestConformanceWaitReplicas(t *testing.T) {
 		client := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cluster.Addrs})
 		t.Cleanup(func() { _ = client.Close() })
 		store := newStore(t, client, redis.Config{WaitReplicas: 1})
-		storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) { return store, nil }, storetest.Features{ShortDuration: waitShortDuration})
+		storetest.Run(t, shared(store), waitFeatures)
 	})
 }
 
@@ -191,6 +191,12 @@ func TestConformanceWaitReplicas(t *testing.T) {
 // claim whose WAIT waits for a slow replica may otherwise find its own lease
 // over before the next operation.
 const waitShortDuration = 2 * time.Second
+
+var waitFeatures = func() storetest.Features {
+	f := features
+	f.ShortDuration = waitShortDuration
+	return f
+}()
 
 func TestWaitRetriedWriteIsConfirmed(t *testing.T) {
 	ctx := context.Background()

@@ -178,28 +178,6 @@ func TestForeignValue(t *testing.T) {
 	}
 }
 
-// A long fingerprint is stored as a fixed-size digest, and still tells
-// payloads apart.
-func TestLongFingerprints(t *testing.T) {
-	ctx := context.Background()
-	store := newStore(t, newClient(t), redis.Config{})
-	key := uniqueKey("fp")
-	a := string(bytes.Repeat([]byte("a"), 100_000))
-	b := a[:len(a)-1] + "b"
-	res, err := store.Claim(ctx, key, a, time.Hour)
-	if err != nil || res.Outcome != dedup.Acquired {
-		t.Fatalf("Claim: %v %v", res.Outcome, err)
-	}
-	if err := store.Complete(ctx, res.Claim, []byte("r"), time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	for fp, want := range map[string]dedup.Outcome{a: dedup.Duplicate, b: dedup.Conflict, "": dedup.Duplicate} {
-		if res, err := store.Claim(ctx, key, fp, time.Hour); err != nil || res.Outcome != want {
-			t.Fatalf("Claim with a fingerprint of %d bytes: %v %v, want %v", len(fp), res.Outcome, err, want)
-		}
-	}
-}
-
 func TestNewNilClient(t *testing.T) {
 	if _, err := redis.New(context.Background(), nil, redis.Config{}); err == nil {
 		t.Fatal("New(nil client) succeeded")

@@ -1,0 +1,89 @@
+package dedup
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+)
+
+// awaitHolder claims the flight's key again while another claim holds it
+// (Config.InProgressWait): after InProgressPoll, then after pauses doubling
+// up to maxInProgressPoll, until a claim finds something else than
+// InProgress (the holder completed or released the key, or its lease
+// ended), the wait's bound or the call's Deadline is reached, or ctx ends.
+// The bound is checked by one last claim at the bound itself. It returns
+// the last claim's answer (its lease and time are the keeper's, as claim
+// sets them), its round trip, and how long the wait took on the clock.
+// Cost: one claim round trip per pause; no store support beyond Claim is
+// needed.
+func (f *flight) awaitHolder(ctx context.Context) (res ClaimResult, elapsed, waited time.Duration, err error) {
+	e, call := f.e, &f.call
+	clock := e.cfg.Clock
+	start := clock.Now()
+	pause := e.cfg.InProgressPoll
+	res = ClaimResult{Outcome: InProgress}
+	for {
+		now := clock.Now()
+		left := e.cfg.InProgressWait - now.Sub(start)
+		if !call.Deadline.IsZero() {
+			left = min(left, call.Deadline.Sub(now))
+		}
+		if left <= 0 || !pauseOn(ctx, clock, min(pause, left)) {
+			return res, elapsed, clock.Now().Sub(start), nil
+		}
+		lease, lerr := e.callLease(call)
+		if lerr != nil {
+			// The call's deadline is past: stop waiting, still in progress.
+			return res, elapsed, clock.Now().Sub(start), nil
+		}
+		sent := time.Now()
+		res, err = f.claim(ctx, lease)
+		elapsed = time.Since(sent)
+		if err != nil || res.Outcome != InProgress {
+			return res, elapsed, clock.Now().Sub(start), err
+		}
+		pause = min(2*pause, max(maxInProgressPoll, e.cfg.InProgressPoll))
+	}
+}
+
+// pauseOn waits d on clock; it reports false, at once, if ctx ends first.
+func pauseOn(ctx context.Context, clock Clock, d time.Duration) bool {
+	done := make(chan struct{})
+	stop := clock.AfterFunc(d, func() { close(done) })
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		stop()
+		return false
+	}
+}
+
+// InProgressAtInfo wraps the logger of a Watermill router (message.NewRouter)
+// so that a handler error matching ErrInProgress, which the router logs as
+// "Handler returned error" at error level before nacking the message, is
+// logged at info level instead, with its error in the field "err". Nothing
+// else changes: the message is still nacked and redelivered, and every
+// other error is still an error. A copy that finds its key held by another
+// consumer is the normal course of at-least-once delivery, not a fault;
+// Config.InProgressWait makes such nacks rare, this keeps the rest out of
+// error alerts. Cost: an errors.Is per error logged.
+func InProgressAtInfo(logger watermill.LoggerAdapter) watermill.LoggerAdapter {
+	return inProgressAtInfo{logger}
+}
+
+type inProgressAtInfo struct{ watermill.LoggerAdapter }
+
+func (l inProgressAtInfo) Error(msg string, err error, fields watermill.LogFields) {
+	if errors.Is(err, ErrInProgress) {
+		l.LoggerAdapter.Info(msg, fields.Add(watermill.LogFields{"err": err.Error()}))
+		return
+	}
+	l.LoggerAdapter.Error(msg, err, fields)
+}
+
+func (l inProgressAtInfo) With(fields watermill.LogFields) watermill.LoggerAdapter {
+	return inProgressAtInfo{l.LoggerAdapter.With(fields)}
+}

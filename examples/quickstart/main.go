@@ -1,0 +1,87 @@
+// Command quickstart is the README's Quick start, complete: a Watermill
+// router whose "charge-orders" handler charges each order once, however
+// many copies arrive. Ten copies of ORDER-003, each with a new message id,
+// cause one charge. It needs a Redis 7 at REDIS_ADDR (default
+// 127.0.0.1:6379) and leaves one key there, dedup:charge-orders:ORDER-003,
+// for 24 hours: run it again within that time and nothing is charged.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
+	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis" // go-redis keeps its name
+)
+
+func main() {
+	if err := run(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+}
+
+var charges atomic.Int64
+
+// chargeOrder is the effect that must happen once per order.
+func chargeOrder(msg *message.Message) error {
+	charges.Add(1)
+	return nil
+}
+
+func run(ctx context.Context) error {
+	addr := os.Getenv("REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	logger := watermill.NewStdLogger(false, false)
+	pubSub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, logger)
+	var subscriber message.Subscriber = pubSub // your broker's: SQS, SNS, Kafka, ...
+	router, err := message.NewRouter(message.RouterConfig{}, logger)
+	if err != nil {
+		return err
+	}
+
+	store, err := dedupredis.New(ctx, redis.NewClient(&redis.Options{Addr: addr}), dedupredis.Config{})
+	if err != nil {
+		return err // unreachable, or older than Redis 7.0
+	}
+	d, err := dedup.New(dedup.Config{
+		Store:     store,
+		Key:       keyfuncs.JSON("order_id"), // the business key, never the message UUID
+		Lease:     30 * time.Second,          // how long a crashed consumer holds a key
+		Retention: 24 * time.Hour,            // how long a completed key suppresses copies
+		Logger:    logger,
+	})
+	if err != nil {
+		return err
+	}
+	router.AddMiddleware(d.Middleware)
+	router.AddConsumerHandler("charge-orders", "orders", subscriber, chargeOrder)
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- router.Run(ctx) }()
+	defer router.Close()
+	select {
+	case <-router.Running():
+	case err := <-stopped:
+		return err
+	}
+	for range 10 { // a producer's retries, an SNS fan-out: new ids, one order
+		msg := message.NewMessage(watermill.NewUUID(), []byte(`{"order_id":"ORDER-003","amount":150}`))
+		if err := pubSub.Publish("orders", msg); err != nil { // returns once acked
+			return err
+		}
+	}
+	fmt.Printf("10 copies of ORDER-003, %d charge(s)\n", charges.Load())
+	return nil
+}

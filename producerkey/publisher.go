@@ -1,0 +1,95 @@
+package producerkey
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+)
+
+// DefaultMetadata is the metadata entry Publisher stamps the key into.
+const DefaultMetadata = "idempotency_key"
+
+// PublisherConfig configures a Publisher.
+type PublisherConfig struct {
+	// Metadata names the metadata entry that carries the key. Defaults to
+	// DefaultMetadata ("idempotency_key"); the consumer's key function is
+	// then keyfuncs.Metadata(DefaultMetadata).
+	Metadata string
+
+	// Key returns the message's business key (an order id, a payment id),
+	// the same for every message built for one intent. Defaults to nil: a
+	// random key, made the first time the message is published; a retry
+	// must then publish the same *message.Message again to keep it.
+	Key dedup.KeyFunc
+}
+
+func (c *PublisherConfig) setDefaults() {
+	if c.Metadata == "" {
+		c.Metadata = DefaultMetadata
+	}
+}
+
+// Publisher is a message.Publisher that stamps one idempotency key per
+// intent into each message's metadata before passing the messages on.
+type Publisher struct {
+	pub    message.Publisher
+	config PublisherConfig
+}
+
+// NewPublisher returns pub decorated with the key stamp; every
+// PublisherConfig is valid (zero fields take their defaults). It fails only
+// on a nil pub.
+func NewPublisher(pub message.Publisher, config PublisherConfig) (*Publisher, error) {
+	if pub == nil {
+		return nil, errors.New("producerkey: NewPublisher: publisher is nil")
+	}
+	config.setDefaults()
+	return &Publisher{pub: pub, config: config}, nil
+}
+
+// Publish stamps every message that has no key yet, then publishes them
+// all with the decorated publisher. A message that already carries the
+// entry keeps it: that is a retry of the same message, or a key the caller
+// chose. So publishing a message again after an error (the broker may have
+// stored it before the error) sends the same key, and the consumer skips
+// the second copy as a duplicate.
+//
+// It writes to the messages' metadata (that is where the key lives between
+// attempts). When Config.Key fails for a message, Publish returns the
+// error, wrapping dedup.ErrNoKey when the key function's does, and
+// publishes nothing. Cost: the key function, or 16 bytes from crypto/rand,
+// per message not yet stamped; nothing for a retry.
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	for _, msg := range msgs {
+		if err := p.stamp(msg); err != nil {
+			return err
+		}
+	}
+	return p.pub.Publish(topic, msgs...)
+}
+
+// stamp sets the key entry of msg unless it has one.
+func (p *Publisher) stamp(msg *message.Message) error {
+	if msg.Metadata.Get(p.config.Metadata) != "" {
+		return nil
+	}
+	if p.config.Key == nil {
+		msg.Metadata.Set(p.config.Metadata, newKey())
+		return nil
+	}
+	key, err := p.config.Key(msg)
+	if err != nil {
+		return fmt.Errorf("producerkey: key of message %s: %w", msg.UUID, err)
+	}
+	if key == "" {
+		return fmt.Errorf("producerkey: key of message %s: %w", msg.UUID, dedup.ErrNoKey)
+	}
+	msg.Metadata.Set(p.config.Metadata, key)
+	return nil
+}
+
+// Close closes the decorated publisher.
+func (p *Publisher) Close() error { return p.pub.Close() }
