@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -157,10 +158,13 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 	if s.waitReplicas > 0 {
 		return s.claimWait(ctx, key, raw, fp, token, lease)
 	}
-	a := &claimArgs{key: s.prefix + key, ms: millis(lease)}
+	a := claimArgsPool.Get().(*claimArgs)
+	a.key, a.ms = s.prefix+key, millis(lease)
 	a.value.len = uint8(len(appendInProgress(a.value.b[:0], &raw, fp)))
 	a.args = [...]any{"set", &a.key, &a.value, "nx", "px", &a.ms, "get"}
 	old, found, err := s.setNXGet(ctx, a.args[:], &a.wait)
+	a.reset()
+	claimArgsPool.Put(a)
 	if err != nil {
 		return dedup.ClaimResult{}, fmt.Errorf("dedup/redis: claim: %w", err)
 	}
@@ -171,7 +175,9 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 }
 
 // claimArgs are a claim's command arguments, held where go-redis can take
-// pointers to them: no allocation per argument.
+// pointers to them: no allocation per argument. They are pooled: go-redis
+// is done with a command's arguments when it returns (a hook that kept a
+// command's Args after the call would see them change).
 type claimArgs struct {
 	key   string
 	value recordArg
@@ -179,6 +185,23 @@ type claimArgs struct {
 	args  [7]any
 	wait  pending
 }
+
+// reset drops what the arguments point to, for the pool.
+func (a *claimArgs) reset() {
+	a.key, a.wait = "", pending{}
+	clear(a.args[:])
+}
+
+// reset drops what the arguments point to, for the pool.
+func (a *scriptArgs) reset() {
+	a.key, a.token, a.result, a.wait = "", "", nil, pending{}
+	clear(a.args[:])
+}
+
+var (
+	claimArgsPool  = sync.Pool{New: func() any { return new(claimArgs) }}
+	scriptArgsPool = sync.Pool{New: func() any { return new(scriptArgs) }}
+)
 
 // recordArg is an in-progress record passed by pointer (go-redis writes an
 // encoding.BinaryMarshaler's bytes as they are).
@@ -344,7 +367,7 @@ func (s *Store) Extend(ctx context.Context, claim dedup.Claim, lease time.Durati
 
 // scriptArgs are a token-checking script's arguments (EVALSHA sha 1 key
 // token compact [ms [result]]), held where go-redis can take pointers to
-// them: no allocation per argument.
+// them: no allocation per argument; pooled like claimArgs.
 type scriptArgs struct {
 	key, token string
 	compact    compactArg
@@ -401,7 +424,12 @@ func (s *Store) run(ctx context.Context, op string, script *ownedScript, claim d
 	default:
 		return lost(op, claim.Key, ErrNotOwner, "the token was not issued by this store")
 	}
-	a := &scriptArgs{key: s.prefix + claim.Key, token: token, ms: ms}
+	a := scriptArgsPool.Get().(*scriptArgs)
+	defer func() {
+		a.reset()
+		scriptArgsPool.Put(a)
+	}()
+	a.key, a.token, a.ms = s.prefix+claim.Key, token, ms
 	a.compact.len = uint8(len(appendCompact(a.compact.b[:0], &raw)))
 	a.result = result
 	a.args = [...]any{"evalsha", &script.sha, 1, &a.key, &a.token, &a.compact, &a.ms, &a.result}
