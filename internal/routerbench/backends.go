@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -66,6 +67,10 @@ type backend struct {
 	// (DynamoDB: PutItem + UpdateItem with prebuilt expressions), the floor
 	// of the claim+complete/raw ratio on an emulator.
 	floor func(ctx context.Context, key string) error
+	// reset, when set, empties the store and the raw baseline's data
+	// between measurements (the memory store: its records live in this
+	// process's heap).
+	reset func()
 	// redis is the go-redis client, for the Redis store only.
 	redis *goredis.Client
 
@@ -114,10 +119,12 @@ func openMemory() *backend {
 		mu sync.Mutex
 		m  = map[string]entry{}
 	)
+	store := &swapStore{}
+	store.p.Store(memory.New(nil))
 	return &backend{
 		name:     StoreMemory,
-		describe: "stores/memory in process; raw: insert-if-absent into a map under a sync.Mutex",
-		store:    memory.New(nil),
+		describe: "stores/memory in process, emptied before each measurement (as the raw map); raw: insert-if-absent into a map under a sync.Mutex",
+		store:    store,
 		raw: func(_ context.Context, key string) error {
 			deadline := time.Now().Add(rawLease).UnixNano()
 			mu.Lock()
@@ -127,7 +134,35 @@ func openMemory() *backend {
 			mu.Unlock()
 			return nil
 		},
+		reset: func() {
+			store.p.Store(memory.New(nil))
+			mu.Lock()
+			m = map[string]entry{}
+			mu.Unlock()
+		},
 	}
+}
+
+// swapStore is a memory.Store that reset replaces by an empty one: the
+// records of one measurement (millions per second) would otherwise stay in
+// this process's heap, and every later measurement, of every store, would
+// pay the garbage collector's marking of them.
+type swapStore struct{ p atomic.Pointer[memory.Store] }
+
+func (s *swapStore) Claim(ctx context.Context, key, fp string, lease time.Duration) (dedup.ClaimResult, error) {
+	return s.p.Load().Claim(ctx, key, fp, lease)
+}
+
+func (s *swapStore) Complete(ctx context.Context, c dedup.Claim, result []byte, retention time.Duration) error {
+	return s.p.Load().Complete(ctx, c, result, retention)
+}
+
+func (s *swapStore) Release(ctx context.Context, c dedup.Claim) error {
+	return s.p.Load().Release(ctx, c)
+}
+
+func (s *swapStore) Extend(ctx context.Context, c dedup.Claim, lease time.Duration) error {
+	return s.p.Load().Extend(ctx, c, lease)
 }
 
 // redisPoolSize keeps go-redis from queueing at c=64 (its default is ten

@@ -233,6 +233,28 @@ func (s *suite) workload(v variant) func(ctx context.Context, worker int) error 
 // operations per second and this process's CPU time per operation in
 // microseconds, after checking what the handlers saw.
 func (s *suite) measure(ctx context.Context, v variant, c int, d time.Duration, total int64) (rate, cpu float64, err error) {
+	if err := s.prepare(ctx); err != nil {
+		return 0, 0, err
+	}
+	return s.run(ctx, v, c, d, total)
+}
+
+// prepare empties a store whose records live in this process (see
+// backend.reset) before a measurement.
+func (s *suite) prepare(ctx context.Context) error {
+	if s.b.reset == nil {
+		return nil
+	}
+	s.b.reset()
+	if err := s.rig.reset(ctx, s.b.store); err != nil {
+		return fmt.Errorf("%s: %w", s.b.name, err)
+	}
+	runtime.GC() // the dropped records go now, not during the measurement
+	return nil
+}
+
+// run is measure without prepare.
+func (s *suite) run(ctx context.Context, v variant, c int, d time.Duration, total int64) (rate, cpu float64, err error) {
 	var (
 		n       int64
 		elapsed time.Duration
@@ -371,9 +393,12 @@ func (s *suite) measureAllocs(ctx context.Context, c int, total int64) error {
 			// Mallocs and TotalAlloc only grow, whenever the collector
 			// runs: no runtime.GC() needed (with a heap of millions of
 			// records it would take seconds per sample).
+			if err := s.prepare(ctx); err != nil {
+				return err
+			}
 			var m0, m1 runtime.MemStats
 			runtime.ReadMemStats(&m0)
-			if _, _, err := s.measure(ctx, v, c, 0, total); err != nil {
+			if _, _, err := s.run(ctx, v, c, 0, total); err != nil {
 				return err
 			}
 			runtime.ReadMemStats(&m1)

@@ -15,6 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 )
 
@@ -57,6 +58,10 @@ type lane struct {
 	wantCalls bool
 	// nextKey returns the business key of the next message.
 	nextKey func() string
+	// dupKeys are the keys a duplicate lane cycles through; wmRepo is the
+	// repository of a lane with Watermill's Deduplicator.
+	dupKeys []string
+	wmRepo  *swapRepo
 
 	errMu    sync.Mutex
 	errCount int
@@ -110,11 +115,14 @@ func newRig(ctx context.Context, store dedup.Store, id string, maxC int, withWat
 	r := &rig{pub: pub, router: router, lanes: map[string]*lane{}}
 
 	distinct := func(tag string) func() string { return newAtomicSeq("ORDER-" + id + "-" + tag + "-") }
-	cycle := func(tag string) func() string {
+	cycleKeys := func(tag string) []string {
 		keys := make([]string, dupKeys)
 		for i := range keys {
 			keys[i] = "ORDER-" + id + "-" + tag + "-" + strconv.Itoa(i)
 		}
+		return keys
+	}
+	cycle := func(keys []string) func() string {
 		var seq atomic.Int64
 		return func() string { return keys[(seq.Add(1)-1)%dupKeys] }
 	}
@@ -125,19 +133,15 @@ func newRig(ctx context.Context, store dedup.Store, id string, maxC int, withWat
 		}
 		return d.Middleware, nil
 	}
-	newWatermill := func() message.HandlerMiddleware {
-		// The same retention as dedup's default (24h), so no key is
-		// forgotten during the run; keyed on the same metadata entry.
-		repo, err := wmmiddleware.NewMapExpiringKeyRepository(24 * time.Hour)
-		if err != nil {
-			panic(err) // only for a window under a millisecond
-		}
+	newWatermill := func() (message.HandlerMiddleware, *swapRepo) {
+		repo := &swapRepo{}
+		repo.reset()
 		d := &wmmiddleware.Deduplicator{
 			KeyFactory: wmmiddleware.NewMessageHasherFromMetadataField(keyMetadata),
 			Repository: repo,
 			Timeout:    time.Minute, // its own default
 		}
-		return d.Middleware
+		return d.Middleware, repo
 	}
 
 	type spec struct {
@@ -145,6 +149,8 @@ func newRig(ctx context.Context, store dedup.Store, id string, maxC int, withWat
 		mw        message.HandlerMiddleware
 		wantCalls bool
 		nextKey   func() string
+		dupKeys   []string
+		repo      *swapRepo
 	}
 	happy, err := newDedup()
 	if err != nil {
@@ -154,18 +160,21 @@ func newRig(ctx context.Context, store dedup.Store, id string, maxC int, withWat
 	if err != nil {
 		return nil, err
 	}
+	dupLaneKeys, wmDupKeys := cycleKeys("dup"), cycleKeys("wmdup")
 	specs := []spec{
-		{vRouter, nil, true, distinct("none")},
-		{vHappy, happy, true, distinct("happy")},
-		{vDup, dup, false, cycle("dup")},
+		{vRouter, nil, true, distinct("none"), nil, nil},
+		{vHappy, happy, true, distinct("happy"), nil, nil},
+		{vDup, dup, false, cycle(dupLaneKeys), dupLaneKeys, nil},
 	}
 	if withWatermill {
+		wmHappy, happyRepo := newWatermill()
+		wmDup, dupRepo := newWatermill()
 		specs = append(specs,
-			spec{vWMHappy, newWatermill(), true, distinct("wm")},
-			spec{vWMDup, newWatermill(), false, cycle("wmdup")})
+			spec{vWMHappy, wmHappy, true, distinct("wm"), nil, happyRepo},
+			spec{vWMDup, wmDup, false, cycle(wmDupKeys), wmDupKeys, dupRepo})
 	}
 	for _, s := range specs {
-		l := &lane{name: s.name, wantCalls: s.wantCalls, nextKey: s.nextKey}
+		l := &lane{name: s.name, wantCalls: s.wantCalls, nextKey: s.nextKey, dupKeys: s.dupKeys, wmRepo: s.repo}
 		for i := range maxC {
 			topic := fmt.Sprintf("bench-%s-%d", s.name, i)
 			l.topics = append(l.topics, topic)
@@ -223,6 +232,57 @@ func newRig(ctx context.Context, store dedup.Store, id string, maxC int, withWat
 		l.handlerCalls.Store(0)
 	}
 	return r, nil
+}
+
+// reset follows an emptied store (backend.reset): the Watermill lanes get
+// empty repositories, and every duplicate lane's keys are completed again,
+// directly in store and the repository (as their first copies did through
+// the router), so that the lanes measure what they did before.
+func (r *rig) reset(ctx context.Context, store dedup.Store) error {
+	for _, l := range r.lanes {
+		if l.wmRepo != nil {
+			l.wmRepo.reset()
+			for _, k := range l.dupKeys {
+				if _, err := l.wmRepo.IsDuplicate(ctx, k); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		for _, k := range l.dupKeys {
+			res, err := store.Claim(ctx, admin.ScopedKey(scope, k), "", 30*time.Second)
+			if err == nil && res.Outcome != dedup.Acquired {
+				err = fmt.Errorf("routerbench: completing %q again: %v", k, res.Outcome)
+			}
+			if err == nil {
+				err = store.Complete(ctx, res.Claim, nil, 24*time.Hour)
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// swapRepo is Watermill's map repository, which reset replaces by an empty
+// one (see swapStore).
+type swapRepo struct {
+	p atomic.Pointer[wmmiddleware.ExpiringKeyRepository]
+}
+
+func (s *swapRepo) reset() {
+	// The same retention as dedup's default (24h), so no key is forgotten
+	// during the run.
+	repo, err := wmmiddleware.NewMapExpiringKeyRepository(24 * time.Hour)
+	if err != nil {
+		panic(err) // only for a window under a millisecond
+	}
+	s.p.Store(&repo)
+}
+
+func (s *swapRepo) IsDuplicate(ctx context.Context, key string) (bool, error) {
+	return (*s.p.Load()).IsDuplicate(ctx, key)
 }
 
 // publisher returns the workload of a lane: worker w publishes one message
