@@ -129,11 +129,7 @@ func (f *flight) do(ctx context.Context, w worker) (ClaimResult, error) {
 		return ClaimResult{}, ErrNoScope
 	}
 	if err := e.checkKey(call.Key, call.MessageUUID); err != nil {
-		if e.cfg.Shadow {
-			return f.runShadow(ctx, Decision{Event: EventKeyMissing, Err: err}, w)
-		}
-		e.event(call, EventKeyMissing, "", "", 0, err)
-		return ClaimResult{}, err
+		return f.keyMissing(ctx, err, w)
 	}
 	key := scopedkey.Of(call.Scope, call.Key)
 	f.hc.Key = key
@@ -177,6 +173,18 @@ func (f *flight) do(ctx context.Context, w worker) (ClaimResult, error) {
 // The cold paths of do are functions of their own, so that do's stack
 // frame stays small: a message runs in a fresh router goroutine whose stack
 // is copied each time it grows.
+
+// keyMissing decides a key that cannot be claimed; with Config.Shadow the
+// work runs anyway.
+//
+//go:noinline
+func (f *flight) keyMissing(ctx context.Context, err error, w worker) (ClaimResult, error) {
+	if f.e.cfg.Shadow {
+		return f.runShadow(ctx, Decision{Event: EventKeyMissing, Err: err}, w)
+	}
+	f.e.event(&f.call, EventKeyMissing, "", "", 0, err)
+	return ClaimResult{}, err
+}
 
 // claimEvent decides a claim's outcome.
 //

@@ -85,6 +85,22 @@ func (m *delivery) work(workCtx context.Context) ([]byte, error) {
 	return replay.Encode(m.out), nil
 }
 
+// keyMissing refuses a message without a usable key or fingerprint (see
+// refuse). (A function of its own: handle's frame stays small.)
+//
+//go:noinline
+func (d *Deduplicator) keyMissing(h message.HandlerFunc, msg *message.Message, call *Call, key string, err error) ([]*message.Message, error) {
+	return d.refuse(h, msg, call, Decision{Event: EventKeyMissing, Key: key, Err: err})
+}
+
+// traced runs the delivery through Engine.Do, whose Tracer starts the
+// call. (A function of its own: handle's frame stays small.)
+//
+//go:noinline
+func (m *delivery) traced(ctx context.Context) (ClaimResult, error) {
+	return m.d.engine.Do(ctx, m.flight.call, m.work)
+}
+
 func (d *Deduplicator) handle(h message.HandlerFunc, msg *message.Message) ([]*message.Message, error) {
 	ctx := msg.Context()
 	m := &delivery{d: d, h: h, msg: msg, ctx: ctx}
@@ -99,18 +115,18 @@ func (d *Deduplicator) handle(h message.HandlerFunc, msg *message.Message) ([]*m
 	}
 	var err error
 	if call.Key, err = d.businessKey(msg); err != nil {
-		return d.refuse(h, msg, call, Decision{Event: EventKeyMissing, Err: err})
+		return d.keyMissing(h, msg, call, "", err)
 	}
 	if d.cfg.Fingerprint != nil {
 		if call.Fingerprint, err = d.cfg.Fingerprint(msg); err != nil {
 			err = &KeyError{Field: "fingerprint", Reason: "fingerprint failed", MessageUUID: msg.UUID, Err: err}
-			return d.refuse(h, msg, call, Decision{Event: EventKeyMissing, Key: scopedkey.Of(call.Scope, call.Key), Err: err})
+			return d.keyMissing(h, msg, call, scopedkey.Of(call.Scope, call.Key), err)
 		}
 	}
 
 	var res ClaimResult
 	if d.engine.cfg.Tracer != nil {
-		res, err = d.engine.Do(ctx, *call, m.work) // the Tracer starts the call
+		res, err = m.traced(ctx)
 	} else {
 		res, err = m.flight.do(ctx, m)
 	}

@@ -163,8 +163,7 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 	a.value.len = uint8(len(appendInProgress(a.value.b[:0], &raw, fp)))
 	a.args = [...]any{"set", &a.key, &a.value, "nx", "px", &a.ms, "get"}
 	old, found, err := s.setNXGet(ctx, a.args[:], &a.wait)
-	a.reset()
-	claimArgsPool.Put(a)
+	a.release()
 	if err != nil {
 		return dedup.ClaimResult{}, fmt.Errorf("dedup/redis: claim: %w", err)
 	}
@@ -186,16 +185,24 @@ type claimArgs struct {
 	wait  pending
 }
 
-// reset drops what the arguments point to, for the pool.
-func (a *claimArgs) reset() {
+// release drops what the arguments point to and puts them back in the
+// pool.
+//
+//go:noinline
+func (a *claimArgs) release() {
 	a.key, a.wait = "", pending{}
 	clear(a.args[:])
+	claimArgsPool.Put(a)
 }
 
-// reset drops what the arguments point to, for the pool.
-func (a *scriptArgs) reset() {
+// release drops what the arguments point to and puts them back in the
+// pool.
+//
+//go:noinline
+func (a *scriptArgs) release() {
 	a.key, a.token, a.result, a.wait = "", "", nil, pending{}
 	clear(a.args[:])
+	scriptArgsPool.Put(a)
 }
 
 var (
@@ -425,10 +432,6 @@ func (s *Store) run(ctx context.Context, op string, script *ownedScript, claim d
 		return lost(op, claim.Key, ErrNotOwner, "the token was not issued by this store")
 	}
 	a := scriptArgsPool.Get().(*scriptArgs)
-	defer func() {
-		a.reset()
-		scriptArgsPool.Put(a)
-	}()
 	a.key, a.token, a.ms = s.prefix+claim.Key, token, ms
 	a.compact.len = uint8(len(appendCompact(a.compact.b[:0], &raw)))
 	a.result = result
@@ -441,9 +444,12 @@ func (s *Store) run(ctx context.Context, op string, script *ownedScript, claim d
 		args = args[:7]
 	}
 	if s.waitReplicas > 0 && script != releaseOp {
-		return s.runWait(ctx, op, script, claim.Key, args, &raw)
+		err := s.runWait(ctx, op, script, claim.Key, args, &raw)
+		a.release()
+		return err
 	}
 	reply, err := s.evalOwned(ctx, script, args, &a.wait)
+	a.release()
 	if err == nil && reply == replyOK {
 		return nil
 	}
