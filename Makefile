@@ -3,8 +3,9 @@
 #             runs the whole suite with the race detector
 # make bench  runs cmd/dedup-bench: a Watermill router with and without the
 #             middleware on every store, against raw store writes, interleaved,
-#             with medians and ratios (BENCHFLAGS passes flags, e.g.
-#             BENCHFLAGS='-stores redis -reps 3' or '-redis-records 10000,100000,1000000')
+#             with medians and ratios, allocations and Redis used_memory per record
+#             (BENCHFLAGS passes flags, e.g. BENCHFLAGS='-stores redis,redis-ap -reps 3'
+#             or '-redis-records none')
 # make bench-stores  the older per-store go test benchmarks
 
 GO ?= go
@@ -32,6 +33,7 @@ bench: deps
 bench-stores: deps
 	$(GO) test -run '^$$' -bench Store -benchtime 2s ./stores/redis/
 	$(GO) test -run '^$$' -bench WaitReplicas -benchtime 3000x ./stores/redis/
+	$(GO) test -run '^$$' -bench AutoPipeline -benchtime 20000x ./stores/redis/
 	$(GO) test -run '^$$' -bench Throughput ./stores/dynamo/
 	$(GO) test -run '^$$' -bench . -benchtime 500x ./stores/postgres/
 	$(GO) test -run '^$$' -bench MiddlewareOverhead -benchmem ./dedup/

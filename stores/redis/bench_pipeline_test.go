@@ -13,7 +13,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
-	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
@@ -79,10 +78,7 @@ func BenchmarkAutoPipeline(b *testing.B) {
 			return nil
 		}
 	}
-	impls := []struct {
-		name string
-		op   func(ctx context.Context, key string) error
-	}{
+	impls := []benchImpl{
 		{"raw-set-nx-px", func(ctx context.Context, key string) error {
 			return client.Do(ctx, "set", key, token, "nx", "px", lease).Err()
 		}},
@@ -100,41 +96,17 @@ func BenchmarkAutoPipeline(b *testing.B) {
 			}
 			return nil
 		}},
-		{"store-ap", func(ctx context.Context, key string) error {
-			res, err := store.Claim(ctx, key, "", benchLease)
-			if err == nil && res.Outcome != dedup.Acquired {
-				err = fmt.Errorf("claim of a fresh key %q: %v", key, res.Outcome)
-			}
-			if err != nil {
-				return err
-			}
-			return store.Complete(ctx, res.Claim, nil, benchLease)
-		}},
+		{"store-ap", claimComplete(store)},
 	}
 	concurrencies := []int{16, 64}
-	results := map[int][]float64{}
-	run := 0
-	for _, c := range concurrencies {
-		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
-			if err := client.FlushDB(ctx).Err(); err != nil {
-				b.Fatal(err)
-			}
-			if err := client.ScriptLoad(ctx, miniComplete).Err(); err != nil {
-				b.Fatal(err)
-			}
-			run++
-			ops := make([]func(int64) error, len(impls))
-			for j, im := range impls {
-				prefix := fmt.Sprintf("ap-%d-%s-", run, im.name)
-				ops[j] = func(i int64) error { return im.op(ctx, prefix+strconv.FormatInt(i, 10)) }
-			}
-			rates := runInterleaved(b, c, ops)
-			for j, im := range impls {
-				b.ReportMetric(rates[j], im.name+"-ops/s")
-			}
-			results[c] = rates
-		})
-	}
+	results := runAtConcurrencies(b, concurrencies, impls, "ap", func(b *testing.B) {
+		if err := client.FlushDB(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
+		if err := client.ScriptLoad(ctx, miniComplete).Err(); err != nil {
+			b.Fatal(err)
+		}
+	})
 	if err := client.ScriptLoad(ctx, miniComplete).Err(); err != nil {
 		b.Fatal(err)
 	}

@@ -74,10 +74,6 @@ func BenchmarkStore(b *testing.B) {
 		}
 	}
 
-	type impl struct {
-		name string
-		op   func(ctx context.Context, key string) error
-	}
 	claimWith := func(s dedup.Store) func(context.Context, string) error {
 		return func(ctx context.Context, key string) error {
 			res, err := s.Claim(ctx, key, "", benchLease)
@@ -87,50 +83,23 @@ func BenchmarkStore(b *testing.B) {
 			return err
 		}
 	}
-	impls := []impl{
+	impls := []benchImpl{
 		{"raw-set-nx-px", func(ctx context.Context, key string) error {
 			return client.Do(ctx, "set", "dedup:"+key, benchValue, "nx", "px", benchLease.Milliseconds()).Err()
 		}},
 		{"claim", claimWith(store)},
 		{"claim-lua", claimWith(lua)},
-		{"claim+complete", func(ctx context.Context, key string) error {
-			res, err := store.Claim(ctx, key, "", benchLease)
-			if err == nil && res.Outcome != dedup.Acquired {
-				err = fmt.Errorf("claim of a fresh key %q: %v", key, res.Outcome)
-			}
-			if err != nil {
-				return err
-			}
-			return store.Complete(ctx, res.Claim, nil, benchLease)
-		}},
+		{"claim+complete", claimComplete(store)},
 		{"happy-path", middleware(false)},
 		{"happy-path-no-heartbeat", middleware(true)},
 	}
 
 	concurrencies := []int{1, 16, 64}
-	results := map[int][]float64{} // ops/s per impl, by concurrency
-	run := 0
-	for _, c := range concurrencies {
-		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
-			if err := client.FlushDB(ctx).Err(); err != nil { // our own server: start each from an empty data set
-				b.Fatal(err)
-			}
-			run++
-			ops := make([]func(int64) error, len(impls))
-			for j, im := range impls {
-				prefix := fmt.Sprintf("bench-%d-%s-", run, im.name)
-				ops[j] = func(i int64) error { return im.op(ctx, prefix+strconv.FormatInt(i, 10)) }
-			}
-			rates := runInterleaved(b, c, ops)
-			for j, im := range impls {
-				b.ReportMetric(rates[j], im.name+"-ops/s")
-				if j > 0 {
-					b.ReportMetric(rates[j]/rates[0], im.name+"/baseline")
-				}
-			}
-			results[c] = rates // the last (largest) run wins
-		})
-	}
+	results := runAtConcurrencies(b, concurrencies, impls, "bench", func(b *testing.B) {
+		if err := client.FlushDB(ctx).Err(); err != nil { // our own server: start each from an empty data set
+			b.Fatal(err)
+		}
+	})
 
 	ops := make([]func(int64) error, len(impls))
 	for j, im := range impls {
@@ -164,6 +133,57 @@ func BenchmarkStore(b *testing.B) {
 	_ = w.Flush()
 	fmt.Println("(CPU µs/op: CPU time per operation of redis-server (INFO cpu) and of the benchmark process (getrusage), median of 9 samples of 2000 operations at concurrency 16; CPU ratio: baseline CPU / op CPU, the throughput ratio to expect when client and server share the CPUs)")
 	fmt.Println(mem)
+}
+
+// claimComplete claims a fresh key on store and completes it.
+func claimComplete(store dedup.Store) func(ctx context.Context, key string) error {
+	return func(ctx context.Context, key string) error {
+		res, err := store.Claim(ctx, key, "", benchLease)
+		if err == nil && res.Outcome != dedup.Acquired {
+			err = fmt.Errorf("claim of a fresh key %q: %v", key, res.Outcome)
+		}
+		if err != nil {
+			return err
+		}
+		return store.Complete(ctx, res.Claim, nil, benchLease)
+	}
+}
+
+// benchImpl is one way of doing an operation on a fresh key.
+type benchImpl struct {
+	name string
+	op   func(ctx context.Context, key string) error
+}
+
+// runAtConcurrencies runs impls interleaved (runInterleaved) at each
+// concurrency, one sub-benchmark each, after prepare, on keys unique to the
+// run (tag, run number, impl name), reports each impl's ops/s and its ratio
+// to the first, and returns the rates by concurrency (a filtered-out
+// sub-benchmark has none).
+func runAtConcurrencies(b *testing.B, concurrencies []int, impls []benchImpl, tag string, prepare func(b *testing.B)) map[int][]float64 {
+	ctx := context.Background()
+	results := map[int][]float64{}
+	run := 0
+	for _, c := range concurrencies {
+		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
+			prepare(b)
+			run++
+			ops := make([]func(int64) error, len(impls))
+			for j, im := range impls {
+				prefix := fmt.Sprintf("%s-%d-%s-", tag, run, im.name)
+				ops[j] = func(i int64) error { return im.op(ctx, prefix+strconv.FormatInt(i, 10)) }
+			}
+			rates := runInterleaved(b, c, ops)
+			for j, im := range impls {
+				b.ReportMetric(rates[j], im.name+"-ops/s")
+				if j > 0 {
+					b.ReportMetric(rates[j]/rates[0], im.name+"/baseline")
+				}
+			}
+			results[c] = rates // the last (largest) run wins
+		})
+	}
+	return results
 }
 
 // runInterleaved runs each of ops b.N times on c goroutines and returns
