@@ -156,7 +156,7 @@ func (f workFunc) work(ctx context.Context) ([]byte, error) { return f(ctx) }
 // it has a channel of its own and ignores its parent's cancellation.
 type opCtx struct {
 	parent   context.Context
-	deadline time.Time
+	deadline time.Duration // since opEpoch, on the monotonic clock
 	// work is the parent, ended at the deadline (attached only).
 	work *workCtx
 
@@ -167,6 +167,10 @@ type opCtx struct {
 	ended    opEnd
 	detached bool
 }
+
+// opEpoch is the origin of opCtx deadlines: a duration since it (on the
+// monotonic clock) is 8 bytes where a time.Time is 24.
+var opEpoch = time.Now()
 
 // opEnd is how an operation's context ended.
 type opEnd uint8
@@ -192,7 +196,7 @@ func (e opEnd) err() error {
 // the work's context w, or detached from parent (w nil).
 func (c *opCtx) start(parent context.Context, w *workCtx, timeout time.Duration) {
 	c.parent, c.work, c.detached = parent, w, w == nil
-	c.deadline = time.Now().Add(timeout)
+	c.deadline = time.Since(opEpoch) + timeout
 }
 
 // end ends the operation: the context is cancelled (context.Canceled) as
@@ -233,7 +237,7 @@ func (c *opCtx) closeLocked() {
 // timerFired is the deadline.
 func (c *opCtx) timerFired() {
 	c.mu.Lock()
-	if c.ended != opRunning || time.Now().Before(c.deadline) {
+	if c.ended != opRunning || time.Since(opEpoch) < c.deadline {
 		c.mu.Unlock()
 		return
 	}
@@ -249,11 +253,11 @@ func (c *opCtx) timerFired() {
 // earlier (attached only).
 func (c *opCtx) Deadline() (time.Time, bool) {
 	if !c.detached {
-		if d, ok := c.parent.Deadline(); ok && d.Before(c.deadline) {
+		if d, ok := c.parent.Deadline(); ok && d.Before(opEpoch.Add(c.deadline)) {
 			return d, true
 		}
 	}
-	return c.deadline, true
+	return opEpoch.Add(c.deadline), true
 }
 
 // Done arms the deadline's timer on first use.
@@ -261,7 +265,7 @@ func (c *opCtx) Done() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.timer == nil && c.ended == opRunning {
-		c.timer = newTimerSlot(c, time.Until(c.deadline))
+		c.timer = newTimerSlot(c, c.deadline-time.Since(opEpoch))
 	}
 	if !c.detached {
 		return c.parent.Done()
@@ -287,7 +291,7 @@ func (c *opCtx) Err() error {
 			return err
 		}
 	}
-	if !time.Now().Before(c.deadline) {
+	if time.Since(opEpoch) >= c.deadline {
 		return context.DeadlineExceeded
 	}
 	return nil

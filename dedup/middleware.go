@@ -67,7 +67,6 @@ type delivery struct {
 	d   *Deduplicator
 	h   message.HandlerFunc
 	msg *message.Message
-	ctx context.Context // the message's own context
 	out []*message.Message
 }
 
@@ -75,8 +74,9 @@ func (m *delivery) work(workCtx context.Context) ([]byte, error) {
 	if hc, ok := claimctx.From(workCtx); ok {
 		hc.Replay = m.d.cfg.Replay
 	}
+	ctx := m.msg.Context()
 	m.msg.SetContext(workCtx)
-	defer m.msg.SetContext(m.ctx)
+	defer m.msg.SetContext(ctx)
 	var herr error
 	m.out, herr = m.h(m.msg)
 	if herr != nil || !m.d.cfg.Replay {
@@ -103,7 +103,7 @@ func (m *delivery) traced(ctx context.Context) (ClaimResult, error) {
 
 func (d *Deduplicator) handle(h message.HandlerFunc, msg *message.Message) ([]*message.Message, error) {
 	ctx := msg.Context()
-	m := &delivery{d: d, h: h, msg: msg, ctx: ctx}
+	m := &delivery{d: d, h: h, msg: msg}
 	m.flight.e = d.engine
 	call := &m.flight.call
 	call.Scope = d.cfg.Scope
