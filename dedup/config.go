@@ -86,7 +86,9 @@ type Config struct {
 	// equal to any of them is refused with ErrTransportKey, and so is a key
 	// equal to the Watermill UUID, always. Defaults to the values of the
 	// metadata entries sqs_message_id, MessageId, message_id and
-	// sns_message_id (when present).
+	// sns_message_id (when present). The first non-empty one is the
+	// Origin.MessageID the store keeps with the key's first claim (the
+	// Watermill UUID is its Origin.TransportID).
 	// For Kafka, whose partition and offset watermill-kafka puts in the
 	// context, return them formatted as "partition/offset" (see README).
 	TransportIDs func(msg *message.Message) []string

@@ -79,6 +79,11 @@ type Call struct {
 	// Handler, Topic and MessageUUID are copied into every Decision of the
 	// call, for logs and metrics. Optional.
 	Handler, Topic, MessageUUID string
+	// Origin names the copy of the message (or the request) the call is
+	// for; the store keeps the first claim's with the record (see Origin).
+	// Its TransportID defaults to MessageUUID. When both its ids are empty,
+	// the Origin that ctx carries (WithOrigin), if any, is used. Optional.
+	Origin Origin
 
 	// trace follows the call when Config.Tracer is set (see doTraced).
 	trace CallTrace
@@ -133,6 +138,9 @@ func (f *flight) do(ctx context.Context, w worker) (ClaimResult, error) {
 	}
 	key := scopedkey.Of(call.Scope, call.Key)
 	f.hc.Key = key
+	if call.Origin.TransportID == "" {
+		call.Origin.TransportID = call.MessageUUID
+	}
 	lease, err := e.callLease(call)
 	if err != nil {
 		return ClaimResult{}, err
@@ -244,7 +252,7 @@ func (f *flight) newWorkContext(ctx context.Context) {
 	} else {
 		f.work = &workCtx{} // the first one may still be in a store's hands
 	}
-	f.work.init(ctx, &f.hc)
+	f.work.init(ctx, f)
 }
 
 // callLease is the lease of the call's next claim: Config.Lease, or the

@@ -36,9 +36,10 @@ type flight struct {
 }
 
 // workCtx is the work's context: cancellable with a cause (ErrClaimLost at
-// the lease deadline), carrying the claim (claimctx), and ended with the
-// caller's context. It is context.WithCancelCause(parent) with the claim
-// as a value, made only when something needs it: when someone asks for
+// the lease deadline), carrying the claim (claimctx) and the call's
+// Origin, and ended with the caller's context. It is
+// context.WithCancelCause(parent) with the claim as a value, made only
+// when something needs it: when someone asks for
 // Done (the work, the store, a child context) or the work is cancelled.
 // Until then Err, Deadline and Value (which context.Cause goes through)
 // are the parent's, which is what the child would answer. A
@@ -48,7 +49,7 @@ type flight struct {
 // the work's context.
 type workCtx struct {
 	parent context.Context
-	claim  *claimctx.Claim
+	f      *flight // its hc is the claim; its call.Origin the origin
 
 	mu     sync.Mutex
 	inner  atomic.Pointer[context.Context] // the WithCancelCause, once made
@@ -56,8 +57,8 @@ type workCtx struct {
 	ended  bool // cancelled before inner was made: make it cancelled
 }
 
-func (w *workCtx) init(parent context.Context, claim *claimctx.Claim) {
-	w.parent, w.claim = parent, claim
+func (w *workCtx) init(parent context.Context, f *flight) {
+	w.parent, w.f = parent, f
 }
 
 // make returns inner, making it if needed.
@@ -114,7 +115,12 @@ func (w *workCtx) Err() error {
 
 func (w *workCtx) Value(key any) any {
 	if claimctx.IsKey(key) {
-		return w.claim
+		return &w.f.hc
+	}
+	if _, ok := key.(originKey); ok && !w.f.call.Origin.IsZero() {
+		// The claim's context answers OriginFromContext from the call,
+		// without an allocation.
+		return &w.f.call.Origin
 	}
 	if c := w.inner.Load(); c != nil {
 		return (*c).Value(key)

@@ -77,7 +77,16 @@ type Store interface {
 	// case it reports that record's state without changing it. A record whose
 	// fingerprint differs from a non-empty fingerprint yields Conflict,
 	// whatever its state; an empty fingerprint on either side skips the
-	// check. One round trip (or one atomic statement) in every case.
+	// check. A released record counts as no record. One round trip (or one
+	// atomic statement) for a fresh key and for a live record; a claim that
+	// takes over a released or abandoned record may need a second.
+	//
+	// Who and when: a record created for a fresh key keeps the Origin that
+	// OriginFromContext(ctx) returns (none: empty ids), the time of the
+	// claim and a claim count of 1. A claim that takes over a released
+	// record, or an in-progress one whose lease ended, keeps its Origin and
+	// time and adds 1 to its count, where the store still holds that
+	// record; a claim after a completed record's retention starts afresh.
 	Claim(ctx context.Context, key, fingerprint string, lease time.Duration) (ClaimResult, error)
 
 	// Complete turns the claim's record into a completed record holding
@@ -86,10 +95,14 @@ type Store interface {
 	// is stored byte-exact and may be nil.
 	Complete(ctx context.Context, claim Claim, result []byte, retention time.Duration) error
 
-	// Release deletes the claim's record only if it still carries the
-	// claim's in_progress token (compare-and-delete), so that a retry can
-	// claim the key again. If the record is gone, expired or owned by another
-	// claim it returns ErrClaimLost and deletes nothing.
+	// Release marks the claim's record released only if it still carries
+	// the claim's in_progress token (compare-and-set), so that a retry can
+	// claim the key again: every operation treats a released record as no
+	// record, except that the next Claim keeps its who-and-when fields
+	// and counts one more claim (see Claim). A store may keep it no longer
+	// than what was left of the lease, or delete it (a store that keeps no
+	// count). If the record is gone, expired, released or owned by another
+	// claim it returns ErrClaimLost and changes nothing.
 	Release(ctx context.Context, claim Claim) error
 
 	// Extend pushes the lease deadline of the claim's in_progress record to

@@ -17,9 +17,9 @@ import (
 //
 // Keys are scoped keys as given to Store.Claim ([ScopedKey]), without any
 // prefix a store adds of its own (the Redis store's KeyPrefix). Every method
-// sees the records a Claim would see: a record past its lease or retention
-// counts as absent, even while the store still holds it (PostgreSQL and
-// DynamoDB delete expired rows and items late).
+// sees the records a Claim would see: a record past its lease or retention,
+// or released, counts as absent, even while the store still holds it
+// (PostgreSQL and DynamoDB delete expired rows and items late).
 type Interface interface {
 	// Inspect returns the live record under key, or an error wrapping
 	// ErrNotFound when there is none. A value the store cannot decode gives
@@ -79,6 +79,26 @@ type Record struct {
 	// ran. The zero time when the store does not record it (Redis,
 	// DynamoDB, memory).
 	Created time.Time
+	// ClaimedAt is when the record's first claim ran: the first of the
+	// Claims, kept across releases and takeovers (on the PostgreSQL
+	// server's clock; the claiming client's elsewhere). Zero for a record
+	// written by a version that did not keep it, or completed by a Redis
+	// store with Config.OmitProvenance.
+	ClaimedAt time.Time
+	// CompletedAt is when the record was completed (by the clock of
+	// ClaimedAt); zero while in progress, or where ClaimedAt is zero.
+	CompletedAt time.Time
+	// TransportID and MessageID are the Origin of the first claim
+	// (dedup.Origin): the Watermill message UUID or Lambda record id, and
+	// the broker's message id (the SQS MessageId). Empty when the claim
+	// had none.
+	TransportID, MessageID string
+	// Claims is how many claims acquired the key since its first claim: 1,
+	// plus one per retry after a release and per takeover of an abandoned
+	// lease, where the store still held the record (a Redis record whose
+	// lease ended is gone: its count starts again). 0 where ClaimedAt is
+	// zero.
+	Claims int
 	// Remaining is what is left of the lease (in progress) or of the
 	// retention (completed) when the record was read, by the clock that
 	// decides expiry in that store (the Redis or PostgreSQL server's, the

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sort"
@@ -18,6 +19,9 @@ var adminCases = []suiteCase{
 	{"AdminEvict", TestAdminEvict},
 	{"AdminList", TestAdminList},
 	{"AdminListCursorAndLimit", TestAdminListCursorAndLimit},
+	{"AdminProvenance", TestAdminProvenance},
+	{"AdminProvenanceAcrossRelease", TestAdminProvenanceAcrossRelease},
+	{"AdminProvenanceAcrossTakeover", TestAdminProvenanceAcrossTakeover},
 }
 
 // RunAdmin runs every case of the operator's contract (admin.Interface:
@@ -321,5 +325,230 @@ func TestAdminListCursorAndLimit(t *testing.T, newStore Constructor, features Fe
 		if _, _, err := adm.List(e.ctx, prefix, "", limit); err == nil {
 			t.Errorf("List with limit %d: no error", limit)
 		}
+	}
+}
+
+func skipWithoutProvenance(t *testing.T, features Features) {
+	t.Helper()
+	skipWithoutAdmin(t, features)
+	if !features.Provenance {
+		t.Skip("storetest: Features.Provenance is not set: the store keeps no who-and-when fields")
+	}
+}
+
+// Origins the provenance cases claim with: UUIDs as Watermill and SQS give
+// them, and ids no store may garble.
+var (
+	originA = dedup.Origin{TransportID: "0b9f8e3c-4d1a-4e2b-9c3d-5e6f7a8b9c0d", MessageID: "73fca7ac-78e9-4ea4-a1bf-71a92e2fbda8"}
+	originB = dedup.Origin{TransportID: "5f0c6a1e-2b3d-4c5e-8f90-a1b2c3d4e5f6", MessageID: "sqs-2"}
+	originC = dedup.Origin{TransportID: "01ARZ3NDEKTSV4RRFFQ69G5FAV"}
+)
+
+// claimAs claims key as origin (dedup.WithOrigin) and requires Acquired.
+func (e *env) claimAs(origin dedup.Origin, key, fingerprint string, lease time.Duration) dedup.Claim {
+	e.t.Helper()
+	res, err := e.store.Claim(dedup.WithOrigin(e.ctx, origin), key, fingerprint, lease)
+	if err != nil {
+		e.t.Fatalf("Claim(%.40q) as %+v: %v", key, origin, err)
+	}
+	if res.Outcome != dedup.Acquired {
+		e.t.Fatalf("Claim(%.40q) as %+v = %v, want acquired", key, origin, res.Outcome)
+	}
+	return res.Claim
+}
+
+// inspect returns the live record under key.
+func (e *env) inspect(key string) admin.Record {
+	e.t.Helper()
+	r, err := e.admin().Inspect(e.ctx, key)
+	if err != nil {
+		e.t.Fatalf("Inspect(%.60q): %v", key, err)
+	}
+	return r
+}
+
+// checkProvenance checks the who-and-when fields of r: the ids of origin
+// (as OriginFromContext gives them to the store), claims, a claimed-at
+// about now (any time on a controllable clock), and a completed-at exactly
+// when r is completed, not before its claimed-at.
+func (e *env) checkProvenance(op string, r admin.Record, origin dedup.Origin, claims int) {
+	e.t.Helper()
+	want, _ := dedup.OriginFromContext(dedup.WithOrigin(context.Background(), origin))
+	if r.TransportID != want.TransportID || r.MessageID != want.MessageID {
+		e.t.Errorf("%s: record %.60q has transport id %q and message id %q, want %q and %q", op, r.Key, r.TransportID, r.MessageID, want.TransportID, want.MessageID)
+	}
+	if r.Claims != claims {
+		e.t.Errorf("%s: record %.60q took %d claims, want %d", op, r.Key, r.Claims, claims)
+	}
+	switch {
+	case r.ClaimedAt.IsZero():
+		e.t.Errorf("%s: record %.60q has no claimed-at", op, r.Key)
+	case !e.features.ControllableClock && r.ClaimedAt.Sub(time.Now()).Abs() > time.Hour:
+		// An hour either side only rules out a zero, garbled or wrongly
+		// zoned time.
+		e.t.Errorf("%s: record %.60q was claimed at %v, want about now", op, r.Key, r.ClaimedAt)
+	}
+	switch {
+	case r.State == admin.StateCompleted && r.CompletedAt.Before(r.ClaimedAt):
+		e.t.Errorf("%s: completed record %.60q has completed-at %v, before its claimed-at %v", op, r.Key, r.CompletedAt, r.ClaimedAt)
+	case r.State != admin.StateCompleted && !r.CompletedAt.IsZero():
+		e.t.Errorf("%s: in-progress record %.60q has completed-at %v", op, r.Key, r.CompletedAt)
+	}
+}
+
+// TestAdminProvenance (needs Admin and Provenance): a record keeps its
+// first claim's Origin (transport id and message id, UUIDs or any text
+// as OriginFromContext cleans it, or none), when it was claimed and
+// completed, and a claim count of 1; Inspect and List show them alike.
+func TestAdminProvenance(t *testing.T, newStore Constructor, features Features) {
+	skipWithoutProvenance(t, features)
+	e := newEnv(t, "AdminProvenance", newStore, features)
+	scope := e.prefix + "s"
+	odd := dedup.Origin{
+		TransportID: "7B2E1D3C-0000-4000-8000-00000000000A", // upper case: kept as text
+		MessageID:   strings.Repeat("é", 60) + "\x00\xff\n" + "tail",
+	}
+	origins := map[string]dedup.Origin{
+		"uuids": originA, "uuid-and-text": originB, "transport-only": originC, "none": {},
+		"same-ids": {TransportID: originA.MessageID, MessageID: originA.MessageID},
+		"message-only": {MessageID: "sqs-only"}, "odd": odd,
+	}
+	claims := map[string]dedup.Claim{}
+	for name, o := range origins {
+		claims[name] = e.claimAs(o, admin.ScopedKey(scope, name), "", longLease)
+	}
+	for name, o := range origins {
+		r := e.inspect(admin.ScopedKey(scope, name))
+		e.checkProvenance("Inspect in progress "+name, r, o, 1)
+	}
+	first := e.inspect(admin.ScopedKey(scope, "uuids"))
+	const elapsed = 10 * time.Second
+	if e.features.ControllableClock {
+		e.wait(elapsed)
+	}
+	for name, c := range claims {
+		e.complete(c, []byte(name), longLease)
+	}
+	byKey := map[string]admin.Record{}
+	prefix := admin.ScopePrefix(scope)
+	for _, limit := range []int{3, admin.MaxListLimit} {
+		cursor := ""
+		for page := 0; page < 100; page++ {
+			records, next, err := e.admin().List(e.ctx, prefix, cursor, limit)
+			if err != nil {
+				t.Fatalf("List: %v", err)
+			}
+			for _, r := range records {
+				byKey[r.Key] = r
+			}
+			if next == "" {
+				break
+			}
+			cursor = next
+		}
+	}
+	for name, o := range origins {
+		key := admin.ScopedKey(scope, name)
+		r := e.inspect(key)
+		if r.State != admin.StateCompleted {
+			t.Fatalf("Inspect(%q): state %s, want completed", key, r.State)
+		}
+		e.checkProvenance("Inspect completed "+name, r, o, 1)
+		listed, ok := byKey[e.features.ListedKey(key)]
+		if !ok {
+			t.Fatalf("List(%q) did not list %q", prefix, key)
+		}
+		if listed.TransportID != r.TransportID || listed.MessageID != r.MessageID || listed.Claims != r.Claims ||
+			!listed.ClaimedAt.Equal(r.ClaimedAt) || !listed.CompletedAt.Equal(r.CompletedAt) {
+			t.Errorf("List shows %q as %+v, Inspect as %+v", key, listed, r)
+		}
+	}
+	done := e.inspect(admin.ScopedKey(scope, "uuids"))
+	if !done.ClaimedAt.Equal(first.ClaimedAt) {
+		t.Errorf("claimed-at %v became %v on completion", first.ClaimedAt, done.ClaimedAt)
+	}
+	if e.features.ControllableClock && done.CompletedAt.Sub(done.ClaimedAt) != elapsed {
+		t.Errorf("completed %v after the claim, want %v", done.CompletedAt.Sub(done.ClaimedAt), elapsed)
+	}
+}
+
+// TestAdminProvenanceAcrossRelease (needs Admin and Provenance): a
+// released record is absent for Inspect and List; the claims that follow
+// keep the first claim's Origin and time and count themselves (3 claims
+// after two releases), whatever their own Origin and fingerprint, up to
+// and after completion.
+func TestAdminProvenanceAcrossRelease(t *testing.T, newStore Constructor, features Features) {
+	skipWithoutProvenance(t, features)
+	e := newEnv(t, "AdminProvenanceAcrossRelease", newStore, features)
+	scope := e.prefix + "s"
+	key := admin.ScopedKey(scope, "ORDER-003")
+	c := e.claimAs(originA, key, "fp-a", longLease)
+	first := e.inspect(key)
+	e.checkProvenance("first claim", first, originA, 1)
+	if e.features.ControllableClock {
+		e.wait(time.Second)
+	}
+	if err := e.store.Release(e.ctx, c); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if _, err := e.admin().Inspect(e.ctx, key); !errors.Is(err, admin.ErrNotFound) {
+		t.Fatalf("Inspect of a released record: %v, want ErrNotFound", err)
+	}
+	if keys := e.listAll(admin.ScopePrefix(scope), admin.MaxListLimit, nil); len(keys) != 0 {
+		t.Fatalf("List shows the released record: %q", keys)
+	}
+	c = e.claimAs(originB, key, "fp-b", longLease)
+	r := e.inspect(key)
+	e.checkProvenance("second claim", r, originA, 2)
+	if !r.ClaimedAt.Equal(first.ClaimedAt) {
+		t.Errorf("second claim: claimed-at %v, want the first claim's %v", r.ClaimedAt, first.ClaimedAt)
+	}
+	if err := e.store.Release(e.ctx, c); err != nil {
+		t.Fatalf("second Release: %v", err)
+	}
+	c = e.claimAs(originC, key, "", longLease)
+	e.complete(c, []byte("charged"), longLease)
+	r = e.inspect(key)
+	e.checkProvenance("completed by the third claim", r, originA, 3)
+	if !r.ClaimedAt.Equal(first.ClaimedAt) {
+		t.Errorf("completed: claimed-at %v, want the first claim's %v", r.ClaimedAt, first.ClaimedAt)
+	}
+	if e.features.ControllableClock && r.CompletedAt.Sub(r.ClaimedAt) != time.Second {
+		t.Errorf("completed %v after the first claim, want 1s", r.CompletedAt.Sub(r.ClaimedAt))
+	}
+}
+
+// TestAdminProvenanceAcrossTakeover (needs Admin and Provenance): the
+// claim that takes over an abandoned lease keeps the first claim's Origin
+// and counts itself (Features.CountsTakeovers), or starts a count of its
+// own; a claim after a completed record's retention always starts afresh.
+func TestAdminProvenanceAcrossTakeover(t *testing.T, newStore Constructor, features Features) {
+	skipWithoutProvenance(t, features)
+	e := newEnv(t, "AdminProvenanceAcrossTakeover", newStore, features)
+	short := e.features.ShortDuration
+	scope := e.prefix + "s"
+	abandoned, expired := admin.ScopedKey(scope, "abandoned"), admin.ScopedKey(scope, "expired")
+	e.claimAs(originA, abandoned, "", short)
+	first := e.inspect(abandoned)
+	c := e.claimAs(originA, expired, "", longLease)
+	e.complete(c, nil, short)
+	e.wait(2 * short)
+
+	e.claimAs(originB, abandoned, "", longLease)
+	r := e.inspect(abandoned)
+	if e.features.CountsTakeovers {
+		e.checkProvenance("takeover of an abandoned lease", r, originA, 2)
+		if !r.ClaimedAt.Equal(first.ClaimedAt) {
+			t.Errorf("takeover: claimed-at %v, want the first claim's %v", r.ClaimedAt, first.ClaimedAt)
+		}
+	} else {
+		e.checkProvenance("takeover of an abandoned lease", r, originB, 1)
+	}
+
+	e.claimAs(originB, expired, "", longLease)
+	r = e.inspect(expired)
+	e.checkProvenance("claim after the retention", r, originB, 1)
+	if r.ClaimedAt.Before(first.ClaimedAt) || e.features.ControllableClock && !r.ClaimedAt.After(first.ClaimedAt) {
+		t.Errorf("claim after the retention: claimed-at %v, want a new time after %v", r.ClaimedAt, first.ClaimedAt)
 	}
 }

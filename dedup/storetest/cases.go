@@ -34,6 +34,7 @@ var storeCases = []suiteCase{
 	{"CompletedRecordIsFinal", TestCompletedRecordIsFinal},
 	{"AlreadyCompleted", TestAlreadyCompleted},
 	{"ReleaseThenReacquire", TestReleaseThenReacquire},
+	{"ReleasedRecordIsAbsent", TestReleasedRecordIsAbsent},
 	{"ExtendKeepsClaimAlive", TestExtendKeepsClaimAlive},
 	{"ExtendAfterExpiryIsLost", TestExtendAfterExpiryIsLost},
 	{"OneWinnerAmongContenders", TestOneWinnerAmongContenders},
@@ -381,6 +382,35 @@ func TestReleaseThenReacquire(t *testing.T, newStore Constructor, features Featu
 	}
 	e.complete(again, nil, longLease)
 	e.expect(key, "fp", dedup.Duplicate)
+}
+
+// TestReleasedRecordIsAbsent: a released record (which a store may keep,
+// for the next claim to count) is no record for any operation: the
+// released claim cannot complete, extend or release it, a claim with
+// another fingerprint acquires the key (no Conflict), and so does a claim
+// racing many others, exactly once.
+func TestReleasedRecordIsAbsent(t *testing.T, newStore Constructor, features Features) {
+	e := newEnv(t, "ReleasedRecordIsAbsent", newStore, features)
+	key, raced := e.key("k"), e.key("raced")
+	c := e.acquire(key, "fp-a", longLease)
+	if err := e.store.Release(e.ctx, c); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	expectClaimLost(t, "Extend after Release", e.store.Extend(e.ctx, c, longLease))
+	expectClaimLost(t, "Complete after Release", e.store.Complete(e.ctx, c, []byte("late"), longLease))
+	expectClaimLost(t, "Release after Release", e.store.Release(e.ctx, c))
+	again := e.acquire(key, "fp-b", longLease)
+	e.expect(key, "fp-a", dedup.Conflict) // the new claim's fingerprint counts now
+	e.complete(again, []byte("b"), longLease)
+	if res := e.expect(key, "fp-b", dedup.Duplicate); string(res.Result) != "b" {
+		t.Fatalf("result = %q, want the new claim's", res.Result)
+	}
+
+	r := e.acquire(raced, "fp", longLease)
+	if err := e.store.Release(e.ctx, r); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	e.race(raced, min(e.features.Contenders, 100))
 }
 
 // TestExtendKeepsClaimAlive: an extended claim outlives its first lease.

@@ -118,6 +118,18 @@ type Features struct {
 	// the suite requires the zero time.
 	RecordsCreated bool
 
+	// Provenance: the store keeps who and when with every record (see
+	// dedup.Store.Claim): admin.Record.ClaimedAt, CompletedAt,
+	// TransportID, MessageID and Claims. RunAdmin's provenance cases
+	// need it (and Admin); without it they are skipped.
+	Provenance bool
+
+	// CountsTakeovers: a claim that takes over an in-progress record whose
+	// lease ended keeps its provenance and counts one more claim (memory,
+	// DynamoDB, PostgreSQL). Without it (Redis, where such a record is
+	// gone) the suite requires a fresh count instead.
+	CountsTakeovers bool
+
 	// Transactions, when set, says the store completes a record in the
 	// handler's own transaction; RunRouter then runs
 	// TestRouterEffectInTransaction.

@@ -15,7 +15,8 @@ import (
 var _ admin.Interface = (*Store)(nil)
 
 // Inspect implements [admin.Interface.Inspect]. Created is always zero: the memory
-// store does not keep it. Cost: one map lookup under the store's mutex.
+// store does not keep it; ClaimedAt and CompletedAt are by the store's
+// Clock. Cost: one map lookup under the store's mutex.
 func (s *Store) Inspect(ctx context.Context, key string) (admin.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return admin.Record{}, err
@@ -31,7 +32,8 @@ func (s *Store) Inspect(ctx context.Context, key string) (admin.Record, error) {
 }
 
 func (r *memRecord) info(key string, remaining time.Duration) admin.Record {
-	rec := admin.Record{Key: key, State: admin.StateInProgress, Fingerprint: r.fingerprint, ResultSize: len(r.result), Remaining: remaining}
+	rec := admin.Record{Key: key, State: admin.StateInProgress, Fingerprint: r.fingerprint, ResultSize: len(r.result), Remaining: remaining,
+		ClaimedAt: r.claimedAt, CompletedAt: r.completedAt, TransportID: r.origin.TransportID, MessageID: r.origin.MessageID, Claims: r.claims}
 	if r.completed {
 		rec.State = admin.StateCompleted
 	}
@@ -47,11 +49,9 @@ func (s *Store) Evict(ctx context.Context, key string) (bool, error) {
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.live(key, now) == nil {
-		return false, nil
-	}
-	delete(s.records, key)
-	return true, nil
+	live := s.live(key, now) != nil
+	delete(s.records, key) // a released or expired leftover too
+	return live, nil
 }
 
 // List implements [admin.Interface.List] in key order. The cursor is the hex of the
@@ -77,7 +77,7 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]a
 	defer s.mu.Unlock()
 	keys := make([]string, 0, len(s.records))
 	for k, r := range s.records {
-		if strings.HasPrefix(k, prefix) && k > after && now.Before(r.deadline) {
+		if strings.HasPrefix(k, prefix) && k > after && r.isLive(now) {
 			keys = append(keys, k)
 		}
 	}

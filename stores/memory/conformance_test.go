@@ -24,6 +24,8 @@ var features = storetest.Features{
 	AlreadyCompleted:  true,
 	Admin:             true,
 	ListFillsPages:    true,
+	Provenance:        true,
+	CountsTakeovers:   true,
 }
 
 func TestConformance(t *testing.T) { storetest.Run(t, newStore, features) }
@@ -35,7 +37,8 @@ func TestRouter(t *testing.T)      { storetest.RunRouter(t, newStore, features) 
 func TestConformanceRealTime(t *testing.T) {
 	store := memory.New(nil)
 	shared := func(t *testing.T) (dedup.Store, func(time.Duration)) { return store, nil }
-	realTime := storetest.Features{ShortDuration: 20 * time.Millisecond, AlreadyCompleted: true, Admin: true, ListFillsPages: true}
+	realTime := storetest.Features{ShortDuration: 20 * time.Millisecond, AlreadyCompleted: true, Admin: true, ListFillsPages: true,
+		Provenance: true, CountsTakeovers: true}
 	t.Run("store", func(t *testing.T) { storetest.Run(t, shared, realTime) })
 	t.Run("admin", func(t *testing.T) { storetest.RunAdmin(t, shared, realTime) })
 }

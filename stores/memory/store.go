@@ -29,11 +29,21 @@ type Store struct {
 
 type memRecord struct {
 	completed   bool
+	released    bool // by Release: absent for every operation but the next Claim
 	token       string
 	fingerprint string
-	deadline    time.Time // lease deadline (in progress) or expiry (completed)
+	deadline    time.Time // lease deadline (in progress, released) or expiry (completed)
 	result      []byte
+
+	// Who and when (see dedup.Store.Claim): the first claim's origin and
+	// time, the completion time, the number of claims.
+	origin                 dedup.Origin
+	claimedAt, completedAt time.Time
+	claims                 int
 }
+
+// isLive reports whether r counts as a record at now.
+func (r *memRecord) isLive(now time.Time) bool { return !r.released && now.Before(r.deadline) }
 
 // sweepEvery is how many claims pass between two sweeps of expired records.
 const sweepEvery = 1024
@@ -47,13 +57,18 @@ func New(clock dedup.Clock) *Store {
 	return &Store{clock: clock, records: map[string]*memRecord{}}
 }
 
+// live returns the live record under key, or nil. An expired completed
+// record is deleted on the way; a released or expired in-progress one is
+// left for the next Claim (which counts it) or the sweep.
 func (s *Store) live(key string, now time.Time) *memRecord {
 	r, ok := s.records[key]
 	if !ok {
 		return nil
 	}
-	if !now.Before(r.deadline) {
-		delete(s.records, key)
+	if !r.isLive(now) {
+		if r.completed {
+			delete(s.records, key)
+		}
 		return nil
 	}
 	return r
@@ -75,6 +90,7 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 		s.claims = 0
 		s.sweep(now, 4*sweepEvery)
 	}
+	old := s.records[key]
 	if r := s.live(key, now); r != nil {
 		if fingerprint != "" && r.fingerprint != "" && fingerprint != r.fingerprint {
 			return dedup.ClaimResult{Outcome: dedup.Conflict}, nil
@@ -86,7 +102,13 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 	}
 	raw := storekit.RawToken()
 	token := string(raw[:]) // 16 bytes; tokens never leave the process
-	s.records[key] = &memRecord{token: token, fingerprint: fingerprint, deadline: now.Add(lease)}
+	r := &memRecord{token: token, fingerprint: fingerprint, deadline: now.Add(lease), claimedAt: now, claims: 1}
+	if old != nil && !old.completed { // released, or its lease ended: one more claim
+		r.origin, r.claimedAt, r.claims = old.origin, old.claimedAt, old.claims+1
+	} else {
+		r.origin, _ = dedup.OriginFromContext(ctx)
+	}
+	s.records[key] = r
 	return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil
 }
 
@@ -119,6 +141,7 @@ func (s *Store) Complete(ctx context.Context, c dedup.Claim, result []byte, rete
 	}
 	r.completed = true
 	r.deadline = now.Add(retention)
+	r.completedAt = now
 	r.result = bytes.Clone(result)
 	return nil
 }
@@ -131,10 +154,11 @@ func (s *Store) Release(ctx context.Context, c dedup.Claim) error {
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.owned(c, now) == nil {
+	r := s.owned(c, now)
+	if r == nil {
 		return dedup.ErrClaimLost
 	}
-	delete(s.records, c.Key)
+	r.released = true // until its lease would have ended (the sweep)
 	return nil
 }
 
@@ -164,7 +188,7 @@ func (s *Store) Len() int {
 	defer s.mu.Unlock()
 	n := 0
 	for _, r := range s.records {
-		if now.Before(r.deadline) {
+		if r.isLive(now) {
 			n++
 		}
 	}

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -40,8 +41,12 @@ const (
 
 // Inspect implements admin.Interface.Inspect: one script run (GET and PTTL,
 // atomically; EVALSHA, plus one EVAL if the server lost its script cache).
-// Created is always zero: records do not carry their creation time (see
-// README). Fingerprint is the hex of the 16-byte digest the record keeps.
+// Created is always zero; ClaimedAt and CompletedAt are by the clocks of
+// the processes that claimed and completed the record, in milliseconds, and
+// zero (as Claims, TransportID and MessageID) for a completed record
+// without provenance (Config.OmitProvenance, or written by an earlier
+// version). A released record is not found. Fingerprint is the hex of
+// the 16-byte digest the record keeps.
 // Remaining is the key's TTL on the server's clock. A value that is not a
 // record of this format gives an error wrapping ErrUnknownFormat; a key of
 // another type, the server's WRONGTYPE error.
@@ -54,6 +59,9 @@ func (s *Store) Inspect(ctx context.Context, key string) (admin.Record, error) {
 		return admin.Record{}, fmt.Errorf("dedup/redis: inspect %.200q: %w", key, err)
 	}
 	rec, err := recordInfo(key, reply)
+	if err == errReleased {
+		return admin.Record{}, fmt.Errorf("%w: %.200q (released)", admin.ErrNotFound, key)
+	}
 	if err != nil {
 		return admin.Record{}, fmt.Errorf("dedup/redis: inspect %.200q: %w", key, err)
 	}
@@ -74,6 +82,9 @@ func recordInfo(key string, reply []any) (admin.Record, error) {
 	if err != nil {
 		return admin.Record{}, err
 	}
+	if r.state == stateReleased {
+		return admin.Record{}, errReleased
+	}
 	rec := admin.Record{
 		Key:         key,
 		State:       admin.StateInProgress,
@@ -84,6 +95,19 @@ func recordInfo(key string, reply []any) (admin.Record, error) {
 	if r.state == stateCompleted {
 		rec.State = admin.StateCompleted
 	}
+	if len(r.prov) > 0 {
+		p, ok := decodeProvenance(r.prov)
+		if !ok {
+			rec.Problem = "its provenance field is malformed"
+		} else {
+			rec.ClaimedAt = time.UnixMilli(p.claimedAt)
+			rec.Claims = int(min(p.claims, 1<<31))
+			rec.TransportID, rec.MessageID = p.origin.TransportID, p.origin.MessageID
+		}
+		if d, n := binary.Uvarint(r.completedAfter); ok && n > 0 {
+			rec.CompletedAt = rec.ClaimedAt.Add(time.Duration(d) * time.Millisecond)
+		}
+	}
 	if pttl < 0 { // -1: no TTL; the store never writes such a record
 		rec.Remaining = 0
 		rec.Problem = "the key has no TTL: it never expires (was it PERSISTed?)"
@@ -91,11 +115,27 @@ func recordInfo(key string, reply []any) (admin.Record, error) {
 	return rec, nil
 }
 
-// Evict implements admin.Interface.Evict with one DEL of the record's key,
-// whatever its value. Redis holds no expired records, so true means a live
-// record (or a value of another format) was deleted. One round trip.
+// evictScript deletes KEYS[1] whatever it holds and replies 1 when it was
+// a live record (or a value of another format or type), 0 when there was
+// nothing or a released record.
+var evictScript = goredis.NewScript(`
+local t = redis.call('TYPE', KEYS[1]).ok
+if t == 'none' then return 0 end
+local live = 1
+if t == 'string' then
+  local v = redis.call('GET', KEYS[1])
+  if string.byte(v, 1) == 2 and string.sub(v, 2, 2) == 'R' then live = 0 end
+end
+redis.call('DEL', KEYS[1])
+return live
+`)
+
+// Evict implements admin.Interface.Evict with one script run that deletes
+// the record's key whatever its value. Redis holds no expired records, so
+// true means a live record (or a value of another format) was deleted; a
+// released record is deleted too, and reported as false. One round trip.
 func (s *Store) Evict(ctx context.Context, key string) (bool, error) {
-	n, err := s.client.Del(ctx, s.prefix+key).Result()
+	n, err := evictScript.Run(ctx, s.client, []string{s.prefix + key}).Int()
 	if err != nil {
 		return false, fmt.Errorf("dedup/redis: evict %.200q: %w", key, err)
 	}
@@ -318,6 +358,9 @@ func (s *Store) readRecords(ctx context.Context, keys []string) ([]admin.Record,
 			return nil, fmt.Errorf("dedup/redis: list: reading %.200q: %w", keys[i], err)
 		}
 		rec, err := recordInfo(keys[i], reply)
+		if err == errReleased {
+			continue
+		}
 		if err != nil {
 			rec = admin.Record{Key: keys[i], State: admin.StateUnreadable, Problem: err.Error()}
 		}

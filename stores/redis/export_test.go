@@ -34,14 +34,19 @@ func (s LuaClaimStore) Claim(ctx context.Context, key, fingerprint string, lease
 	raw := storekit.RawToken()
 	token := string(raw[:])
 	fp := fingerprintDigest(fingerprint)
-	old, err := claimScript.Run(ctx, s.client, []string{s.prefix + key}, appendInProgress(nil, &raw, fp), millis(lease)).Text()
+	p := firstClaim(ctx)
+	old, err := claimScript.Run(ctx, s.client, []string{s.prefix + key}, appendInProgress(nil, &raw, fp, &p), millis(lease)).Text()
 	if errors.Is(err, goredis.Nil) {
 		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil
 	}
 	if err != nil {
 		return dedup.ClaimResult{}, fmt.Errorf("dedup/redis: claim: %w", err)
 	}
-	return outcomeOf([]byte(old), raw, fp, key, token)
+	res, err := outcomeOf([]byte(old), raw, fp, key, token)
+	if err == errReleased {
+		return s.takeOver(ctx, key, []byte(old), raw, fp, token, lease)
+	}
+	return res, err
 }
 
 // ClaimAs is Claim with WaitReplicas, but with a given owner token: what a
@@ -53,7 +58,8 @@ func (s *Store) ClaimAs(ctx context.Context, key, token string, lease time.Durat
 		return dedup.ClaimResult{}, fmt.Errorf("token of %d bytes", len(token))
 	}
 	copy(raw[:], token)
-	return s.claimWait(ctx, key, raw, fingerprintDigest(""), token, lease)
+	p := firstClaim(ctx)
+	return s.claimWait(ctx, key, raw, fingerprintDigest(""), &p, token, lease)
 }
 
 // Batcher is the batcher of Config.AutoPipeline, for the benchmark that

@@ -3,8 +3,11 @@ package redis
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"strconv"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
 )
 
 // Record encoding. Every record is one Redis string, in one of three forms
@@ -34,11 +37,32 @@ import (
 //	11      n     fields
 //	11+n    rest  result, byte-exact
 //
-// Fields are tag, length, value (one byte each for tag and length). Tag 1
-// is the fingerprint digest (16 bytes). A reader skips tags it does not
-// know, so later versions can add fields (the first claim's transport id,
-// timestamps, a claim counter) without a new format version; the Complete
+// Version 2, released (written by the Release script): the in-progress
+// record with state 'R'. Every operation treats it as no record; a claim
+// that finds it replaces it with its own in-progress record, keeping its
+// provenance and counting one more claim. It keeps the TTL of the lease.
+//
+// Fields are tag, length, value (one byte each for tag and length), at
+// most 255 bytes in all. A reader skips tags it does not know, so later
+// versions can add fields without a new format version; the Complete
 // script carries every field of the in-progress record over.
+//
+//	tag  written by  value
+//	1    Claim       the fingerprint digest (16 bytes)
+//	2    Claim       provenance: the first claim's time (6 bytes, Unix
+//	                 milliseconds, big-endian), the number of claims
+//	                 (uvarint), one byte of id kinds (transport id in the
+//	                 low 4 bits, message id in the high 4: 0 none, 1 a
+//	                 UUID as 16 raw bytes, 2 text as uvarint length and
+//	                 bytes, 3 (message id only) the same as the transport
+//	                 id), then the transport id and the message id
+//	3    Complete    completed-at: milliseconds after the first claim's
+//	                 time (uvarint); left out with field 2
+//	                 (Config.OmitProvenance)
+//
+// A completed record of a claim with a Watermill UUID and no other id,
+// without fingerprint and result, is 41 to 43 bytes: Redis keeps it
+// embedded in its object header (44 bytes at most, "embstr").
 //
 // Compact, completed: the decimal digits of the first 8 bytes of the owner
 // token read as a big-endian integer and halved (so that it fits a signed
@@ -64,6 +88,7 @@ const (
 
 	stateInProgress byte = 'P'
 	stateCompleted  byte = 'C'
+	stateReleased   byte = 'R'
 
 	tokenOffset   = 2
 	tokenLen      = 16
@@ -73,7 +98,19 @@ const (
 	headerLen     = fieldsOffsetP + 1 // 19
 	fpDigestLen   = 16
 
-	fieldFingerprint byte = 1
+	fieldFingerprint    byte = 1
+	fieldProvenance     byte = 2
+	fieldCompletedAfter byte = 3
+
+	// Id kinds of the provenance field.
+	idNone byte = 0
+	idUUID byte = 1
+	idText byte = 2
+	idSame byte = 3
+
+	// maxProvenance is the longest provenance field, tag and length
+	// included: ids are at most dedup.MaxOriginIDLength (100) bytes.
+	maxProvenance = 2 + 6 + binary.MaxVarintLen64 + 1 + 2*(1+dedup.MaxOriginIDLength)
 )
 
 // record is a decoded value.
@@ -84,6 +121,8 @@ type record struct {
 	token  [tokenLen]byte
 	fp     []byte // digest, empty when the claim had no fingerprint
 	result []byte // nil when empty
+	// prov and completedAfter are the values of fields 2 and 3, if any.
+	prov, completedAfter []byte
 }
 
 // fingerprintDigest returns the stored form of a fingerprint: nil for none,
@@ -103,17 +142,149 @@ func fingerprintDigest(fingerprint string) []byte {
 
 // maxInProgress is the length of the largest in-progress record this
 // version writes.
-const maxInProgress = headerLen + 2 + fpDigestLen
+const maxInProgress = headerLen + 2 + fpDigestLen + maxProvenance
 
-// appendInProgress appends the value a claim writes.
-func appendInProgress(b []byte, token *[tokenLen]byte, fpDigest []byte) []byte {
+// provenance is the decoded provenance field (see the format).
+type provenance struct {
+	claimedAt int64 // Unix milliseconds
+	claims    uint64
+	origin    dedup.Origin
+}
+
+// appendInProgress appends the value a claim writes: its token, the
+// fingerprint digest (if any) and provenance.
+func appendInProgress(b []byte, token *[tokenLen]byte, fpDigest []byte, p *provenance) []byte {
 	b = append(b, formatV2, stateInProgress)
 	b = append(b, token[:]...)
-	if len(fpDigest) == 0 {
-		return append(b, 0)
+	n := len(b)
+	b = append(b, 0)
+	if len(fpDigest) > 0 {
+		b = append(b, fieldFingerprint, byte(len(fpDigest)))
+		b = append(b, fpDigest...)
 	}
-	b = append(b, byte(2+len(fpDigest)), fieldFingerprint, byte(len(fpDigest)))
-	return append(b, fpDigest...)
+	b = appendProvenance(b, p)
+	b[n] = byte(len(b) - n - 1)
+	return b
+}
+
+// appendProvenance appends field 2.
+func appendProvenance(b []byte, p *provenance) []byte {
+	b = append(b, fieldProvenance, 0)
+	start := len(b)
+	at := min(max(p.claimedAt, 0), 1<<48-1)
+	b = append(b, byte(at>>40), byte(at>>32), byte(at>>24), byte(at>>16), byte(at>>8), byte(at))
+	b = binary.AppendUvarint(b, p.claims)
+	kinds := len(b)
+	b = append(b, 0)
+	var tk, mk byte
+	b, tk = appendID(b, p.origin.TransportID)
+	if p.origin.MessageID != "" && p.origin.MessageID == p.origin.TransportID {
+		mk = idSame
+	} else {
+		b, mk = appendID(b, p.origin.MessageID)
+	}
+	b[kinds] = tk | mk<<4
+	b[start-1] = byte(len(b) - start)
+	return b
+}
+
+// appendID appends an id of the provenance field and returns its kind.
+func appendID(b []byte, id string) ([]byte, byte) {
+	var u [16]byte
+	switch {
+	case id == "":
+		return b, idNone
+	case parseUUID(id, &u):
+		return append(b, u[:]...), idUUID
+	}
+	id = id[:min(len(id), dedup.MaxOriginIDLength)]
+	b = binary.AppendUvarint(b, uint64(len(id)))
+	return append(b, id...), idText
+}
+
+// parseUUID parses a UUID in its canonical lower-case text form (the form
+// that formatUUID gives back, so that the id round-trips exactly).
+func parseUUID(s string, u *[16]byte) bool {
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return false
+	}
+	j := 0
+	for i := 0; i < 36; i++ {
+		if i == 8 || i == 13 || i == 18 || i == 23 {
+			continue
+		}
+		hi, ok1 := lowerHex(s[i])
+		lo, ok2 := lowerHex(s[i+1])
+		if !ok1 || !ok2 {
+			return false
+		}
+		u[j] = hi<<4 | lo
+		j++
+		i++
+	}
+	return true
+}
+
+func lowerHex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
+}
+
+// formatUUID is the canonical text form of a UUID.
+func formatUUID(u []byte) string {
+	h := hex.EncodeToString(u)
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// decodeProvenance parses field 2; ok is false when it is malformed.
+func decodeProvenance(v []byte) (p provenance, ok bool) {
+	if len(v) < 8 {
+		return p, false
+	}
+	for _, c := range v[:6] {
+		p.claimedAt = p.claimedAt<<8 | int64(c)
+	}
+	v = v[6:]
+	claims, n := binary.Uvarint(v)
+	if n <= 0 || len(v) <= n {
+		return p, false
+	}
+	p.claims, v = claims, v[n:]
+	kinds := v[0]
+	v = v[1:]
+	if p.origin.TransportID, v, ok = decodeID(v, kinds&0xf); !ok {
+		return p, false
+	}
+	if kinds>>4 == idSame {
+		p.origin.MessageID = p.origin.TransportID
+		return p, len(v) == 0
+	}
+	p.origin.MessageID, v, ok = decodeID(v, kinds>>4)
+	return p, ok && len(v) == 0
+}
+
+func decodeID(v []byte, kind byte) (string, []byte, bool) {
+	switch kind {
+	case idNone:
+		return "", v, true
+	case idUUID:
+		if len(v) < 16 {
+			return "", v, false
+		}
+		return formatUUID(v[:16]), v[16:], true
+	case idText:
+		n, k := binary.Uvarint(v)
+		if k <= 0 || uint64(len(v)-k) < n {
+			return "", v, false
+		}
+		return string(v[k : k+int(n)]), v[k+int(n):], true
+	}
+	return "", v, false
 }
 
 // appendCompact appends the compact completed record of a token (see
@@ -181,7 +352,7 @@ func decodeV2(v []byte) (record, error) {
 	r.state = v[1]
 	var at int // the fields' length byte
 	switch r.state {
-	case stateInProgress:
+	case stateInProgress, stateReleased:
 		at = fieldsOffsetP
 	case stateCompleted:
 		at = fieldsOffsetC
@@ -191,7 +362,7 @@ func decodeV2(v []byte) (record, error) {
 	if len(v) <= at {
 		return r, fmt.Errorf("%w: %d bytes, shorter than the %d-byte header", ErrUnknownFormat, len(v), at+1)
 	}
-	if r.state == stateInProgress {
+	if r.state != stateCompleted {
 		copy(r.token[:], v[tokenOffset:tokenOffset+tokenLen])
 	}
 	n := int(v[at])
@@ -205,13 +376,18 @@ func decodeV2(v []byte) (record, error) {
 			return r, fmt.Errorf("%w: a field runs past the fields' end", ErrUnknownFormat)
 		}
 		tag, value := fields[0], fields[2:2+int(fields[1])]
-		if tag == fieldFingerprint && len(value) > 0 {
+		switch {
+		case tag == fieldFingerprint && len(value) > 0:
 			r.fp = value
+		case tag == fieldProvenance:
+			r.prov = value
+		case tag == fieldCompletedAfter:
+			r.completedAfter = value
 		}
 		fields = fields[2+len(value):]
 	}
 	if len(rest) > 0 {
-		if r.state == stateInProgress {
+		if r.state != stateCompleted {
 			return r, fmt.Errorf("%w: an in-progress record with a result", ErrUnknownFormat)
 		}
 		r.result = rest

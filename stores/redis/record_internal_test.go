@@ -19,22 +19,19 @@ func testToken() *[tokenLen]byte {
 
 func TestRecordLayout(t *testing.T) {
 	token := testToken()
-	v := appendInProgress(nil, token, nil)
-	want := append(append([]byte{2, 'P'}, token[:]...), 0)
+	v := appendInProgress(nil, token, nil, &provenance{})
+	want := append(append([]byte{2, 'P'}, token[:]...), 10, fieldProvenance, 8, 0, 0, 0, 0, 0, 0, 0, 0)
 	if !bytes.Equal(v, want) {
-		t.Fatalf("in-progress record without fingerprint = %x, want %x", v, want)
-	}
-	if len(v) != 19 {
-		t.Fatalf("typical record is %d bytes, want 19", len(v))
+		t.Fatalf("in-progress record without fingerprint and ids = %x, want %x", v, want)
 	}
 
 	fp := fingerprintDigest("sha256-of-the-payload")
 	if len(fp) != 16 {
 		t.Fatalf("fingerprint digest is %d bytes, want 16", len(fp))
 	}
-	v = appendInProgress(nil, token, fp)
-	if len(v) != maxInProgress {
-		t.Fatalf("in-progress record with fingerprint is %d bytes, want %d", len(v), maxInProgress)
+	v = appendInProgress(nil, token, fp, &provenance{})
+	if len(v) != headerLen+2+fpDigestLen+10 {
+		t.Fatalf("in-progress record with fingerprint is %d bytes, want %d", len(v), headerLen+2+fpDigestLen+10)
 	}
 	r, err := decodeRecord(v)
 	if err != nil {
@@ -102,7 +99,7 @@ func TestDecodeVersion1(t *testing.T) {
 
 func TestDecodeRefusesOtherFormats(t *testing.T) {
 	token := testToken()
-	good := appendInProgress(nil, token, fingerprintDigest("x"))
+	good := appendInProgress(nil, token, fingerprintDigest("x"), &provenance{})
 	goodV1 := append(append(append([]byte{1, 'P'}, token[:]...), 16), fingerprintDigest("x")...)
 	for name, v := range map[string][]byte{
 		"nil":                nil,
@@ -132,15 +129,15 @@ func TestOutcomeOfOwnRecord(t *testing.T) {
 	var mine, other [tokenLen]byte
 	mine[0], other[0] = 1, 2
 	fp := fingerprintDigest("a")
-	res, err := outcomeOf(appendInProgress(nil, &mine, fp), mine, fp, "k", "01")
+	res, err := outcomeOf(appendInProgress(nil, &mine, fp, &provenance{}), mine, fp, "k", "01")
 	if err != nil || res.Outcome != dedup.Acquired || res.Claim != (dedup.Claim{Key: "k", Token: "01"}) {
 		t.Fatalf("own record: %+v %v, want acquired", res, err)
 	}
-	res, err = outcomeOf(appendInProgress(nil, &other, fp), mine, fp, "k", "01")
+	res, err = outcomeOf(appendInProgress(nil, &other, fp, &provenance{}), mine, fp, "k", "01")
 	if err != nil || res.Outcome != dedup.InProgress {
 		t.Fatalf("another's record: %+v %v, want in progress", res, err)
 	}
-	res, err = outcomeOf(appendInProgress(nil, &other, fp), mine, fingerprintDigest("b"), "k", "01")
+	res, err = outcomeOf(appendInProgress(nil, &other, fp, &provenance{}), mine, fingerprintDigest("b"), "k", "01")
 	if err != nil || res.Outcome != dedup.Conflict {
 		t.Fatalf("another fingerprint: %+v %v, want conflict", res, err)
 	}
@@ -174,8 +171,8 @@ func TestParseBulkReply(t *testing.T) {
 
 func FuzzDecodeRecord(f *testing.F) {
 	token := testToken()
-	f.Add(appendInProgress(nil, token, nil))
-	f.Add(appendInProgress(nil, token, fingerprintDigest("x")))
+	f.Add(appendInProgress(nil, token, nil, &provenance{}))
+	f.Add(appendInProgress(nil, token, fingerprintDigest("x"), &provenance{}))
 	f.Add(appendCompact(nil, token))
 	f.Add([]byte{1, 'C'})
 	f.Add(append(append([]byte{2, 'C'}, token[:8]...), 0, 'r'))

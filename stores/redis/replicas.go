@@ -23,6 +23,7 @@ local v = redis.call('GET', KEYS[1])
 if not v then return 1 end
 local f = string.byte(v, 1) or 0
 local s = string.sub(v, 2, 2)
+if f == 2 and s == 'R' then return 1 end
 if f == 2 and s == 'C' and string.len(v) >= 11 then
   if string.sub(v, 3, 10) ~= string.sub(ARGV[1], 1, 8) then return 2 end
 elseif (f == 1 or f == 2) and string.len(v) >= 19 then
@@ -161,5 +162,5 @@ func (s *Store) touch(ctx context.Context, op, key string, raw *[tokenLen]byte) 
 func (s *Store) releaseRefused(ctx context.Context, key string, raw *[tokenLen]byte) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.waitTimeout)
 	defer cancel()
-	_ = releaseOp.script.Run(ctx, s.client, []string{s.prefix + key}, raw[:], appendCompact(nil, raw)).Err()
+	_ = discardScript.Run(ctx, s.client, []string{s.prefix + key}, raw[:], appendCompact(nil, raw)).Err()
 }

@@ -13,7 +13,7 @@ const (
 // ownedPrelude is shared by the token-checking scripts: it reads the record
 // under KEYS[1] and returns early unless it is an in_progress record (format
 // 1 or 2) whose token (bytes 3..18, Lua indexes from 1) equals ARGV[1], the
-// raw 16-byte token. ARGV[2] is the claim's compact completed record (see
+// raw 16-byte token. A released record counts as none (reply 1). ARGV[2] is the claim's compact completed record (see
 // record.go), which, like the first 8 bytes of the token in a version 2
 // completed record, tells this claim's completed record from another's. It
 // compares byte slices with string.sub: no decoding, binary-safe. On the
@@ -23,6 +23,7 @@ local v = redis.call('GET', KEYS[1])
 if not v then return 1 end
 local f = string.byte(v, 1) or 0
 local s = string.sub(v, 2, 2)
+if f == 2 and s == 'R' then return 1 end
 if f == 2 and s == 'C' and string.len(v) >= 11 then
   if string.sub(v, 3, 10) == string.sub(ARGV[1], 1, 8) then return 3 end
   return 2
@@ -39,16 +40,48 @@ end
 
 // completeSrc is compare-and-set: KEYS[1] the record, ARGV[1] the raw
 // token, ARGV[2] the compact completed record, ARGV[3] the retention in
-// milliseconds, ARGV[4] the result. A record without fields and a result
-// becomes ARGV[2] (the compact form); otherwise a version 2 completed record
+// milliseconds, ARGV[4] the result, ARGV[5] the time of completion in Unix
+// milliseconds, ARGV[6] "1" to leave the provenance out
+// (Config.OmitProvenance). A record without fields and a result becomes
+// ARGV[2] (the compact form); otherwise a version 2 completed record
 // keeping the first 8 token bytes and every field of the in-progress record
-// (a version 1 fingerprint becomes field 1), followed by the result. The
-// retention becomes the key's TTL (PX): the completed record expires on the
-// server's clock.
+// (a version 1 fingerprint becomes field 1) but the provenance when left
+// out, plus field 3 (completed-at, after the provenance's claimed-at),
+// followed by the result. The retention becomes the key's TTL (PX): the
+// completed record expires on the server's clock.
 const completeSrc = ownedPrelude + `
 local n = string.byte(v, 19)
 local fields = string.sub(v, 20, 19 + n)
 if f == 1 and n > 0 then fields = '\1' .. string.char(n) .. fields end
+if f == 2 then
+  local kept, i, at = '', 1, nil
+  while i + 1 <= string.len(fields) do
+    local t, l = string.byte(fields, i, i + 1)
+    if t ~= 2 then
+      kept = kept .. string.sub(fields, i, i + 1 + l)
+    elseif ARGV[6] ~= '1' then
+      kept = kept .. string.sub(fields, i, i + 1 + l)
+      if l >= 6 then
+        at = 0
+        for k = i + 2, i + 7 do at = at * 256 + string.byte(fields, k) end
+      end
+    end
+    i = i + 2 + l
+  end
+  fields = kept
+  if at then
+    local d = math.max(tonumber(ARGV[5]) - at, 0)
+    local u = ''
+    while d >= 128 do
+      u = u .. string.char(d % 128 + 128)
+      d = math.floor(d / 128)
+    end
+    u = u .. string.char(d)
+    if string.len(fields) + 2 + string.len(u) <= 255 then
+      fields = fields .. '\3' .. string.char(string.len(u)) .. u
+    end
+  end
+end
 if fields == '' and ARGV[4] == '' then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 else
@@ -57,11 +90,36 @@ end
 return 0
 `
 
-// releaseSrc is compare-and-delete: KEYS[1] the record, ARGV[1] the raw
-// token, ARGV[2] the compact completed record.
+// releaseSrc is compare-and-set: KEYS[1] the record, ARGV[1] the raw
+// token, ARGV[2] the compact completed record. A version 2 record becomes
+// released (state 'R', the rest kept) for what is left of its lease
+// (KEEPTTL); a version 1 record is deleted.
 const releaseSrc = ownedPrelude + `
+if f == 2 then
+  redis.call('SET', KEYS[1], '\2R' .. string.sub(v, 3), 'KEEPTTL')
+else
+  redis.call('DEL', KEYS[1])
+end
+return 0
+`
+
+// discardSrc is compare-and-delete, with the arguments of releaseSrc: a
+// claim that WAIT did not confirm is undone without counting it.
+const discardSrc = ownedPrelude + `
 redis.call('DEL', KEYS[1])
 return 0
+`
+
+// takeoverSrc replaces a released record (ARGV[1], as the claim read it)
+// with the claim's in-progress record ARGV[2], for ARGV[3] milliseconds:
+// compare-and-set on the whole value. It replies nil when it wrote the
+// record (also when the key was gone by then), else the value now under
+// the key, which the claim decides on as it decides on SET NX's reply.
+const takeoverSrc = `
+local v = redis.call('GET', KEYS[1])
+if v and v ~= ARGV[1] then return v end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return false
 `
 
 // extendSrc is compare-and-pexpire: KEYS[1] the record, ARGV[1] the raw

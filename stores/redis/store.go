@@ -44,6 +44,9 @@ type Store struct {
 	waitReplicas int           // Config.WaitReplicas
 	waitTimeout  time.Duration // Config.WaitTimeout
 	batch        *batcher      // Config.AutoPipeline; nil: every command alone
+	// omitProvenance is Config.OmitProvenance as Complete's last script
+	// argument: "1" or "".
+	omitProvenance string
 }
 
 // Batching parameters of Config.AutoPipeline.
@@ -114,6 +117,9 @@ func New(ctx context.Context, client goredis.UniversalClient, config Config) (*S
 		return nil, err
 	}
 	st := &Store{client: client, prefix: config.KeyPrefix, waitReplicas: config.WaitReplicas, waitTimeout: config.WaitTimeout}
+	if config.OmitProvenance {
+		st.omitProvenance = "1"
+	}
 	if config.AutoPipeline {
 		st.batch = newBatcher(client, maxBatch, maxInFlight)
 	}
@@ -148,6 +154,13 @@ func millis(d time.Duration) int64 {
 // claim is Acquired: the token is random, no other claim can carry it. A value
 // under the key that is not a record of this format gives an error wrapping
 // ErrUnknownFormat.
+//
+// The record keeps the claim's dedup.Origin (OriginFromContext), the time
+// of the claim by this process's clock and a claim count of 1. A claim
+// that finds a released record takes it over with a second round trip (a
+// compare-and-set script), keeping its Origin and time and counting one
+// more claim. A record whose lease ended is gone from Redis: the claim
+// that follows counts 1 again.
 func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.Duration) (dedup.ClaimResult, error) {
 	if err := storekit.CheckDuration("lease", lease); err != nil {
 		return dedup.ClaimResult{}, err
@@ -155,12 +168,13 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 	raw := storekit.RawToken()
 	fp := fingerprintDigest(fingerprint)
 	token := string(raw[:])
+	p := firstClaim(ctx)
 	if s.waitReplicas > 0 {
-		return s.claimWait(ctx, key, raw, fp, token, lease)
+		return s.claimWait(ctx, key, raw, fp, &p, token, lease)
 	}
 	a := claimArgsPool.Get().(*claimArgs)
 	a.key, a.ms = s.prefix+key, millis(lease)
-	a.value.len = uint8(len(appendInProgress(a.value.b[:0], &raw, fp)))
+	a.value.len = uint16(len(appendInProgress(a.value.b[:0], &raw, fp, &p)))
 	a.args = [...]any{"set", &a.key, &a.value, "nx", "px", &a.ms, "get"}
 	old, found, err := s.setNXGet(ctx, a.args[:], &a.wait)
 	a.release()
@@ -170,7 +184,19 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 	if !found {
 		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil
 	}
-	return outcomeOf(old, raw, fp, key, token)
+	res, err := outcomeOf(old, raw, fp, key, token)
+	if err == errReleased {
+		return s.takeOver(ctx, key, old, raw, fp, token, lease)
+	}
+	return res, err
+}
+
+// firstClaim is the provenance of a claim that creates a record: its
+// Origin, now, one claim.
+func firstClaim(ctx context.Context) provenance {
+	p := provenance{claimedAt: time.Now().UnixMilli(), claims: 1}
+	p.origin, _ = dedup.OriginFromContext(ctx)
+	return p
 }
 
 // claimArgs are a claim's command arguments, held where go-redis can take
@@ -200,7 +226,7 @@ func (a *claimArgs) release() {
 //
 //go:noinline
 func (a *scriptArgs) release() {
-	a.key, a.token, a.result, a.wait = "", "", nil, pending{}
+	a.key, a.token, a.result, a.now, a.wait = "", "", nil, 0, pending{}
 	clear(a.args[:])
 	scriptArgsPool.Put(a)
 }
@@ -214,7 +240,7 @@ var (
 // encoding.BinaryMarshaler's bytes as they are).
 type recordArg struct {
 	b   [maxInProgress]byte
-	len uint8
+	len uint16
 }
 
 func (a *recordArg) MarshalBinary() ([]byte, error) { return a.b[:a.len], nil }
@@ -273,9 +299,9 @@ func parseBulkReply(raw []byte) (v []byte, found, ok bool) {
 // confirm is released (best effort) and refused with a *ReplicationError.
 //
 //go:noinline
-func (s *Store) claimWait(ctx context.Context, key string, raw [tokenLen]byte, fp []byte, token string, lease time.Duration) (dedup.ClaimResult, error) {
+func (s *Store) claimWait(ctx context.Context, key string, raw [tokenLen]byte, fp []byte, p *provenance, token string, lease time.Duration) (dedup.ClaimResult, error) {
 	var cmd *goredis.Cmd
-	value := appendInProgress(nil, &raw, fp)
+	value := appendInProgress(nil, &raw, fp, p)
 	n, err := s.withWait(ctx, s.prefix+key, nil, func(p goredis.Pipeliner) goredis.Cmder {
 		cmd = p.Do(ctx, "set", s.prefix+key, value, "nx", "px", millis(lease), "get")
 		return cmd
@@ -299,6 +325,9 @@ func (s *Store) claimWait(ctx context.Context, key string, raw [tokenLen]byte, f
 		return dedup.ClaimResult{}, fmt.Errorf("dedup/redis: claim: %w", err)
 	}
 	res, err := outcomeOf([]byte(old), raw, fp, key, token)
+	if err == errReleased {
+		return s.takeOver(ctx, key, []byte(old), raw, fp, token, lease)
+	}
 	if err != nil || res.Outcome != dedup.Acquired {
 		return res, err
 	}
@@ -311,13 +340,21 @@ func (s *Store) claimWait(ctx context.Context, key string, raw [tokenLen]byte, f
 	return res, nil
 }
 
-// outcomeOf decodes the value a claim found and classifies it.
+// errReleased: outcomeOf found a released record, which the claim takes
+// over (takeOver).
+var errReleased = errors.New("dedup/redis: released record")
+
+// outcomeOf decodes the value a claim found and classifies it; a released
+// record gives errReleased.
 //
 //go:noinline
 func outcomeOf(old []byte, token [tokenLen]byte, fp []byte, key, claimToken string) (dedup.ClaimResult, error) {
 	r, err := decodeRecord(old)
 	if err != nil {
 		return dedup.ClaimResult{}, fmt.Errorf("dedup/redis: claim: %w", err)
+	}
+	if r.state == stateReleased {
+		return dedup.ClaimResult{}, errReleased
 	}
 	if r.state == stateInProgress && r.token == token {
 		// Our own record, written by an earlier attempt of this command.
@@ -335,7 +372,8 @@ func outcomeOf(old []byte, token [tokenLen]byte, fp []byte, key, claimToken stri
 // Complete implements dedup.Store.Complete with one script run
 // (compare-and-set): only if the record is still in progress and carries the
 // claim's token, it becomes a completed record holding result, with the
-// retention as its TTL. Otherwise nothing changes and the error matches
+// retention as its TTL, and its provenance with the time of completion by
+// this process's clock (unless Config.OmitProvenance). Otherwise nothing changes and the error matches
 // dedup.ErrClaimLost and one of ErrExpired, ErrNotOwner, ErrAlreadyCompleted.
 // One round trip. With Config.WaitReplicas the script and a WAIT share that
 // round trip, and a completion WAIT does not confirm returns a
@@ -348,12 +386,14 @@ func (s *Store) Complete(ctx context.Context, claim dedup.Claim, result []byte, 
 }
 
 // Release implements dedup.Store.Release with one script run
-// (compare-and-delete): the record is deleted only if it is still in
-// progress and carries the claim's token. Otherwise nothing changes and the
-// error matches dedup.ErrClaimLost and one of ErrExpired, ErrNotOwner,
-// ErrAlreadyCompleted. One round trip; it never waits for replicas, even
-// with Config.WaitReplicas: a release a promoted replica lacks only delays
-// the next copy until the lease ends.
+// (compare-and-set): only if the record is still in progress and carries
+// the claim's token, it becomes a released record, with its provenance,
+// for what is left of the lease (KEEPTTL); every operation treats it as no
+// record but the next Claim, which counts it. Otherwise nothing changes and
+// the error matches dedup.ErrClaimLost and one of ErrExpired (also for a
+// released record), ErrNotOwner, ErrAlreadyCompleted. One round trip; it
+// never waits for replicas, even with Config.WaitReplicas: a release a
+// promoted replica lacks only delays the next copy until the lease ends.
 func (s *Store) Release(ctx context.Context, claim dedup.Claim) error {
 	return s.run(ctx, "release", releaseOp, claim, 0, nil)
 }
@@ -378,9 +418,9 @@ func (s *Store) Extend(ctx context.Context, claim dedup.Claim, lease time.Durati
 type scriptArgs struct {
 	key, token string
 	compact    compactArg
-	ms         int64
+	ms, now    int64
 	result     sliceArg
-	args       [8]any
+	args       [10]any
 	wait       pending
 }
 
@@ -435,13 +475,15 @@ func (s *Store) run(ctx context.Context, op string, script *ownedScript, claim d
 	a.key, a.token, a.ms = s.prefix+claim.Key, token, ms
 	a.compact.len = uint8(len(appendCompact(a.compact.b[:0], &raw)))
 	a.result = result
-	a.args = [...]any{"evalsha", &script.sha, 1, &a.key, &a.token, &a.compact, &a.ms, &a.result}
+	a.args = [...]any{"evalsha", &script.sha, 1, &a.key, &a.token, &a.compact, &a.ms, &a.result, &a.now, &s.omitProvenance}
 	args := a.args[:]
 	switch {
 	case ms == 0: // Release
 		args = args[:6]
 	case script != completeOp: // Extend
 		args = args[:7]
+	default:
+		a.now = time.Now().UnixMilli()
 	}
 	if s.waitReplicas > 0 && script != releaseOp {
 		err := s.runWait(ctx, op, script, claim.Key, args, &raw)
