@@ -410,7 +410,7 @@ func TestAdminProvenance(t *testing.T, newStore Constructor, features Features) 
 	}
 	origins := map[string]dedup.Origin{
 		"uuids": originA, "uuid-and-text": originB, "transport-only": originC, "none": {},
-		"same-ids": {TransportID: originA.MessageID, MessageID: originA.MessageID},
+		"same-ids":     {TransportID: originA.MessageID, MessageID: originA.MessageID},
 		"message-only": {MessageID: "sqs-only"}, "odd": odd,
 	}
 	claims := map[string]dedup.Claim{}

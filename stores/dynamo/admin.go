@@ -45,8 +45,9 @@ const (
 // GetItem on PartitionKey(key), so long keys are found under their hashed
 // partition key. A record whose deadline has passed by the store's Clock is
 // reported as ErrNotFound, although the item may still exist (TTL deletes
-// late, and a claim takes it over only ClockSkewMargin later). Created is
-// always zero: items do not record it. Fingerprint is as stored: verbatim
+// late, and a claim takes it over only ClockSkewMargin later), and so is a
+// released record. Created is always zero; ClaimedAt and CompletedAt are
+// the items' attributes (the claiming and completing clients' clocks). Fingerprint is as stored: verbatim
 // up to 64 bytes, "sha256:<hex>" beyond. An item this store did not write
 // gives an error wrapping ErrMalformedRecord. Cost: one read of the item
 // (one strongly consistent read unit per 4 KB).
@@ -86,11 +87,16 @@ func (s *Store) info(key string, rec record, now time.Time) (admin.Record, bool)
 		Fingerprint: rec.fingerprint,
 		ResultSize:  len(rec.result),
 		Remaining:   remaining,
+		ClaimedAt:   rec.claimedAt,
+		CompletedAt: rec.completedAt,
+		TransportID: rec.origin.TransportID,
+		MessageID:   rec.origin.MessageID,
+		Claims:      rec.claims,
 	}
 	if rec.state == stateCompleted {
 		info.State = admin.StateCompleted
 	}
-	return info, remaining > 0
+	return info, remaining > 0 && rec.state != stateReleased
 }
 
 // Evict implements admin.Interface.Evict with one unconditional DeleteItem on

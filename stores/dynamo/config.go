@@ -22,6 +22,11 @@ const (
 	DefaultDeadlineAttribute    = "deadline"
 	DefaultResultAttribute      = "result"
 	DefaultTTLAttribute         = "ttl"
+	DefaultClaimedAtAttribute   = "claimed_at"
+	DefaultCompletedAtAttribute = "completed_at"
+	DefaultTransportIDAttribute = "transport_id"
+	DefaultMessageIDAttribute   = "message_id"
+	DefaultClaimsAttribute      = "claims"
 )
 
 // AttributeNames names the item's attributes. Every field defaults to the
@@ -35,7 +40,8 @@ type AttributeNames struct {
 	// MaxVerbatimKeyBytes (see PartitionKey). The table must have no sort
 	// key. Defaults to "pk".
 	PartitionKey string
-	// State is "in_progress" or "completed" (S). Defaults to "state".
+	// State is "in_progress", "completed" or "released" (S; a released
+	// record has Deadline 0 and counts as none). Defaults to "state".
 	State string
 	// Token is the owner token written by Claim (S). Defaults to "token".
 	Token string
@@ -55,6 +61,25 @@ type AttributeNames struct {
 	// so that storage is reclaimed; it is for cost, never for correctness.
 	// Defaults to "ttl".
 	TTL string
+
+	// Who and when (see dedup.Store.Claim), kept from the first claim of a
+	// record across releases and takeovers of its lease:
+	//
+	// ClaimedAt is when the first claim ran, by its client's clock, as
+	// RFC 3339 UTC text with milliseconds (S), "2026-09-20T20:58:23.240Z".
+	// Defaults to "claimed_at".
+	ClaimedAt string
+	// CompletedAt is when the record was completed, in the same form (S);
+	// absent while in progress. Defaults to "completed_at".
+	CompletedAt string
+	// TransportID and MessageID are the first claim's dedup.Origin (S),
+	// absent when empty (an id the first claim lacked is the first that a
+	// later claim of the record had). Default to "transport_id" and
+	// "message_id".
+	TransportID, MessageID string
+	// Claims is how many claims acquired the record (N). Defaults to
+	// "claims".
+	Claims string
 }
 
 func (a *AttributeNames) setDefaults() {
@@ -70,10 +95,16 @@ func (a *AttributeNames) setDefaults() {
 	set(&a.Deadline, DefaultDeadlineAttribute)
 	set(&a.Result, DefaultResultAttribute)
 	set(&a.TTL, DefaultTTLAttribute)
+	set(&a.ClaimedAt, DefaultClaimedAtAttribute)
+	set(&a.CompletedAt, DefaultCompletedAtAttribute)
+	set(&a.TransportID, DefaultTransportIDAttribute)
+	set(&a.MessageID, DefaultMessageIDAttribute)
+	set(&a.Claims, DefaultClaimsAttribute)
 }
 
 func (a AttributeNames) list() []string {
-	return []string{a.PartitionKey, a.State, a.Token, a.Fingerprint, a.Deadline, a.Result, a.TTL}
+	return []string{a.PartitionKey, a.State, a.Token, a.Fingerprint, a.Deadline, a.Result, a.TTL,
+		a.ClaimedAt, a.CompletedAt, a.TransportID, a.MessageID, a.Claims}
 }
 
 // Config configures a Store. It is passed by value; New never writes to the
@@ -89,7 +120,8 @@ type Config struct {
 
 	// Attributes names the item's attributes. Zero fields take their
 	// defaults ("pk", "state", "token", "fingerprint", "deadline", "result",
-	// "ttl").
+	// "ttl", "claimed_at", "completed_at", "transport_id", "message_id",
+	// "claims").
 	Attributes AttributeNames
 
 	// ClockSkewMargin is how far past its deadline a record must be, by the

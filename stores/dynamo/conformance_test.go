@@ -26,6 +26,9 @@ func features(t *testing.T) storetest.Features {
 		ControllableClock: true,
 		MaxResultSize:     newStore(t, dynamo.Config{}).MaxResultSize(),
 		Admin:             true,
+		AlreadyCompleted:  true,
+		Provenance:        true,
+		CountsTakeovers:   true,
 		ListedKey: func(key string) string {
 			pk, err := dynamo.PartitionKey(key)
 			if err != nil {

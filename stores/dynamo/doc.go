@@ -55,5 +55,5 @@
 // Keys must be non-empty UTF-8 ([ErrInvalidKey]); long keys are hashed as
 // above, so any length works. A result is stored whole or refused with
 // [ErrResultTooLarge] when the item would exceed DynamoDB's 400 KB
-// (Store.MaxResultSize: 408817 bytes with the default attribute names).
+// (Store.MaxResultSize: 408498 bytes with the default attribute names).
 package dynamo

@@ -83,5 +83,5 @@ func ExampleStore_Claim() {
 	// acquired
 	// duplicate "receipt-7"
 	// conflict ""
-	// largest result: 408817 bytes
+	// largest result: 408498 bytes
 }

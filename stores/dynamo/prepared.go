@@ -73,16 +73,34 @@ func (p *prepared) values(vs ...types.AttributeValue) map[string]types.Attribute
 // statements are the store's prepared expressions.
 type statements struct {
 	// claim: attribute_not_exists(pk) OR deadline < placeholder 0 (now -
-	// margin).
+	// margin): the PutItem of a claim that starts a record afresh.
 	claim prepared
+	// takeOver[v] (the UpdateItem of a claim): attribute_not_exists(pk) OR
+	// (deadline < 0 AND state <> completed), and SET state = in_progress,
+	// token = 1, deadline = 2, ttl = 3, claims = if_not_exists(claims, 0)
+	// + 1, claimed_at = if_not_exists(claimed_at, 4), then by the bits of
+	// v: fingerprint = next placeholder (1) or REMOVE fingerprint,
+	// transport_id = if_not_exists(transport_id, next) (2), message_id
+	// likewise (4); REMOVE result, completed_at.
+	takeOver [8]prepared
 	// owned (Release): token = 0 AND state = in_progress AND deadline > 1.
 	owned prepared
+	// release: owned, and SET state = released, deadline = 0.
+	release prepared
 	// complete: owned, and SET state = completed, deadline = 2, ttl = 3,
-	// result = 4; completeNoResult the same with REMOVE result.
+	// completed_at = 4, result = 5; completeNoResult the same with REMOVE
+	// result.
 	complete, completeNoResult prepared
 	// extend: owned, and SET deadline = 2, ttl = 3.
 	extend prepared
 }
+
+// Bits of the statements.takeOver variants.
+const (
+	withFingerprint = 1 << iota
+	withTransportID
+	withMessageID
+)
 
 func prepareStatements(a AttributeNames) (statements, error) {
 	var st statements
@@ -92,6 +110,37 @@ func prepareStatements(a AttributeNames) (statements, error) {
 	if st.claim, err = prepare(expression.NewBuilder().WithCondition(claim), 1); err != nil {
 		return st, err
 	}
+	takeOver := expression.AttributeNotExists(expression.Name(a.PartitionKey)).
+		Or(expression.Name(a.Deadline).LessThan(placeholder(0)).And(expression.Name(a.State).NotEqual(expression.Value(stateCompleted))))
+	for v := range st.takeOver {
+		u := expression.Set(expression.Name(a.State), expression.Value(stateInProgress)).
+			Set(expression.Name(a.Token), placeholder(1)).
+			Set(expression.Name(a.Deadline), placeholder(2)).
+			Set(expression.Name(a.TTL), placeholder(3)).
+			Set(expression.Name(a.Claims), expression.Plus(expression.IfNotExists(expression.Name(a.Claims), expression.Value(0)), expression.Value(1))).
+			Set(expression.Name(a.ClaimedAt), expression.IfNotExists(expression.Name(a.ClaimedAt), placeholder(4))).
+			Remove(expression.Name(a.Result)).
+			Remove(expression.Name(a.CompletedAt))
+		n := 5
+		if v&withFingerprint != 0 {
+			u = u.Set(expression.Name(a.Fingerprint), placeholder(n))
+			n++
+		} else {
+			u = u.Remove(expression.Name(a.Fingerprint))
+		}
+		for _, id := range []struct {
+			bit  int
+			name string
+		}{{withTransportID, a.TransportID}, {withMessageID, a.MessageID}} {
+			if v&id.bit != 0 {
+				u = u.Set(expression.Name(id.name), expression.IfNotExists(expression.Name(id.name), placeholder(n)))
+				n++
+			}
+		}
+		if st.takeOver[v], err = prepare(expression.NewBuilder().WithCondition(takeOver).WithUpdate(u), n); err != nil {
+			return st, err
+		}
+	}
 	owned := expression.Name(a.Token).Equal(placeholder(0)).And(
 		expression.Name(a.State).Equal(expression.Value(stateInProgress)),
 		expression.Name(a.Deadline).GreaterThan(placeholder(1)),
@@ -99,17 +148,24 @@ func prepareStatements(a AttributeNames) (statements, error) {
 	if st.owned, err = prepare(expression.NewBuilder().WithCondition(owned), 2); err != nil {
 		return st, err
 	}
+	release := expression.Set(expression.Name(a.State), expression.Value(stateReleased)).
+		Set(expression.Name(a.Deadline), expression.Value(0))
+	if st.release, err = prepare(expression.NewBuilder().WithCondition(owned).WithUpdate(release), 2); err != nil {
+		return st, err
+	}
 	complete := expression.Set(expression.Name(a.State), expression.Value(stateCompleted)).
 		Set(expression.Name(a.Deadline), placeholder(2)).
-		Set(expression.Name(a.TTL), placeholder(3))
-	if st.complete, err = prepare(expression.NewBuilder().WithCondition(owned).WithUpdate(complete.Set(expression.Name(a.Result), placeholder(4))), 5); err != nil {
+		Set(expression.Name(a.TTL), placeholder(3)).
+		Set(expression.Name(a.CompletedAt), placeholder(4))
+	if st.complete, err = prepare(expression.NewBuilder().WithCondition(owned).WithUpdate(complete.Set(expression.Name(a.Result), placeholder(5))), 6); err != nil {
 		return st, err
 	}
 	complete = expression.Set(expression.Name(a.State), expression.Value(stateCompleted)).
 		Set(expression.Name(a.Deadline), placeholder(2)).
 		Set(expression.Name(a.TTL), placeholder(3)).
+		Set(expression.Name(a.CompletedAt), placeholder(4)).
 		Remove(expression.Name(a.Result))
-	if st.completeNoResult, err = prepare(expression.NewBuilder().WithCondition(owned).WithUpdate(complete), 4); err != nil {
+	if st.completeNoResult, err = prepare(expression.NewBuilder().WithCondition(owned).WithUpdate(complete), 5); err != nil {
 		return st, err
 	}
 	extend := expression.Set(expression.Name(a.Deadline), placeholder(2)).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -19,7 +20,15 @@ import (
 const (
 	stateInProgress = "in_progress"
 	stateCompleted  = "completed"
+	stateReleased   = "released"
 )
+
+// timeLayout is the form of the ClaimedAt and CompletedAt attributes:
+// RFC 3339 in UTC with milliseconds, as long as every such time.
+const timeLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// formatTime is a Unix millisecond time in timeLayout.
+func formatTime(ms int64) string { return time.UnixMilli(ms).UTC().Format(timeLayout) }
 
 const (
 	// MaxItemBytes is DynamoDB's item size limit (400 KB), attribute names
@@ -57,6 +66,10 @@ type Store struct {
 	clock     dedup.Clock
 	maxResult int
 	st        statements
+	// oldItems: the server has returned the old item with a failed
+	// condition (ALL_OLD), as DynamoDB does and dynalite does not; a
+	// failure without one then means there is no item.
+	oldItems atomic.Bool
 }
 
 var _ dedup.Store = (*Store)(nil)
@@ -80,7 +93,8 @@ func New(config Config) (*Store, error) {
 		return nil, err
 	}
 	s.st = st
-	overhead := maxPartitionKeyBytes + tokenBytes + len(stateInProgress) + maxStoredFingerprintBytes + 2*maxNumberBytes
+	overhead := maxPartitionKeyBytes + tokenBytes + len(stateInProgress) + maxStoredFingerprintBytes + 3*maxNumberBytes +
+		2*len("2006-01-02T15:04:05.000Z") + 2*dedup.MaxOriginIDLength
 	for _, n := range s.attr.list() {
 		overhead += len(n)
 	}
@@ -90,8 +104,9 @@ func New(config Config) (*Store, error) {
 
 // MaxResultSize is the largest result, in bytes, that Complete accepts: 400
 // KB less the largest possible rest of the item (attribute names, the
-// longest partition key, token, state, fingerprint digest, two numbers).
-// With the default attribute names it is 408817 bytes.
+// longest partition key, token, state, fingerprint digest, three numbers,
+// two times and two ids of dedup.MaxOriginIDLength).
+// With the default attribute names it is 408498 bytes.
 func (s *Store) MaxResultSize() int { return s.maxResult }
 
 // record is a decoded item.
@@ -101,20 +116,33 @@ type record struct {
 	fingerprint string
 	deadline    int64 // Unix milliseconds
 	result      []byte
+
+	// Who and when; zero in items of earlier versions.
+	claimedAt, completedAt time.Time
+	origin                 dedup.Origin
+	claims                 int
 }
 
-// Claim implements [dedup.Store.Claim] with one conditional PutItem:
+// Claim implements [dedup.Store.Claim] with one conditional UpdateItem:
 //
-//	attribute_not_exists(pk) OR deadline < now - ClockSkewMargin
+//	attribute_not_exists(pk) OR (deadline < now - ClockSkewMargin AND state <> completed)
 //
 // asking for the old item on failure (ReturnValuesOnConditionCheckFailure =
 // ALL_OLD), so that real DynamoDB answers Duplicate, InProgress or Conflict
 // in the same round trip. When the failure carries no item, as with
 // dynalite, one strongly consistent GetItem reads the record; if that finds
 // it gone or expired (released or taken over in between) the claim starts
-// over, at most four times before ErrContended. A record carrying the
-// token this claim just wrote (the SDK retried a PutItem whose response was
-// lost) is recognised as Acquired.
+// over, at most four times before ErrContended. A completed record past its
+// retention is replaced by a conditional PutItem (attribute_not_exists(pk)
+// OR deadline < now - ClockSkewMargin) on the next attempt: a second round
+// trip. A record carrying the token this claim just wrote (the SDK retried
+// a request whose response was lost) is recognised as Acquired.
+//
+// Who and when: the item keeps the claim's dedup.Origin, the time of the
+// claim (by the store's Clock) and a claim count of 1. The UpdateItem that
+// takes over a released item, or one whose lease ended, keeps them
+// (if_not_exists) and adds 1 to the count; the PutItem after a completed
+// record's retention starts them afresh.
 //
 // Errors: ErrInvalidDuration for a lease <= 0, ErrInvalidKey for an empty or
 // non-UTF-8 key, ErrMalformedRecord when the item under the key was not
@@ -132,10 +160,24 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 	if fingerprint != "" {
 		fingerprint = storedFingerprint(fingerprint)
 	}
+	origin, _ := dedup.OriginFromContext(ctx)
+	fresh := false // the last record found was a completed one past its retention
 	for attempt := 1; ; attempt++ {
 		now := s.clock.Now().UnixMilli()
 		token := storekit.NewToken()
-		old, err := s.put(ctx, pk, token, fingerprint, now, now+ceilMillis(lease))
+		c := claimWrite{pk: pk, token: token, fingerprint: fingerprint, origin: origin, now: now, deadline: now + ceilMillis(lease)}
+		var (
+			old map[string]types.AttributeValue
+			err error
+		)
+		if fresh {
+			old, err = s.put(ctx, &c)
+		} else {
+			old, err = s.takeOver(ctx, &c)
+		}
+		if len(old) > 0 {
+			s.oldItems.Store(true)
+		}
 		if err != nil {
 			return dedup.ClaimResult{}, err
 		}
@@ -160,6 +202,7 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 			if rec.deadline >= now-s.marginMs { // live: the reason the condition failed
 				return outcome(rec, fingerprint), nil
 			}
+			fresh = rec.state == stateCompleted
 		}
 		// Gone or expired by the time it was read: claim again.
 		if attempt == maxClaimAttempts {
@@ -183,33 +226,89 @@ func outcome(rec record, fingerprint string) dedup.ClaimResult {
 	return dedup.ClaimResult{Outcome: dedup.InProgress}
 }
 
-// put issues the claim's conditional PutItem. It returns nil when the item
-// was written, and the old item (empty but non-nil when the server did not
-// return it) when the condition failed.
-func (s *Store) put(ctx context.Context, pk, token, fingerprint string, now, deadline int64) (map[string]types.AttributeValue, error) {
-	item := make(map[string]types.AttributeValue, 6)
-	item[s.attr.PartitionKey] = str(pk)
+// claimWrite is what one attempt of a claim writes.
+type claimWrite struct {
+	pk, token, fingerprint string
+	origin                 dedup.Origin
+	now, deadline          int64 // Unix milliseconds
+}
+
+// put issues the conditional PutItem of a claim that starts a record
+// afresh (after a completed record's retention). It returns nil when the
+// item was written, and the old item (empty but non-nil when the server
+// did not return it) when the condition failed.
+func (s *Store) put(ctx context.Context, c *claimWrite) (map[string]types.AttributeValue, error) {
+	item := make(map[string]types.AttributeValue, 10)
+	item[s.attr.PartitionKey] = str(c.pk)
 	item[s.attr.State] = str(stateInProgress)
-	item[s.attr.Token] = str(token)
-	item[s.attr.Deadline] = number(deadline)
-	item[s.attr.TTL] = number(s.ttl(deadline))
-	if fingerprint != "" {
-		item[s.attr.Fingerprint] = str(fingerprint)
+	item[s.attr.Token] = str(c.token)
+	item[s.attr.Deadline] = number(c.deadline)
+	item[s.attr.TTL] = number(s.ttl(c.deadline))
+	item[s.attr.ClaimedAt] = str(formatTime(c.now))
+	item[s.attr.Claims] = number(1)
+	if c.fingerprint != "" {
+		item[s.attr.Fingerprint] = str(c.fingerprint)
+	}
+	if c.origin.TransportID != "" {
+		item[s.attr.TransportID] = str(c.origin.TransportID)
+	}
+	if c.origin.MessageID != "" {
+		item[s.attr.MessageID] = str(c.origin.MessageID)
 	}
 	_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:                           &s.table,
 		Item:                                item,
 		ConditionExpression:                 s.st.claim.condition,
 		ExpressionAttributeNames:            s.st.claim.names,
-		ExpressionAttributeValues:           s.st.claim.values(number(now - s.marginMs)),
+		ExpressionAttributeValues:           s.st.claim.values(number(c.now - s.marginMs)),
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
+	return failedItem("PutItem", err)
+}
+
+// takeOver issues the conditional UpdateItem of a claim (statements.
+// takeOver): it creates the record, or takes over a released one or one
+// whose lease ended, keeping its provenance. Returns as put.
+func (s *Store) takeOver(ctx context.Context, c *claimWrite) (map[string]types.AttributeValue, error) {
+	variant := 0
+	vals := make([]types.AttributeValue, 5, 8)
+	vals[0], vals[1], vals[2] = number(c.now-s.marginMs), str(c.token), number(c.deadline)
+	vals[3], vals[4] = number(s.ttl(c.deadline)), str(formatTime(c.now))
+	if c.fingerprint != "" {
+		variant |= withFingerprint
+		vals = append(vals, str(c.fingerprint))
+	}
+	if c.origin.TransportID != "" {
+		variant |= withTransportID
+		vals = append(vals, str(c.origin.TransportID))
+	}
+	if c.origin.MessageID != "" {
+		variant |= withMessageID
+		vals = append(vals, str(c.origin.MessageID))
+	}
+	p := &s.st.takeOver[variant]
+	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           &s.table,
+		Key:                                 s.key(c.pk),
+		UpdateExpression:                    p.update,
+		ConditionExpression:                 p.condition,
+		ExpressionAttributeNames:            p.names,
+		ExpressionAttributeValues:           p.values(vals...),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	return failedItem("UpdateItem", err)
+}
+
+// failedItem reads the answer of a claim's write: nil when it was
+// written, the old item (empty but non-nil when the server did not return
+// it) when the condition failed.
+func failedItem(call string, err error) (map[string]types.AttributeValue, error) {
 	if err == nil {
 		return nil, nil
 	}
 	var failed *types.ConditionalCheckFailedException
 	if !errors.As(err, &failed) {
-		return nil, fmt.Errorf("dynamo: claim: PutItem: %w", err)
+		return nil, fmt.Errorf("dynamo: claim: %s: %w", call, err)
 	}
 	if failed.Item == nil {
 		return map[string]types.AttributeValue{}, nil
@@ -249,7 +348,7 @@ func (s *Store) decode(item map[string]types.AttributeValue) (record, error) {
 	if rec.state, err = str(s.attr.State, true); err != nil {
 		return record{}, err
 	}
-	if rec.state != stateInProgress && rec.state != stateCompleted {
+	if rec.state != stateInProgress && rec.state != stateCompleted && rec.state != stateReleased {
 		return record{}, fmt.Errorf("%w: unknown state %q", ErrMalformedRecord, rec.state)
 	}
 	if rec.token, err = str(s.attr.Token, true); err != nil {
@@ -272,7 +371,46 @@ func (s *Store) decode(item map[string]types.AttributeValue) (record, error) {
 		}
 		rec.result = b.Value
 	}
+	if err := s.decodeProvenance(item, &rec, str); err != nil {
+		return record{}, err
+	}
 	return rec, nil
+}
+
+// decodeProvenance reads the who-and-when attributes, each optional.
+func (s *Store) decodeProvenance(item map[string]types.AttributeValue, rec *record, str func(string, bool) (string, error)) error {
+	var err error
+	if rec.origin.TransportID, err = str(s.attr.TransportID, false); err != nil {
+		return err
+	}
+	if rec.origin.MessageID, err = str(s.attr.MessageID, false); err != nil {
+		return err
+	}
+	for _, t := range []struct {
+		name string
+		to   *time.Time
+	}{{s.attr.ClaimedAt, &rec.claimedAt}, {s.attr.CompletedAt, &rec.completedAt}} {
+		v, err := str(t.name, false)
+		if err != nil {
+			return err
+		}
+		if v == "" {
+			continue
+		}
+		if *t.to, err = time.Parse(time.RFC3339Nano, v); err != nil {
+			return fmt.Errorf("%w: attribute %q: %w", ErrMalformedRecord, t.name, err)
+		}
+	}
+	if v, ok := item[s.attr.Claims]; ok {
+		n, ok := v.(*types.AttributeValueMemberN)
+		if !ok {
+			return fmt.Errorf("%w: attribute %q is not a number", ErrMalformedRecord, s.attr.Claims)
+		}
+		if rec.claims, err = strconv.Atoi(n.Value); err != nil {
+			return fmt.Errorf("%w: attribute %q: %w", ErrMalformedRecord, s.attr.Claims, err)
+		}
+	}
+	return nil
 }
 
 // The condition of Complete, Release and Extend (statements.owned) is that
@@ -286,9 +424,16 @@ func (s *Store) decode(item map[string]types.AttributeValue) (record, error) {
 // empty). The condition is that the record carries the claim's token, is
 // in_progress and its lease has not ended by this client's clock; when it
 // fails, Complete returns an error matching both dedup.ErrClaimLost and (with
-// errors.As) *types.ConditionalCheckFailedException, and nothing changed.
+// errors.As) *types.ConditionalCheckFailedException, and nothing changed;
+// when the record is the one this claim completed (a retried Complete
+// whose first response was lost), the error matches
+// dedup.ErrAlreadyCompleted too. It tells from the old item that real
+// DynamoDB returns with the failure (ALL_OLD), or else from one strongly
+// consistent GetItem (dynalite). It records the time of completion (by
+// the store's Clock) in CompletedAt.
 // A result longer than MaxResultSize is refused with ErrResultTooLarge
-// before any request. Cost: one round trip.
+// before any request. Cost: one round trip (two for a failed condition on
+// a server that ignores ALL_OLD).
 func (s *Store) Complete(ctx context.Context, claim dedup.Claim, result []byte, retention time.Duration) error {
 	if err := storekit.CheckDuration("retention", retention); err != nil {
 		return err
@@ -303,11 +448,49 @@ func (s *Store) Complete(ctx context.Context, claim dedup.Claim, result []byte, 
 	now := s.clock.Now().UnixMilli()
 	expiry := now + ceilMillis(retention)
 	if len(result) > 0 {
-		return s.update(ctx, "complete", pk, &s.st.complete,
-			s.st.complete.values(str(claim.Token), number(now), number(expiry), number(s.ttl(expiry)), &types.AttributeValueMemberB{Value: result}))
+		err = s.update(ctx, "complete", pk, &s.st.complete,
+			s.st.complete.values(str(claim.Token), number(now), number(expiry), number(s.ttl(expiry)), str(formatTime(now)), &types.AttributeValueMemberB{Value: result}))
+	} else {
+		err = s.update(ctx, "complete", pk, &s.st.completeNoResult,
+			s.st.completeNoResult.values(str(claim.Token), number(now), number(expiry), number(s.ttl(expiry)), str(formatTime(now))))
 	}
-	return s.update(ctx, "complete", pk, &s.st.completeNoResult,
-		s.st.completeNoResult.values(str(claim.Token), number(now), number(expiry), number(s.ttl(expiry))))
+	if errors.Is(err, dedup.ErrClaimLost) {
+		return s.completedByClaim(ctx, pk, claim, err)
+	}
+	return err
+}
+
+// completedByClaim is the error of a Complete whose condition failed:
+// err, also matching dedup.ErrAlreadyCompleted when the item is the live
+// completed record of this very claim (read from the failure's ALL_OLD
+// item, else with one strongly consistent GetItem). A failed read leaves
+// err as it is.
+//
+//go:noinline
+func (s *Store) completedByClaim(ctx context.Context, pk string, claim dedup.Claim, err error) error {
+	var failed *types.ConditionalCheckFailedException
+	var item map[string]types.AttributeValue
+	switch {
+	case errors.As(err, &failed) && failed.Item != nil:
+		item = failed.Item
+		s.oldItems.Store(true)
+	case s.oldItems.Load():
+		return err // no item
+	default:
+		got, gerr := s.get(ctx, pk)
+		if gerr != nil {
+			return err
+		}
+		item = got
+	}
+	if len(item) == 0 {
+		return err
+	}
+	rec, derr := s.decode(item)
+	if derr != nil || rec.state != stateCompleted || rec.token != claim.Token || rec.deadline <= s.clock.Now().UnixMilli() {
+		return err
+	}
+	return fmt.Errorf("%w: %w", dedup.ErrAlreadyCompleted, err)
 }
 
 // Extend implements [dedup.Store.Extend] with one conditional UpdateItem
@@ -329,20 +512,27 @@ func (s *Store) Extend(ctx context.Context, claim dedup.Claim, lease time.Durati
 }
 
 func (s *Store) update(ctx context.Context, op, pk string, p *prepared, values map[string]types.AttributeValue) error {
-	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	in := &dynamodb.UpdateItemInput{
 		TableName:                 &s.table,
 		Key:                       s.key(pk),
 		UpdateExpression:          p.update,
 		ConditionExpression:       p.condition,
 		ExpressionAttributeNames:  p.names,
 		ExpressionAttributeValues: values,
-	})
+	}
+	if op == "complete" {
+		in.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
+	}
+	_, err := s.client.UpdateItem(ctx, in)
 	return s.ownerError(op, "UpdateItem", err)
 }
 
-// Release implements [dedup.Store.Release] with one conditional DeleteItem
-// under the same condition as Complete, so it never deletes a record that
-// another claim now owns, nor a completed one. Failure modes as Complete.
+// Release implements [dedup.Store.Release] with one conditional UpdateItem
+// under the same condition as Complete, so it never touches a record that
+// another claim now owns, nor a completed one: the item becomes released
+// (State "released", Deadline 0, its TTL attribute and provenance kept),
+// which every operation treats as no record but the next Claim, which
+// counts it. Failure modes as Complete (without ErrAlreadyCompleted).
 // Cost: one round trip.
 func (s *Store) Release(ctx context.Context, claim dedup.Claim) error {
 	pk, err := PartitionKey(claim.Key)
@@ -350,14 +540,7 @@ func (s *Store) Release(ctx context.Context, claim dedup.Claim) error {
 		return err
 	}
 	now := s.clock.Now().UnixMilli()
-	_, err = s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-		TableName:                 &s.table,
-		Key:                       s.key(pk),
-		ConditionExpression:       s.st.owned.condition,
-		ExpressionAttributeNames:  s.st.owned.names,
-		ExpressionAttributeValues: s.st.owned.values(str(claim.Token), number(now)),
-	})
-	return s.ownerError("release", "DeleteItem", err)
+	return s.update(ctx, "release", pk, &s.st.release, s.st.release.values(str(claim.Token), number(now)))
 }
 
 // ownerError translates the error of an owner-conditioned write: a failed

@@ -68,45 +68,49 @@ func rawItem(t *testing.T, key string) map[string]types.AttributeValue {
 }
 
 // The fallback: dynalite returns no old item, so a claim that finds a
-// record costs one PutItem and one consistent GetItem, and a claim that
-// finds none costs one PutItem.
+// record costs one UpdateItem and one consistent GetItem, and a claim that
+// finds none costs one UpdateItem.
 func TestClaimFallsBackToGetItem(t *testing.T) {
 	c := &hookClient{Client: client}
 	s := newStore(t, dynamo.Config{Client: c})
 	key := testKey(t, "k")
 	claim := mustClaim(t, s, key, "", time.Minute, dedup.Acquired).Claim
-	if p, g := c.puts.Load(), c.gets.Load(); p != 1 || g != 0 {
-		t.Fatalf("acquiring took %d PutItem and %d GetItem, want 1 and 0", p, g)
+	if u, g := c.updates.Load(), c.gets.Load(); u != 1 || g != 0 {
+		t.Fatalf("acquiring took %d UpdateItem and %d GetItem, want 1 and 0", u, g)
 	}
 	mustComplete(t, s, claim, []byte("r"), time.Hour)
 	if res := mustClaim(t, s, key, "", time.Minute, dedup.Duplicate); string(res.Result) != "r" {
 		t.Fatalf("result = %q, want r", res.Result)
 	}
-	if p, g := c.puts.Load(), c.gets.Load(); p != 2 || g != 1 {
-		t.Fatalf("after the duplicate: %d PutItem and %d GetItem, want 2 and 1", p, g)
+	if u, g, p := c.updates.Load(), c.gets.Load(), c.puts.Load(); u != 3 || g != 1 || p != 0 {
+		t.Fatalf("after the duplicate: %d UpdateItem (claim, complete, claim), %d GetItem and %d PutItem, want 3, 1 and 0", u, g, p)
 	}
 }
 
-// The record is released between the failed PutItem and the fallback
-// GetItem: the claim starts over and acquires.
+// The record is released between the failed UpdateItem and the fallback
+// GetItem: the claim starts over and acquires, taking over the released
+// record (a count of 2).
 func TestClaimRetriesWhenRecordVanishes(t *testing.T) {
 	key := testKey(t, "k")
 	owner := newStore(t, dynamo.Config{})
 	first := mustClaim(t, owner, key, "", time.Minute, dedup.Acquired).Claim
 
 	c := &hookClient{Client: client}
-	c.afterPut = func(ctx context.Context, in *dynamodb.PutItemInput, out *dynamodb.PutItemOutput, err error) (*dynamodb.PutItemOutput, error) {
-		if c.puts.Load() == 1 {
+	c.afterUpdate = func(ctx context.Context, in *dynamodb.UpdateItemInput, out *dynamodb.UpdateItemOutput, err error) (*dynamodb.UpdateItemOutput, error) {
+		if c.updates.Load() == 1 {
 			if rerr := owner.Release(ctx, first); rerr != nil {
-				t.Errorf("Release between PutItem and GetItem: %v", rerr)
+				t.Errorf("Release between UpdateItem and GetItem: %v", rerr)
 			}
 		}
 		return out, err
 	}
 	s := newStore(t, dynamo.Config{Client: c})
 	mustClaim(t, s, key, "", time.Minute, dedup.Acquired)
-	if p, g := c.puts.Load(), c.gets.Load(); p != 2 || g != 1 {
-		t.Fatalf("%d PutItem and %d GetItem, want 2 and 1", p, g)
+	if u, g := c.updates.Load(), c.gets.Load(); u != 2 || g != 1 {
+		t.Fatalf("%d UpdateItem and %d GetItem, want 2 and 1", u, g)
+	}
+	if rec, err := s.Inspect(context.Background(), key); err != nil || rec.Claims != 2 {
+		t.Fatalf("Inspect: %+v %v, want 2 claims", rec, err)
 	}
 }
 
@@ -123,21 +127,22 @@ func TestClaimGivesUpWhenRecordKeepsChanging(t *testing.T) {
 	if !errors.Is(err, dynamo.ErrContended) {
 		t.Fatalf("Claim = %v, want ErrContended", err)
 	}
-	if p := c.puts.Load(); p != 4 {
-		t.Fatalf("%d PutItem attempts, want 4", p)
+	if u := c.updates.Load(); u != 4 {
+		t.Fatalf("%d UpdateItem attempts, want 4", u)
 	}
 }
 
-// An SDK retry of a PutItem whose first attempt succeeded but whose
+// An SDK retry of a claim's write whose first attempt succeeded but whose
 // response was lost finds the claim's own token: that is Acquired, not
-// InProgress (which would block the key for a whole lease).
+// InProgress (which would block the key for a whole lease), and counts
+// one claim.
 func TestClaimRecognisesItsOwnRetriedPut(t *testing.T) {
 	c := &hookClient{Client: client}
-	c.afterPut = func(ctx context.Context, in *dynamodb.PutItemInput, out *dynamodb.PutItemOutput, err error) (*dynamodb.PutItemOutput, error) {
-		if err != nil {
+	c.afterUpdate = func(ctx context.Context, in *dynamodb.UpdateItemInput, out *dynamodb.UpdateItemOutput, err error) (*dynamodb.UpdateItemOutput, error) {
+		if err != nil || in.ReturnValuesOnConditionCheckFailure == "" {
 			return out, err
 		}
-		return c.Client.PutItem(ctx, in) // the "retry": fails its condition
+		return c.Client.UpdateItem(ctx, in) // the "retry": fails its condition
 	}
 	s := newStore(t, dynamo.Config{Client: c})
 	key := testKey(t, "k")
@@ -145,6 +150,10 @@ func TestClaimRecognisesItsOwnRetriedPut(t *testing.T) {
 	if got := rawItem(t, key)["token"].(*types.AttributeValueMemberS).Value; got != claim.Token {
 		t.Fatalf("stored token %q, claim token %q", got, claim.Token)
 	}
+	if got := rawItem(t, key)["claims"].(*types.AttributeValueMemberN).Value; got != "1" {
+		t.Fatalf("claims = %s after a retried claim, want 1", got)
+	}
+	c.afterUpdate = nil
 	mustComplete(t, s, claim, nil, time.Hour)
 }
 
@@ -188,7 +197,12 @@ func TestItemLayout(t *testing.T) {
 	clock := fakeclock.New(epoch)
 	s := newStore(t, dynamo.Config{Clock: clock, ClockSkewMargin: 1500 * time.Millisecond})
 	key := testKey(t, "k")
-	claim := mustClaim(t, s, key, "fp-1", 30*time.Second, dedup.Acquired).Claim
+	origin := dedup.Origin{TransportID: "0b9f8e3c-4d1a-4e2b-9c3d-5e6f7a8b9c0d", MessageID: "73fca7ac-78e9-4ea4-a1bf-71a92e2fbda8"}
+	res, err := s.Claim(dedup.WithOrigin(context.Background(), origin), key, "fp-1", 30*time.Second)
+	if err != nil || res.Outcome != dedup.Acquired {
+		t.Fatalf("Claim: %+v %v", res, err)
+	}
+	claim := res.Claim
 
 	str := func(item map[string]types.AttributeValue, name string) string {
 		t.Helper()
@@ -212,13 +226,19 @@ func TestItemLayout(t *testing.T) {
 	}
 
 	item := rawItem(t, key)
-	if len(item) != 6 {
-		t.Fatalf("in-progress item has %d attributes, want 6: %v", len(item), item)
+	if len(item) != 10 {
+		t.Fatalf("in-progress item has %d attributes, want 10: %v", len(item), item)
 	}
 	deadline := epoch.Add(30 * time.Second).UnixMilli()
 	if str(item, "pk") != key || str(item, "state") != "in_progress" || str(item, "token") != claim.Token ||
 		str(item, "fingerprint") != "fp-1" || num(item, "deadline") != deadline {
 		t.Fatalf("in-progress item = %v", item)
+	}
+	// Who and when, readable in the console as seed 003's table.
+	claimedAt := epoch.UTC().Format("2006-01-02T15:04:05.000Z")
+	if str(item, "claimed_at") != claimedAt || num(item, "claims") != 1 ||
+		str(item, "transport_id") != origin.TransportID || str(item, "message_id") != origin.MessageID {
+		t.Fatalf("in-progress item's provenance = %v, want claimed at %s", item, claimedAt)
 	}
 	// TTL: epoch seconds, rounded up, never before deadline + margin.
 	if got, want := num(item, "ttl"), epoch.Add(32*time.Second).Unix(); got != want {
@@ -230,7 +250,9 @@ func TestItemLayout(t *testing.T) {
 	item = rawItem(t, key)
 	expiry := epoch.Add(5*time.Second + time.Hour)
 	if str(item, "state") != "completed" || num(item, "deadline") != expiry.UnixMilli() ||
-		num(item, "ttl") != expiry.Add(2*time.Second).Unix() || str(item, "token") != claim.Token {
+		num(item, "ttl") != expiry.Add(2*time.Second).Unix() || str(item, "token") != claim.Token ||
+		str(item, "completed_at") != epoch.Add(5*time.Second).UTC().Format("2006-01-02T15:04:05.000Z") ||
+		str(item, "claimed_at") != claimedAt || num(item, "claims") != 1 {
 		t.Fatalf("completed item = %v", item)
 	}
 	if b, ok := item["result"].(*types.AttributeValueMemberB); !ok || string(b.Value) != "out" {
@@ -284,12 +306,12 @@ func TestLongKeysAndFingerprintsAreHashed(t *testing.T) {
 // up to it are stored and one byte more is refused with ErrResultTooLarge
 // is storetest's TestResultTooLarge (TestConformance).
 func TestMaxResultSize(t *testing.T) {
-	if got := newStore(t, dynamo.Config{}).MaxResultSize(); got != 408817 {
-		t.Fatalf("MaxResultSize with default names = %d, want 408817", got)
+	if got := newStore(t, dynamo.Config{}).MaxResultSize(); got != 408498 {
+		t.Fatalf("MaxResultSize with default names = %d, want 408498", got)
 	}
 	named := newStore(t, dynamo.Config{Attributes: dynamo.AttributeNames{Result: strings.Repeat("r", 200)}})
-	if got := named.MaxResultSize(); got != 408817-194 {
-		t.Fatalf("MaxResultSize with a 200-byte result name = %d, want %d", got, 408817-194)
+	if got := named.MaxResultSize(); got != 408498-194 {
+		t.Fatalf("MaxResultSize with a 200-byte result name = %d, want %d", got, 408498-194)
 	}
 }
 

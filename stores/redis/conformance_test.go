@@ -24,6 +24,7 @@ var features = storetest.Features{
 	AlreadyCompleted: true,
 	Admin:            true,
 	AdminFingerprint: func(fp string) string { sum := sha256.Sum256([]byte(fp)); return hex.EncodeToString(sum[:16]) },
+	Provenance:       true,
 }
 
 // shared returns a constructor that gives every case the same store.
@@ -81,6 +82,13 @@ func TestAdmin(t *testing.T) { storetest.RunAdmin(t, newCountingStore, features)
 // case.
 func TestRouter(t *testing.T) {
 	storetest.RunRouter(t, shared(newStore(t, newClient(t), redis.Config{})), features)
+}
+
+// With Config.OmitProvenance completed records carry no provenance (see
+// TestOmitProvenance); the store contract is the same.
+func TestConformanceOmitProvenance(t *testing.T) {
+	store := newStore(t, newClient(t), redis.Config{KeyPrefix: "dedup-omit:", OmitProvenance: true})
+	storetest.Run(t, shared(store), features)
 }
 
 // The Lua claim that the benchmark compares with SET NX PX GET must be

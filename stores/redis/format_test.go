@@ -91,18 +91,19 @@ func TestVersion1RecordsAreRead(t *testing.T) {
 	}
 }
 
-// TestCompletedRecordIsAnInteger: a completed record without fingerprint
-// or result is stored as a decimal integer, which Redis keeps in its object
-// header (OBJECT ENCODING int): what makes a record 16 bytes smaller. The
-// same claim's retry recognises it (ErrAlreadyCompleted), another claim's
-// does not (ErrNotOwner), and a claim of the key is a Duplicate.
+// TestCompletedRecordIsAnInteger: with Config.OmitProvenance a completed
+// record without fingerprint or result is stored as a decimal integer,
+// which Redis keeps in its object header (OBJECT ENCODING int): what makes
+// a record 16 bytes smaller. The same claim's retry recognises it
+// (ErrAlreadyCompleted), another claim's does not (ErrNotOwner), and a
+// claim of the key is a Duplicate.
 func TestCompletedRecordIsAnInteger(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	client := newClient(t)
-	store := newStore(t, client, redis.Config{KeyPrefix: "compact:"})
+	store := newStore(t, client, redis.Config{KeyPrefix: "compact:", OmitProvenance: true})
 	key := admin.ScopedKey("s", "k")
-	res, err := store.Claim(ctx, key, "", time.Minute)
+	res, err := store.Claim(dedup.WithOrigin(ctx, uuidOrigin), key, "", time.Minute)
 	if err != nil || res.Outcome != dedup.Acquired {
 		t.Fatalf("claim: %+v %v", res, err)
 	}
@@ -126,5 +127,45 @@ func TestCompletedRecordIsAnInteger(t *testing.T) {
 	rec, err := store.Inspect(ctx, key)
 	if err != nil || rec.State != admin.StateCompleted || rec.Fingerprint != "" || rec.ResultSize != 0 {
 		t.Fatalf("inspect: %+v %v", rec, err)
+	}
+	if !rec.ClaimedAt.IsZero() || !rec.CompletedAt.IsZero() || rec.TransportID != "" || rec.MessageID != "" || rec.Claims != 0 {
+		t.Fatalf("inspect: a record without provenance shows %+v", rec)
+	}
+}
+
+// uuidOrigin is what the Watermill middleware passes for a message
+// of watermill-aws: its UUID and no other id.
+var uuidOrigin = dedup.Origin{TransportID: "0b9f8e3c-4d1a-4e2b-9c3d-5e6f7a8b9c0d"}
+
+// TestCompletedRecordIsEmbedded: by default a completed record keeps its
+// provenance; with a UUID transport id and no other id, no fingerprint and
+// no result, it stays within the 44 bytes Redis keeps inside its object
+// header (OBJECT ENCODING embstr), one allocation of 64 bytes, whatever
+// the time between claim and completion (its completed-at is a delta of
+// up to 3 bytes below 35 minutes). Inspect decodes the provenance.
+func TestCompletedRecordIsEmbedded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := newClient(t)
+	store := newStore(t, client, redis.Config{KeyPrefix: "embstr:"})
+	for _, o := range []dedup.Origin{uuidOrigin, {TransportID: uuidOrigin.TransportID, MessageID: uuidOrigin.TransportID}} {
+		key := admin.ScopedKey("s", o.MessageID+"k")
+		res, err := store.Claim(dedup.WithOrigin(ctx, o), key, "", time.Minute)
+		if err != nil || res.Outcome != dedup.Acquired {
+			t.Fatalf("claim: %+v %v", res, err)
+		}
+		if err := store.Complete(ctx, res.Claim, nil, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		enc, err := client.ObjectEncoding(ctx, store.RedisKey(key)).Result()
+		n, err2 := client.StrLen(ctx, store.RedisKey(key)).Result()
+		if err != nil || err2 != nil || enc != "embstr" || n > 44-3 {
+			t.Fatalf("origin %+v: completed record of %d bytes, OBJECT ENCODING %q (%v, %v); want embstr with room for a 3-byte delta", o, n, enc, err, err2)
+		}
+		rec, err := store.Inspect(ctx, key)
+		if err != nil || rec.TransportID != o.TransportID || rec.MessageID != o.MessageID || rec.Claims != 1 ||
+			rec.ClaimedAt.IsZero() || rec.CompletedAt.Before(rec.ClaimedAt) {
+			t.Fatalf("inspect: %+v %v", rec, err)
+		}
 	}
 }

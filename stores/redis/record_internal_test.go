@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
@@ -182,4 +183,49 @@ func FuzzDecodeRecord(f *testing.F) {
 			t.Fatalf("decoded %d+%d bytes of %d", len(r.fp), len(r.result), len(v))
 		}
 	})
+}
+
+// The provenance field keeps each kind of id exactly, and the largest one
+// leaves room in the 255 bytes of fields for the fingerprint and the
+// completed-at field the Complete script adds.
+func TestProvenanceRoundTrip(t *testing.T) {
+	long := strings.Repeat("é", dedup.MaxOriginIDLength/2) // 100 bytes
+	uuid, sqs := "0b9f8e3c-4d1a-4e2b-9c3d-5e6f7a8b9c0d", "73fca7ac-78e9-4ea4-a1bf-71a92e2fbda8"
+	for _, p := range []provenance{
+		{},
+		{claimedAt: 1789000000123, claims: 1, origin: dedup.Origin{TransportID: uuid}},
+		{claimedAt: 1, claims: 300, origin: dedup.Origin{TransportID: uuid, MessageID: sqs}},
+		{claimedAt: 1 << 47, claims: 1 << 40, origin: dedup.Origin{TransportID: "x", MessageID: "x"}},
+		{claims: 2, origin: dedup.Origin{TransportID: strings.ToUpper(uuid), MessageID: "0/123"}},
+		{claims: 2, origin: dedup.Origin{TransportID: uuid[:35], MessageID: strings.Replace(uuid, "-", "+", 1)}},
+		{claims: 3, origin: dedup.Origin{MessageID: "sqs-only"}},
+		{claimedAt: 1<<48 - 1, claims: 1<<64 - 1, origin: dedup.Origin{TransportID: long, MessageID: long[:98] + "."}},
+	} {
+		v := appendInProgress(nil, testToken(), fingerprintDigest("fp"), &p)
+		if len(v) > maxInProgress || int(v[fieldsOffsetP]) > 255-12 {
+			t.Errorf("%+v: record of %d bytes, fields of %d: no room for completed-at", p, len(v), v[fieldsOffsetP])
+		}
+		r, err := decodeRecord(v)
+		if err != nil {
+			t.Fatalf("%+v: %v", p, err)
+		}
+		got, ok := decodeProvenance(r.prov)
+		if !ok || got != p {
+			t.Errorf("round trip of %+v gave %+v (%v)", p, got, ok)
+		}
+	}
+	var u [16]byte
+	if !parseUUID(uuid, &u) || formatUUID(u[:]) != uuid {
+		t.Errorf("UUID %q does not round-trip: %x", uuid, u)
+	}
+	for _, bad := range []string{strings.ToUpper(uuid), uuid[:35] + "g", "0b9f8e3c04d1a-4e2b-9c3d-5e6f7a8b9c0d"} {
+		if parseUUID(bad, &u) {
+			t.Errorf("%q parsed as a UUID", bad)
+		}
+	}
+	for _, bad := range [][]byte{nil, {0, 0, 0, 0, 0, 0, 1}, {0, 0, 0, 0, 0, 0, 1, 1, 0}, {0, 0, 0, 0, 0, 0, 1, 2, 5, 'a'}, {0, 0, 0, 0, 0, 0, 1, 0x40}, {0, 0, 0, 0, 0, 0, 1, 0, 'x'}} {
+		if p, ok := decodeProvenance(bad); ok {
+			t.Errorf("malformed provenance %x decoded as %+v", bad, p)
+		}
+	}
 }
