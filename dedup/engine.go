@@ -11,6 +11,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 
+	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
 	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
 )
 
@@ -217,6 +218,9 @@ func (f *flight) claimFailed(ctx context.Context, w worker, elapsed, waited time
 		return ClaimResult{}, err
 	}
 	e.event(call, EventFailOpen, "claim", key, 0, err)
+	if e.cfg.Shadow { // marked as a shadow run (stores/postgres RunInTx runs it)
+		ctx = claimctx.WithShadow(ctx, 0)
+	}
 	result, err := w.work(ctx)
 	return ClaimResult{Result: result}, err
 }

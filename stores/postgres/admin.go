@@ -19,7 +19,8 @@ var _ admin.Interface = (*Store)(nil)
 // on the server's clock, in microseconds.
 const inspectSQL = `
 SELECT r.state, r.fingerprint, coalesce(octet_length(r.result), 0)::bigint, r.created_at,
-       (extract(epoch FROM r.expires_at - n.at) * 1000000)::bigint
+       (extract(epoch FROM r.expires_at - n.at) * 1000000)::bigint,
+       r.claimed_at, r.completed_at, coalesce(r.transport_id, ''), coalesce(r.message_id, ''), coalesce(r.claims, 0)
 FROM {table} AS r, (SELECT clock_timestamp() AS at) AS n
 WHERE r.key_hash = $1 AND r.expires_at > n.at`
 
@@ -38,7 +39,9 @@ const listSQL = `
 WITH n AS MATERIALIZED (SELECT clock_timestamp() AS at),
 page AS (
   SELECT r.key COLLATE "C" AS key, r.state, r.fingerprint, coalesce(octet_length(r.result), 0)::bigint AS size,
-         r.created_at, (extract(epoch FROM r.expires_at - n.at) * 1000000)::bigint AS remaining
+         r.created_at, (extract(epoch FROM r.expires_at - n.at) * 1000000)::bigint AS remaining,
+         r.claimed_at, r.completed_at, coalesce(r.transport_id, '') AS transport_id,
+         coalesce(r.message_id, '') AS message_id, coalesce(r.claims, 0) AS claims
   FROM {table} AS r, n
   WHERE r.key COLLATE "C" LIKE $1 AND r.key COLLATE "C" > $2 AND r.expires_at > n.at
   ORDER BY r.key COLLATE "C"
@@ -46,7 +49,10 @@ page AS (
 )
 SELECT coalesce(array_agg(key ORDER BY key), '{}'), coalesce(array_agg(state ORDER BY key), '{}'),
        coalesce(array_agg(fingerprint ORDER BY key), '{}'), coalesce(array_agg(size ORDER BY key), '{}'),
-       coalesce(array_agg(created_at ORDER BY key), '{}'), coalesce(array_agg(remaining ORDER BY key), '{}')
+       coalesce(array_agg(created_at ORDER BY key), '{}'), coalesce(array_agg(remaining ORDER BY key), '{}'),
+       coalesce(array_agg(claimed_at ORDER BY key), '{}'), coalesce(array_agg(completed_at ORDER BY key), '{}'),
+       coalesce(array_agg(transport_id ORDER BY key), '{}'), coalesce(array_agg(message_id ORDER BY key), '{}'),
+       coalesce(array_agg(claims ORDER BY key), '{}')
 FROM page`
 
 func (s *Store) adminSQL(q string) string { return strings.ReplaceAll(q, "{table}", s.table) }
@@ -54,7 +60,14 @@ func (s *Store) adminSQL(q string) string { return strings.ReplaceAll(q, "{table
 // likeEscaper escapes LIKE's wildcards and its escape character.
 var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
 
-func recordOf(key, state, fingerprint string, size int64, created time.Time, remainingMicros int64) admin.Record {
+// provenance is a row's who-and-when columns (NULL times are nil).
+type provenance struct {
+	claimedAt, completedAt *time.Time
+	transportID, messageID string
+	claims                 int32
+}
+
+func recordOf(key, state, fingerprint string, size int64, created time.Time, remainingMicros int64, p provenance) admin.Record {
 	r := admin.Record{
 		Key:         key,
 		State:       state,
@@ -62,6 +75,15 @@ func recordOf(key, state, fingerprint string, size int64, created time.Time, rem
 		ResultSize:  int(size),
 		Created:     created,
 		Remaining:   time.Duration(remainingMicros) * time.Microsecond,
+		TransportID: p.transportID,
+		MessageID:   p.messageID,
+		Claims:      int(p.claims),
+	}
+	if p.claimedAt != nil {
+		r.ClaimedAt = *p.claimedAt
+		if p.completedAt != nil {
+			r.CompletedAt = *p.completedAt
+		}
 	}
 	if state != stateInProgress && state != stateCompleted {
 		r.State = admin.StateUnreadable
@@ -74,22 +96,26 @@ func recordOf(key, state, fingerprint string, size int64, created time.Time, rem
 // key's SHA-256), one round trip. A row past its lease or retention (not
 // yet deleted by DeleteExpired) counts as absent, on the server's clock.
 // Created is the created_at column: when the claim that created or took
-// over the record ran, on the server's clock. Fingerprint is the column:
+// over the record ran, on the server's clock; ClaimedAt (claimed_at) is
+// when its first claim ran, kept across releases and takeovers.
+// A released record (its lease ended at the release) is not found. Fingerprint is the column:
 // verbatim, or "\x01sha256:<hex>" for a fingerprint text cannot hold.
 func (s *Store) Inspect(ctx context.Context, key string) (admin.Record, error) {
 	var (
 		state, fingerprint string
 		size, remaining    int64
 		created            time.Time
+		p                  provenance
 	)
-	err := s.db.QueryRow(ctx, s.adminSQL(inspectSQL), keyHash(key)).Scan(&state, &fingerprint, &size, &created, &remaining)
+	err := s.db.QueryRow(ctx, s.adminSQL(inspectSQL), keyHash(key)).Scan(&state, &fingerprint, &size, &created, &remaining,
+		&p.claimedAt, &p.completedAt, &p.transportID, &p.messageID, &p.claims)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return admin.Record{}, fmt.Errorf("%w: %.200q", admin.ErrNotFound, key)
 	}
 	if err != nil {
 		return admin.Record{}, fmt.Errorf("postgres: inspect: %w", err)
 	}
-	rec := recordOf(key, state, fingerprint, size, created, remaining)
+	rec := recordOf(key, state, fingerprint, size, created, remaining, p)
 	if rec.State == admin.StateUnreadable {
 		return admin.Record{}, fmt.Errorf("postgres: inspect %.200q: %s", key, rec.Problem)
 	}
@@ -149,16 +175,20 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]a
 		keys, states, fingerprints []string
 		sizes, remaining           []int64
 		created                    []time.Time
+		claimedAt, completedAt     []*time.Time
+		transportIDs, messageIDs   []string
+		claims                     []int32
 	)
 	err := s.db.QueryRow(ctx, s.adminSQL(listSQL), likeEscaper.Replace(prefix)+"%", after, limit+1).
-		Scan(&keys, &states, &fingerprints, &sizes, &created, &remaining)
+		Scan(&keys, &states, &fingerprints, &sizes, &created, &remaining, &claimedAt, &completedAt, &transportIDs, &messageIDs, &claims)
 	if err != nil {
 		return nil, "", fmt.Errorf("postgres: list: %w", err)
 	}
 	n := min(len(keys), limit)
 	records := make([]admin.Record, n)
 	for i := range n {
-		records[i] = recordOf(keys[i], states[i], fingerprints[i], sizes[i], created[i], remaining[i])
+		records[i] = recordOf(keys[i], states[i], fingerprints[i], sizes[i], created[i], remaining[i],
+			provenance{claimedAt[i], completedAt[i], transportIDs[i], messageIDs[i], claims[i]})
 	}
 	next := ""
 	if len(keys) > limit { // one more row exists beyond this page

@@ -23,10 +23,13 @@ import (
 // microsecond, but the machine is shared and -race is slow, so a claim and
 // the Extend that follows it must fit well within them.
 var features = storetest.Features{
-	ShortDuration:  time.Second,
-	Admin:          true,
-	RecordsCreated: true,
-	ListFillsPages: true,
+	ShortDuration:    time.Second,
+	Admin:            true,
+	RecordsCreated:   true,
+	ListFillsPages:   true,
+	AlreadyCompleted: true,
+	Provenance:       true,
+	CountsTakeovers:  true,
 	// As stored: verbatim when it is text, else its digest.
 	AdminFingerprint: func(fp string) string {
 		if fp == "" || utf8.ValidString(fp) && !strings.ContainsRune(fp, 0) && !strings.HasPrefix(fp, "\x01") {

@@ -208,7 +208,7 @@ func TestHTTPTxResponseTooLarge(t *testing.T) {
 		if n := o.count(t, "big"); n != 0 {
 			t.Fatalf("attempt %d: %d rows, want 0 (rolled back)", i, n)
 		}
-		if got := readReadable(t, o.store, "big"); len(got) != 0 {
+		if got := readReadable(t, o.store, "big"); !released(got) {
 			t.Fatalf("attempt %d: key %+v, want released", i, got)
 		}
 	}
@@ -269,7 +269,7 @@ func TestHTTPResponseStatusWithoutTx(t *testing.T) {
 	if status, _, _ := post(t, srv.URL, "failed"); status != http.StatusBadGateway {
 		t.Fatalf("status %d", status)
 	}
-	if got := readReadable(t, o.store, "failed"); len(got) != 0 {
+	if got := readReadable(t, o.store, "failed"); !released(got) {
 		t.Fatalf("key of a 502: %+v, want released", got)
 	}
 }

@@ -20,20 +20,27 @@ type readable struct {
 	ResponseStatus            *int16
 	Created                   time.Time
 	Completed                 *time.Time
+	Live                      bool // expires_at is ahead: not expired, not released
+}
+
+// released reports whether the rows of a business key show it released:
+// no row, or an in-progress row whose lease ended (at the release).
+func released(rows []readable) bool {
+	return len(rows) == 0 || len(rows) == 1 && rows[0].State == "in_progress" && !rows[0].Live
 }
 
 // readReadable runs the operator's query, by business key.
 func readReadable(t testing.TB, s *postgres.Store, businessKey string) []readable {
 	t.Helper()
 	rows, err := pool.Query(testCtx(t), `
-		SELECT scope, business_key, state, response_status, created_at, completed_at
+		SELECT scope, business_key, state, response_status, created_at, completed_at, expires_at > clock_timestamp()
 		FROM `+s.Table()+` WHERE business_key = $1 ORDER BY scope`, businessKey)
 	if err != nil {
 		t.Fatalf("operator query: %v", err)
 	}
 	got, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (readable, error) {
 		var r readable
-		err := row.Scan(&r.Scope, &r.BusinessKey, &r.State, &r.ResponseStatus, &r.Created, &r.Completed)
+		err := row.Scan(&r.Scope, &r.BusinessKey, &r.State, &r.ResponseStatus, &r.Created, &r.Completed, &r.Live)
 		return r, err
 	})
 	if err != nil {

@@ -51,6 +51,17 @@ type schemaStep struct {
 //   - a hash index on business_key: WHERE business_key = '…' without a
 //     sequential scan, for keys of any length (a btree entry is limited to
 //     about 2.7 KB).
+//
+// Step 3, who and when (see dedup.Store.Claim), as seed 003's table keeps
+// them; NULL on rows written before it until their key is claimed afresh:
+//   - claimed_at: when the record's first claim ran (server clock). Kept
+//     when a claim takes over a released row or one whose lease ended,
+//     unlike created_at, which is the time of the claim that holds (or
+//     last held) the row.
+//   - transport_id, message_id: the first claim's dedup.Origin (NULL when
+//     empty).
+//   - claims: how many claims acquired the record (1, plus one per retry
+//     after a release and per takeover of an abandoned lease).
 var schemaSteps = []schemaStep{
 	{
 		ddl: `CREATE TABLE IF NOT EXISTS {table} (
@@ -79,6 +90,14 @@ CREATE INDEX IF NOT EXISTS {index:_expires_at_idx} ON {table} (expires_at);`,
 CREATE INDEX IF NOT EXISTS {index:_business_key_idx} ON {table} USING hash (business_key);`,
 		columns: []string{"scope", "business_key", "response_status", "completed_at"},
 		indexes: []string{"_business_key_idx"},
+	},
+	{
+		ddl: `ALTER TABLE {table}
+	ADD COLUMN IF NOT EXISTS claimed_at   timestamptz,
+	ADD COLUMN IF NOT EXISTS transport_id text,
+	ADD COLUMN IF NOT EXISTS message_id   text,
+	ADD COLUMN IF NOT EXISTS claims       integer;`,
+		columns: []string{"claimed_at", "transport_id", "message_id", "claims"},
 	},
 }
 

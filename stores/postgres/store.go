@@ -88,7 +88,9 @@ func (s *Store) Table() string { return s.table }
 //     inserts (DO NOTHING neither locks nor writes on conflict).
 //   - upd takes over an expired record. It locks the row and re-checks the
 //     condition on the row's latest committed version, so two claims never
-//     both take over one record.
+//     both take over one record. An in-progress record (released, or its
+//     lease ended) keeps its provenance and counts one more claim; a
+//     completed one starts afresh.
 //   - otherwise the live record, as this statement's snapshot sees it, is
 //     returned.
 //
@@ -102,15 +104,21 @@ WITH n AS MATERIALIZED (
   SELECT c.at, c.at + $5::bigint * interval '1 microsecond' AS deadline FROM (SELECT clock_timestamp() AS at) AS c
 ),
 ins AS (
-  INSERT INTO {table} (key_hash, key, state, token, fingerprint, lease_until, expires_at, result, created_at, scope, business_key)
-  SELECT $1::bytea, $2::text, 'in_progress', $3::text, $4::text, n.deadline, n.deadline, NULL, n.at, $6::text, $7::text FROM n
+  INSERT INTO {table} (key_hash, key, state, token, fingerprint, lease_until, expires_at, result, created_at, scope, business_key,
+    claimed_at, transport_id, message_id, claims)
+  SELECT $1::bytea, $2::text, 'in_progress', $3::text, $4::text, n.deadline, n.deadline, NULL, n.at, $6::text, $7::text,
+    n.at, $8::text, $9::text, 1 FROM n
   ON CONFLICT (key_hash) DO NOTHING
   RETURNING token, state, fingerprint, result
 ),
 upd AS (
   UPDATE {table} AS r SET key = $2::text, state = 'in_progress', token = $3::text, fingerprint = $4::text,
     lease_until = n.deadline, expires_at = n.deadline, result = NULL, created_at = n.at,
-    scope = $6::text, business_key = $7::text, response_status = NULL, completed_at = NULL
+    scope = $6::text, business_key = $7::text, response_status = NULL, completed_at = NULL,
+    claimed_at   = CASE WHEN r.state = 'completed' OR r.claimed_at IS NULL THEN n.at     ELSE r.claimed_at   END,
+    transport_id = CASE WHEN r.state = 'completed' OR r.claimed_at IS NULL THEN $8::text ELSE r.transport_id END,
+    message_id   = CASE WHEN r.state = 'completed' OR r.claimed_at IS NULL THEN $9::text ELSE r.message_id   END,
+    claims       = CASE WHEN r.state = 'completed' THEN 1 ELSE coalesce(r.claims, 0) + 1 END
   FROM n
   WHERE r.key_hash = $1::bytea AND r.expires_at <= n.at AND NOT EXISTS (SELECT FROM ins)
   RETURNING r.token, r.state, r.fingerprint, r.result
@@ -132,11 +140,21 @@ WHERE r.key_hash = $1::bytea AND r.expires_at > n.at AND NOT EXISTS (SELECT FROM
 // the same decision. The caller tells Acquired from the rest by the
 // returned token: only a created or taken-over record carries the new one.
 const claimLockedSQL = `
-INSERT INTO {table} AS r (key_hash, key, state, token, fingerprint, lease_until, expires_at, result, created_at, scope, business_key)
+INSERT INTO {table} AS r (key_hash, key, state, token, fingerprint, lease_until, expires_at, result, created_at, scope, business_key,
+  claimed_at, transport_id, message_id, claims)
 SELECT $1::bytea, $2::text, 'in_progress', $3::text, $4::text,
-       n.at + $5::bigint * interval '1 microsecond', n.at + $5::bigint * interval '1 microsecond', NULL, n.at, $6::text, $7::text
+       n.at + $5::bigint * interval '1 microsecond', n.at + $5::bigint * interval '1 microsecond', NULL, n.at, $6::text, $7::text,
+       n.at, $8::text, $9::text, 1
 FROM (SELECT clock_timestamp() AS at) AS n
 ON CONFLICT (key_hash) DO UPDATE SET
+  claimed_at      = CASE WHEN r.expires_at > EXCLUDED.created_at THEN r.claimed_at
+                         WHEN r.state = 'completed' OR r.claimed_at IS NULL THEN EXCLUDED.claimed_at ELSE r.claimed_at END,
+  transport_id    = CASE WHEN r.expires_at > EXCLUDED.created_at THEN r.transport_id
+                         WHEN r.state = 'completed' OR r.claimed_at IS NULL THEN EXCLUDED.transport_id ELSE r.transport_id END,
+  message_id      = CASE WHEN r.expires_at > EXCLUDED.created_at THEN r.message_id
+                         WHEN r.state = 'completed' OR r.claimed_at IS NULL THEN EXCLUDED.message_id ELSE r.message_id END,
+  claims          = CASE WHEN r.expires_at > EXCLUDED.created_at THEN r.claims
+                         WHEN r.state = 'completed' THEN 1 ELSE coalesce(r.claims, 0) + 1 END,
   key             = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.key          ELSE r.key             END,
   state           = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.state        ELSE r.state           END,
   token           = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.token        ELSE r.token           END,
@@ -155,15 +173,29 @@ RETURNING r.token, r.state, r.fingerprint, r.result`
 // record carrying the claim's token. A row that passes the WHERE is locked,
 // and if it changed meanwhile the WHERE is evaluated again on its latest
 // committed version, reading clock_timestamp() then, after the lock wait.
+//
+// completeSQL answers two booleans: whether it completed the record, and
+// (when it did not) whether the statement's snapshot shows the record
+// completed by this very token: a retried Complete whose first reply was
+// lost (dedup.ErrAlreadyCompleted).
 const completeSQL = `
-UPDATE {table} SET state = 'completed', lease_until = NULL, result = $3::bytea,
-  expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond',
-  completed_at = clock_timestamp(), response_status = $5::smallint
-WHERE key_hash = $1 AND token = $2 AND state = 'in_progress' AND expires_at > clock_timestamp()`
+WITH u AS (
+  UPDATE {table} SET state = 'completed', lease_until = NULL, result = $3::bytea,
+    expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond',
+    completed_at = clock_timestamp(), response_status = $5::smallint
+  WHERE key_hash = $1 AND token = $2 AND state = 'in_progress' AND expires_at > clock_timestamp()
+  RETURNING 1
+)
+SELECT EXISTS (SELECT FROM u),
+       EXISTS (SELECT FROM {table} WHERE key_hash = $1 AND token = $2 AND state = 'completed' AND expires_at > clock_timestamp())`
 
+// releaseSQL ends the lease now: the row stays, as a released record that
+// every statement treats as expired, so that the next claim takes it over
+// keeping its provenance and counting one more claim.
 const releaseSQL = `
-DELETE FROM {table}
-WHERE key_hash = $1 AND token = $2 AND state = 'in_progress' AND expires_at > clock_timestamp()`
+UPDATE {table} AS r SET lease_until = d.at, expires_at = d.at
+FROM (SELECT clock_timestamp() AS at) AS d
+WHERE r.key_hash = $1 AND r.token = $2 AND r.state = 'in_progress' AND r.expires_at > d.at`
 
 const extendSQL = `
 UPDATE {table} AS r SET lease_until = d.at, expires_at = d.at
@@ -229,7 +261,8 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 	token := storekit.NewToken()
 	fingerprint = storedFingerprint(fingerprint)
 	scope, business := scopedkey.Split(key)
-	args := []any{keyHash(key), key, token, fingerprint, micros(lease), scope, business}
+	origin, _ := dedup.OriginFromContext(ctx)
+	args := []any{keyHash(key), key, token, fingerprint, micros(lease), scope, business, nullText(origin.TransportID), nullText(origin.MessageID)}
 	var (
 		gotToken, state, gotFingerprint string
 		result                          []byte
@@ -258,20 +291,54 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 
 // Complete implements dedup.Store.Complete: one UPDATE conditioned on the
 // token, a live lease and state in_progress (one round trip). It returns
-// dedup.ErrClaimLost when no row matched. The result is stored byte-exact
-// in a bytea column; nil is stored as NULL. completed_at is set to the
-// server's clock, and response_status to the HTTP status httpdedup reports
-// for the response it stores (NULL for other entry points).
+// dedup.ErrClaimLost when no row matched, dedup.ErrAlreadyCompleted (which
+// matches it) when the record is the one this claim completed (a retried
+// Complete). The result is stored byte-exact in a bytea column; nil is
+// stored as NULL. completed_at is set to the server's clock, and
+// response_status to the HTTP status httpdedup reports for the response it
+// stores (NULL for other entry points).
 func (s *Store) Complete(ctx context.Context, claim dedup.Claim, result []byte, retention time.Duration) error {
 	if err := storekit.CheckDuration("retention", retention); err != nil {
 		return err
 	}
-	return s.exec(ctx, "complete", claim, s.sql.complete, keyHash(claim.Key), claim.Token, result, micros(retention), responseStatus(ctx))
+	return s.complete(ctx, s.db, claim, result, retention, "complete")
 }
 
-// Release implements dedup.Store.Release: one DELETE conditioned on the
-// token, a live lease and state in_progress (one round trip); otherwise
-// dedup.ErrClaimLost and nothing is deleted.
+// complete runs completeSQL through q (the pool, or a transaction).
+func (s *Store) complete(ctx context.Context, q querier, claim dedup.Claim, result []byte, retention time.Duration, op string) error {
+	var done, already bool
+	err := q.QueryRow(ctx, s.sql.complete, keyHash(claim.Key), claim.Token, result, micros(retention), responseStatus(ctx)).Scan(&done, &already)
+	switch {
+	case err != nil:
+		return fmt.Errorf("postgres: %s: %w", op, err)
+	case already:
+		return fmt.Errorf("postgres: %s %.64q: %w", op, claim.Key, dedup.ErrAlreadyCompleted)
+	case !done:
+		return fmt.Errorf("postgres: %s %.64q: %w", op, claim.Key, dedup.ErrClaimLost)
+	}
+	return nil
+}
+
+// querier is what complete needs of a pool or a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// nullText is NULL for an empty id, else the id.
+func nullText(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// Release implements dedup.Store.Release: one UPDATE conditioned on the
+// token, a live lease and state in_progress (one round trip) that ends the
+// lease now (lease_until = expires_at = the server's clock): the row stays
+// as a released record, which counts as expired for every statement, until
+// the next claim takes it over (keeping claimed_at, transport_id and
+// message_id and adding 1 to claims) or DeleteExpired deletes it.
+// Otherwise dedup.ErrClaimLost and nothing changes.
 func (s *Store) Release(ctx context.Context, claim dedup.Claim) error {
 	return s.exec(ctx, "release", claim, s.sql.release, keyHash(claim.Key), claim.Token)
 }

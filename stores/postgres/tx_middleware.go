@@ -19,7 +19,8 @@ import (
 // TxMiddleware was added before (that is, outside) the dedup middleware,
 // RunInTx was called outside the work of dedup.Engine.Do, or the engine ran
 // the work without a claim (Config.FailOpen while the store was down).
-// Nothing was written. It is a configuration error, not a message error:
+// A shadow run (dedup.Config.Shadow) without a claim is not refused: see
+// RunInTx. Nothing was written. It is a configuration error, not a message error:
 // every message will fail the same way until the wiring is fixed.
 var ErrNoClaim = errors.New("postgres: no dedup claim in the message context; add TxMiddleware after the dedup middleware")
 
@@ -63,7 +64,8 @@ func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 //     completed and changes nothing; a redelivery is a duplicate) or
 //     neither was (the release frees the key; a redelivery runs again).
 //
-// A message without a dedup claim fails with ErrNoClaim before any write.
+// A message without a dedup claim fails with ErrNoClaim before any write,
+// unless dedup.Config.Shadow runs it without one (see RunInTx).
 // Cost: the transaction holds one pooled connection while the handler runs
 // (size the pool for the handlers running at once plus the dedup store's own
 // claims and heartbeats), and adds BEGIN, the completion UPDATE and COMMIT:
@@ -80,7 +82,7 @@ func (s *Store) TxMiddleware(h message.HandlerFunc) message.HandlerFunc {
 			if herr != nil {
 				return nil, herr
 			}
-			if hc, _ := claimctx.From(ctx); hc.Replay {
+			if hc, ok := claimctx.From(ctx); ok && hc.Replay {
 				return replay.Encode(out), nil
 			}
 			return nil, nil
@@ -118,14 +120,18 @@ func (s *Store) TxMiddleware(h message.HandlerFunc) message.HandlerFunc {
 //     completed and changes nothing) or neither (the release frees it).
 //
 // A context without a claim fails with ErrNoClaim before anything is
-// written. Cost: the transaction holds one pooled connection while work
+// written, except a shadow run (dedup.Config.Shadow runs a copy that
+// dedup would have skipped or refused without a claim, or any copy while
+// the store cannot be reached): work then runs in a transaction that
+// commits its writes, and nothing is completed, as without the
+// middleware; its error rolls them back. Cost: the transaction holds one pooled connection while work
 // runs, and adds BEGIN, the completion UPDATE and COMMIT (three round
 // trips), replacing the engine's separate Complete. The completion and
 // COMMIT (or ROLLBACK) run within Config.FinishTimeout even if ctx was
 // cancelled meanwhile.
 func (s *Store) RunInTx(ctx context.Context, work func(ctx context.Context) ([]byte, error)) ([]byte, error) {
 	hc, ok := claimctx.From(ctx)
-	if !ok {
+	if _, shadow := claimctx.ShadowFrom(ctx); !ok && !shadow {
 		return nil, ErrNoClaim
 	}
 	tx, err := s.db.BeginTx(ctx, s.cfg.TxOptions)
@@ -143,6 +149,9 @@ func (s *Store) RunInTx(ctx context.Context, work func(ctx context.Context) ([]b
 	if err != nil {
 		s.rollback(ctx, tx)
 		return nil, err
+	}
+	if !ok { // a shadow run without a claim: nothing to complete
+		return result, s.commit(ctx, tx)
 	}
 	// No extension may wait behind the completion's row lock and then
 	// find the record completed (a spurious claim_lost).
@@ -166,13 +175,23 @@ func (s *Store) completeInTx(ctx context.Context, tx pgx.Tx, hc *claimctx.Claim,
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.FinishTimeout)
 	defer cancel()
-	tag, err := tx.Exec(fctx, s.sql.complete, keyHash(hc.Key), hc.Token, result, micros(hc.Retention), responseStatus(ctx))
+	err := s.complete(fctx, tx, dedup.Claim{Key: hc.Key, Token: hc.Token}, result, hc.Retention, "complete in transaction")
 	if err != nil {
-		return fmt.Errorf("postgres: complete in transaction: %w", err)
+		if errors.Is(err, dedup.ErrClaimLost) {
+			return fmt.Errorf("business writes rolled back: %w", err)
+		}
+		return err
 	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("postgres: complete in transaction %.64q: business writes rolled back: %w", hc.Key, dedup.ErrClaimLost)
+	if err := tx.Commit(fctx); err != nil {
+		return fmt.Errorf("postgres: commit: %w", err)
 	}
+	return nil
+}
+
+// commit commits tx within FinishTimeout, even if ctx was cancelled.
+func (s *Store) commit(ctx context.Context, tx pgx.Tx) error {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.FinishTimeout)
+	defer cancel()
 	if err := tx.Commit(fctx); err != nil {
 		return fmt.Errorf("postgres: commit: %w", err)
 	}

@@ -100,11 +100,16 @@ func delivery(ctx context.Context, orderID string) *message.Message {
 	return msg
 }
 
+// state is the state of the order's record as a claim sees it: "none" when
+// there is no record, or a released or expired one.
 func (o *orders) state(t testing.TB, orderID string) string {
 	t.Helper()
-	r, ok := readRecord(t, o.store, admin.ScopedKey(scope, orderID))
-	if !ok {
+	r, err := o.store.Inspect(testCtx(t), admin.ScopedKey(scope, orderID))
+	if errors.Is(err, admin.ErrNotFound) {
 		return "none"
+	}
+	if err != nil {
+		t.Fatalf("Inspect: %v", err)
 	}
 	return r.State
 }
@@ -337,6 +342,60 @@ func TestTxWithoutClaim(t *testing.T) {
 	}
 	if st := o.state(t, "ORDER-1"); st != "none" {
 		t.Fatalf("record is %s, want none", st)
+	}
+}
+
+// TestTxShadow: with dedup.Config.Shadow every copy runs: the first under
+// its claim, completed in its transaction; the copies dedup would have
+// skipped (completed, or held by the first) and a copy without a usable
+// key run without a claim, in a transaction of their own that commits
+// their writes without touching the record (on the old code they failed
+// with ErrNoClaim and were nacked). A shadow copy whose handler fails is
+// rolled back.
+func TestTxShadow(t *testing.T) {
+	ctx := testCtx(t)
+	o := newOrders(t)
+	fail := false
+	h := o.chain(t, dedup.Config{Shadow: true}, func(msg *message.Message) ([]*message.Message, error) {
+		if err := o.insert(msg); err != nil {
+			return nil, err
+		}
+		if fail {
+			return nil, errors.New("handler failed")
+		}
+		if outcome, ok := dedup.OutcomeFromContext(msg.Context()); ok && outcome != dedup.Acquired {
+			if _, inTx := postgres.TxFromContext(msg.Context()); !inTx {
+				return nil, errors.New("a shadow run without a transaction")
+			}
+		}
+		return nil, nil
+	})
+	for i := range 3 {
+		if _, err := h(delivery(ctx, "ORDER-1")); err != nil {
+			t.Fatalf("delivery %d: %v", i, err)
+		}
+	}
+	if n := o.count(t, "ORDER-1"); n != 3 {
+		t.Fatalf("%d order rows, want 3 (shadow runs every copy)", n)
+	}
+	rec, err := o.store.Inspect(ctx, admin.ScopedKey(scope, "ORDER-1"))
+	if err != nil || rec.State != admin.StateCompleted || rec.Claims != 1 {
+		t.Fatalf("record %+v (%v), want completed once, by the first copy", rec, err)
+	}
+	fail = true
+	if _, err := h(delivery(ctx, "ORDER-1")); err == nil {
+		t.Fatal("a failing shadow copy returned no error")
+	}
+	if n := o.count(t, "ORDER-1"); n != 3 {
+		t.Fatalf("%d order rows after a failed shadow copy, want 3 (rolled back)", n)
+	}
+	fail = false
+	noKey := delivery(ctx, "")
+	if _, err := h(noKey); err != nil {
+		t.Fatalf("a copy without a key in shadow mode: %v", err)
+	}
+	if n := o.count(t, ""); n != 1 {
+		t.Fatalf("%d rows of the copy without a key, want 1", n)
 	}
 }
 
