@@ -95,6 +95,10 @@ const (
 	DefaultProblemTypeBase = "https://github.com/watermill-dedup/watermill-dedup/blob/main/httpdedup/README.md#"
 )
 
+// DefaultRequestID is the default Config.RequestID: the request's
+// X-Request-Id header (set by many proxies and clients), "" when absent.
+func DefaultRequestID(r *http.Request) string { return r.Header.Get("X-Request-Id") }
+
 // DefaultStoredHeaders are the response headers stored and replayed when
 // Config.StoredHeaders is nil. They describe the representation (its type,
 // encoding, language, validators, caching and links) or the created resource
@@ -269,6 +273,34 @@ type Config struct {
 	// 20ms.
 	InProgressPoll time.Duration
 
+	// RequestID names the request for its record: the record of a key
+	// keeps its first claim's request id (dedup.Origin.TransportID) beside
+	// when it was claimed and completed (dedupctl inspect shows them). It
+	// is never part of the key. "" for none. Defaults to DefaultRequestID:
+	// the X-Request-Id header.
+	RequestID func(r *http.Request) string
+
+	// Shadow runs the handler for every request, as if the middleware were
+	// not there, while claiming, completing and releasing records as usual
+	// (see dedup.Config.Shadow): a team turns Idempotency-Key on in
+	// production and sees what it would do, in the would_skip and
+	// would_reject decisions (logs, Observer), before clients see it. A
+	// retry of a completed key runs the handler again and gets its fresh
+	// response (never a replay); a request the middleware would refuse
+	// (key missing on a Require route, key malformed, caller not
+	// identified, fingerprint failed, key in flight or reused) runs too.
+	// A body over MaxBodyBytes (or unreadable) is still refused, and a
+	// response the middleware cannot buffer (streamed, hijacked, over
+	// MaxResponseBytes) still fails: the middleware reads the body whole
+	// and buffers the response either way. Defaults to false.
+	Shadow bool
+
+	// Tracer, when set, follows each request's claim decision with its
+	// context (see dedup.Config.Tracer; package oteldedup makes spans,
+	// parented by the request's span when otelhttp runs before the
+	// middleware). Defaults to nil.
+	Tracer dedup.Tracer
+
 	// ProblemTypeBase prefixes the problem names to form the "type" member
 	// of problem+json bodies. Defaults to DefaultProblemTypeBase.
 	ProblemTypeBase string
@@ -341,6 +373,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.RetryAfter == 0 {
 		c.RetryAfter = DefaultRetryAfter
+	}
+	if c.RequestID == nil {
+		c.RequestID = DefaultRequestID
 	}
 	if c.ProblemTypeBase == "" {
 		c.ProblemTypeBase = DefaultProblemTypeBase

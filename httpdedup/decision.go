@@ -29,7 +29,8 @@ func (m *Middleware) decide(info requestInfo, d dedup.Decision) {
 	switch d.Event {
 	case dedup.EventClaimWon, dedup.EventCompleted:
 		m.cfg.Logger.Debug(msg, fields)
-	case dedup.EventSkipDuplicate, dedup.EventInProgress, dedup.EventReleased, dedup.EventKeyMissing, dedup.EventKeyReuse:
+	case dedup.EventSkipDuplicate, dedup.EventInProgress, dedup.EventReleased, dedup.EventKeyMissing, dedup.EventKeyReuse,
+		dedup.EventWouldSkip, dedup.EventWouldReject:
 		// Client-side problems are not server errors.
 		if d.Err != nil {
 			fields["err"] = d.Err.Error()

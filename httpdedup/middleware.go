@@ -34,6 +34,7 @@ func New(config Config) (*Middleware, error) {
 		CompleteBackoff: config.CompleteBackoff, MaxKeyLength: config.MaxKeyLength,
 		Logger: engineLogger(config.Logger), Observer: config.Observer, Clock: config.Clock,
 		InProgressWait: config.InProgressWait, InProgressPoll: config.InProgressPoll,
+		Shadow: config.Shadow, Tracer: config.Tracer,
 	})
 	if err != nil {
 		return nil, err
@@ -151,15 +152,30 @@ type requestInfo struct {
 type request struct {
 	w    http.ResponseWriter
 	r    *http.Request
+	next http.Handler
 	body *requestBody
 	info requestInfo
+}
+
+// shadowed runs next for a request the middleware would refuse with dec
+// (logged would_reject), when Config.Shadow is on, and reports whether it
+// did.
+func (m *Middleware) shadowed(req *request, dec dedup.Decision) bool {
+	if !m.cfg.Shadow {
+		return false
+	}
+	dec.Event = dedup.EventWouldReject
+	m.decide(req.info, dec)
+	req.body.restore(req.r)
+	req.next.ServeHTTP(req.w, req.r)
+	return true
 }
 
 // serve handles one request: the key, then the call (caller, scope,
 // fingerprint), then the engine, then the response for its outcome. Each
 // step answers the client itself when it refuses the request.
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, required bool) {
-	req := &request{w: w, r: r, body: &requestBody{w: w, r: r, limit: m.cfg.MaxBodyBytes}, info: requestInfo{handler: decisionHandler(r)}}
+	req := &request{w: w, r: r, next: next, body: &requestBody{w: w, r: r, limit: m.cfg.MaxBodyBytes}, info: requestInfo{handler: decisionHandler(r)}}
 	key, err := m.cfg.Key(r, req.body.get)
 	if err == nil {
 		err = checkKey(key, m.cfg.MaxKeyLength)
@@ -170,6 +186,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	if err != nil {
+		if !m.bodyProblem(req, err) && m.shadowed(req, dedup.Decision{Event: dedup.EventKeyMissing, Err: err}) {
+			return
+		}
 		m.refuseKey(req, err)
 		return
 	}
@@ -181,11 +200,17 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	m.respond(req, resp, res, err)
 }
 
+// bodyProblem reports whether the key could not be read because the body
+// could not.
+func (m *Middleware) bodyProblem(req *request, err error) bool {
+	return errors.Is(err, ErrBodyTooLarge) || req.body.read && req.body.err != nil && errors.Is(err, req.body.err) && !errors.Is(err, ErrKeyMissing)
+}
+
 // refuseKey answers a request whose key could not be read.
 func (m *Middleware) refuseKey(req *request, err error) {
 	m.decide(req.info, dedup.Decision{Event: dedup.EventKeyMissing, Err: err})
 	switch {
-	case errors.Is(err, ErrBodyTooLarge), req.body.read && req.body.err != nil && errors.Is(err, req.body.err) && !errors.Is(err, ErrKeyMissing):
+	case m.bodyProblem(req, err):
 		m.refuseBody(req, err)
 	case errors.Is(err, ErrKeyMissing):
 		m.problem(req.w, http.StatusBadRequest, ProblemKeyMissing, "Idempotency key missing",
@@ -211,11 +236,16 @@ func (m *Middleware) call(req *request, key string) (dedup.Call, bool) {
 	}
 	fingerprint, err := m.cfg.Fingerprint(req.r, b)
 	if err != nil {
-		m.decide(req.info, dedup.Decision{Event: dedup.EventKeyMissing, Key: req.info.key, Err: fmt.Errorf("fingerprint: %w", err)})
+		dec := dedup.Decision{Event: dedup.EventKeyMissing, Key: req.info.key, Err: fmt.Errorf("fingerprint: %w", err)}
+		if m.shadowed(req, dec) {
+			return dedup.Call{}, false
+		}
+		m.decide(req.info, dec)
 		m.problem(req.w, http.StatusBadRequest, ProblemFingerprintFailed, "Request cannot be fingerprinted", err.Error()+".")
 		return dedup.Call{}, false
 	}
-	return dedup.Call{Scope: scope, Key: key, Fingerprint: fingerprint, Handler: req.info.handler, Topic: "http"}, true
+	return dedup.Call{Scope: scope, Key: key, Fingerprint: fingerprint, Handler: req.info.handler, Topic: "http",
+		Origin: dedup.Origin{TransportID: m.cfg.RequestID(req.r)}}, true
 }
 
 // scope is the request's scope: caller, method and route. It answers 401
@@ -226,7 +256,11 @@ func (m *Middleware) scope(req *request) (string, bool) {
 		err = errors.New("httpdedup: Identity returned an empty identity")
 	}
 	if err != nil {
-		m.decide(req.info, dedup.Decision{Event: dedup.EventKeyMissing, Err: fmt.Errorf("identifying the caller: %w", err)})
+		dec := dedup.Decision{Event: dedup.EventKeyMissing, Err: fmt.Errorf("identifying the caller: %w", err)}
+		if m.shadowed(req, dec) {
+			return "", false
+		}
+		m.decide(req.info, dec)
 		m.problem(req.w, http.StatusUnauthorized, ProblemUnidentifiedCaller, "Caller not identified",
 			"Requests with an idempotency key must be authenticated.")
 		return "", false

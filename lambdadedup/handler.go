@@ -173,7 +173,11 @@ func orderedUnits(records []events.SQSMessage) [][]int {
 // record claims and handles one record; it reports whether SQS may delete
 // it.
 func (h *Handler) record(ctx context.Context, rec *events.SQSMessage) (ok bool) {
-	call := dedup.Call{Scope: h.cfg.Scope, Handler: functionName(h.cfg.Scope), Topic: queueName(rec.EventSourceARN), MessageUUID: rec.MessageId}
+	// The record's message id is its transport id and the SQS MessageId
+	// the store keeps with the first claim (as the router's
+	// sqs_message_id): records of either entry point read the same.
+	call := dedup.Call{Scope: h.cfg.Scope, Handler: functionName(h.cfg.Scope), Topic: queueName(rec.EventSourceARN), MessageUUID: rec.MessageId,
+		Origin: dedup.Origin{MessageID: rec.MessageId}}
 	if err := ctx.Err(); err != nil {
 		h.decide(rec, dedup.Decision{Event: EventDeadline, Err: fmt.Errorf("lambdadedup: the invocation ended: %w", context.Cause(ctx))})
 		return false
