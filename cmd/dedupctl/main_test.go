@@ -110,7 +110,16 @@ func mustCtl(t *testing.T, want int, args ...string) string {
 // create claims key and, unless result is nil, completes it.
 func create(t *testing.T, s dedup.Store, key, fp string, result []byte) {
 	t.Helper()
-	ctx := context.Background()
+	createAs(t, s, dedup.Origin{}, key, fp, result)
+}
+
+// origin is what a Watermill message from SQS claims with.
+var origin = dedup.Origin{TransportID: "0b9f8e3c-4d1a-4e2b-9c3d-5e6f7a8b9c0d", MessageID: "73fca7ac-78e9-4ea4-a1bf-71a92e2fbda8"}
+
+// createAs is create with the claim's Origin.
+func createAs(t *testing.T, s dedup.Store, o dedup.Origin, key, fp string, result []byte) {
+	t.Helper()
+	ctx := dedup.WithOrigin(context.Background(), o)
 	res, err := s.Claim(ctx, key, fp, time.Hour)
 	if err != nil || res.Outcome != dedup.Acquired {
 		t.Fatalf("Claim %q: %v %v", key, res.Outcome, err)
@@ -250,8 +259,8 @@ func TestRedis(t *testing.T) {
 		create(t, store, key, "", []byte{})
 		want = append(want, key)
 	}
-	create(t, store, "charge-orders:ORDER-100", "payload-sha", []byte("12345"))
-	create(t, store, "charge-orders:ORDER-101", "", nil) // in progress
+	createAs(t, store, origin, "charge-orders:ORDER-100", "payload-sha", []byte("12345"))
+	createAs(t, store, origin, "charge-orders:ORDER-101", "", nil) // in progress
 	want = append(want, "charge-orders:ORDER-100", "charge-orders:ORDER-101")
 	create(t, store, "refunds:ORDER-000", "", []byte{})
 	flags := []string{"-redis-addr", redisAddr, "-redis-prefix", prefix}
@@ -265,7 +274,11 @@ func TestRedis(t *testing.T) {
 		`(?m)^key:\s+charge-orders:ORDER-100$`,
 		`(?m)^state:\s+completed$`,
 		`(?m)^retention left:\s+\d+h\d+m\d+s \(copies are acked`,
-		`(?m)^created:\s+not recorded by this store`,
+		`(?m)^claimed at:\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z \(\S+ ago\) \(the first claim\)$`,
+		`(?m)^completed at:\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z \(\S+ ago\), \S+ after the first claim$`,
+		`(?m)^claims:\s+1$`,
+		`(?m)^transport id:\s+` + origin.TransportID + ` \(the first claim's`,
+		`(?m)^message id:\s+` + origin.MessageID + ` \(the first claim's broker message id`,
 		`(?m)^fingerprint:\s+` + digest + `$`,
 		`(?m)^result:\s+5 bytes$`,
 	} {
@@ -275,15 +288,31 @@ func TestRedis(t *testing.T) {
 	}
 	rec := decodeJSON[jsonRecord](t, mustCtl(t, exitOK, append([]string{"inspect", "-scope", "charge-orders", "ORDER-101", "-json"}, flags...)...))
 	if rec.Key != "charge-orders:ORDER-101" || rec.State != admin.StateInProgress || rec.RemainingMillis <= 0 ||
-		rec.RemainingMillis > time.Hour.Milliseconds() || rec.Created != nil || rec.CompletedEstimate != nil {
+		rec.RemainingMillis > time.Hour.Milliseconds() || rec.Created != nil || rec.CompletedEstimate != nil ||
+		rec.ClaimedAt == nil || rec.CompletedAt != nil || rec.Claims != 1 || rec.TransportID != origin.TransportID || rec.MessageID != origin.MessageID {
 		t.Errorf("inspect -json in progress = %+v", rec)
 	}
-	// -retention estimates when a completed record was completed.
-	rec = decodeJSON[jsonRecord](t, mustCtl(t, exitOK, append(flags, "-json", "-retention", "24h", "inspect", "charge-orders:ORDER-100")...))
-	if rec.CompletedEstimate == nil || rec.Created != nil {
+	rec = decodeJSON[jsonRecord](t, mustCtl(t, exitOK, append(flags, "-json", "inspect", "charge-orders:ORDER-100")...))
+	if rec.ClaimedAt == nil || rec.CompletedAt == nil || rec.CompletedAt.Before(*rec.ClaimedAt) || rec.Claims != 1 ||
+		rec.TransportID != origin.TransportID || rec.MessageID != origin.MessageID || rec.CompletedEstimate != nil {
+		t.Errorf("inspect -json completed = %+v", rec)
+	}
+	// A record without its completion time (OmitProvenance): -retention
+	// estimates when it was completed.
+	omitting, err := redisstore.New(ctx, client, redisstore.Config{KeyPrefix: prefix, OmitProvenance: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	createAs(t, omitting, origin, "lean:ORDER-1", "", []byte{})
+	out = mustCtl(t, exitOK, append(flags, "inspect", "lean:ORDER-1")...)
+	if !regexp.MustCompile(`(?m)^claimed at:\s+not recorded`).MatchString(out) || strings.Contains(out, "claims:") {
+		t.Errorf("inspect of a record without provenance:\n%s", out)
+	}
+	rec = decodeJSON[jsonRecord](t, mustCtl(t, exitOK, append(flags, "-json", "-retention", "24h", "inspect", "lean:ORDER-1")...))
+	if rec.CompletedEstimate == nil || rec.Created != nil || rec.ClaimedAt != nil {
 		t.Errorf("inspect -retention 24h = %+v, want a completion estimate", rec)
 	}
-	out = mustCtl(t, exitOK, append(flags, "-retention", "1h", "inspect", "charge-orders:ORDER-100")...)
+	out = mustCtl(t, exitOK, append(flags, "-retention", "1h", "inspect", "lean:ORDER-1")...)
 	if !strings.Contains(out, "more than -retention 1h0m0s is left") {
 		t.Errorf("inspect with a -retention shorter than what is left:\n%s", out)
 	}
@@ -301,10 +330,12 @@ func TestRedis(t *testing.T) {
 		t.Errorf("list -scope -prefix = %v, want %v", got, want[9:])
 	}
 	out = mustCtl(t, exitOK, append(flags, "list", "-all", "-limit", "3")...)
-	if !strings.Contains(out, fmt.Sprintf("%d record(s) under prefix \"\"", len(want)+1)) || strings.Contains(out, "more:") ||
-		!regexp.MustCompile(`(?m)^KEY\s+STATE\s+LEFT\s+AGE\s+RESULT\s+FINGERPRINT$`).MatchString(out) ||
-		!regexp.MustCompile(`(?m)^charge-orders:ORDER-100\s+completed\s+\d+h\d+m\d+s\s+-\s+5 B\s+`+digest[:19]+`…$`).MatchString(out) ||
-		!regexp.MustCompile(`(?m)^charge-orders:ORDER-101\s+in_progress\s+(\d+m)?\d+s\s+-\s+0 B\s+-$`).MatchString(out) {
+	if !strings.Contains(out, fmt.Sprintf("%d record(s) under prefix \"\"", len(want)+2)) || strings.Contains(out, "more:") ||
+		!regexp.MustCompile(`(?m)^KEY\s+STATE\s+LEFT\s+AGE\s+CLAIMS\s+TRANSPORT ID\s+MESSAGE ID\s+RESULT\s+FINGERPRINT$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^charge-orders:ORDER-100\s+completed\s+\d+h\d+m\d+s\s+\S+\s+1\s+`+origin.TransportID+`\s+`+origin.MessageID+`\s+5 B\s+`+digest[:19]+`…$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^charge-orders:ORDER-101\s+in_progress\s+(\d+m)?\d+s\s+\S+\s+1\s+`+origin.TransportID+`\s+\S+\s+0 B\s+-$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^charge-orders:ORDER-000\s+completed\s+\d+h\d+m\d+s\s+\S+\s+1\s+-\s+-\s+0 B\s+-$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^lean:ORDER-1\s+completed\s+\d+h\d+m\d+s\s+-\s+-\s+-\s+-\s+0 B\s+-$`).MatchString(out) {
 		t.Errorf("list -all:\n%s", out)
 	}
 	out = mustCtl(t, exitOK, append(flags, "list", "-limit", "2")...)
@@ -448,15 +479,22 @@ func TestPostgres(t *testing.T) {
 	var want []string
 	for i := range 5 {
 		key := admin.ScopedKey("charge-orders", fmt.Sprintf("ORDER-%03d", i))
-		create(t, store, key, "fp", []byte("abc"))
+		createAs(t, store, origin, key, "fp", []byte("abc"))
 		want = append(want, key)
 	}
+	// A fingerprint text cannot hold is stored as "\x01sha256:…": shown
+	// quoted.
+	createAs(t, store, origin, "binary:ORDER-1", "\xff\x00", nil)
 	flags := []string{"-store", "postgres", "-postgres-dsn", pgDSN, "-postgres-schema", schema}
 
 	out := mustCtl(t, exitOK, append(flags, "inspect", "charge-orders:ORDER-002")...)
 	for _, re := range []string{
 		`(?m)^state:\s+completed$`,
-		`(?m)^created:\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z \(\S+ ago\)$`,
+		`(?m)^claimed at:\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z \(\S+ ago\) \(the first claim\)$`,
+		`(?m)^completed at:\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z \(\S+ ago\), \S+ after the first claim$`,
+		`(?m)^claims:\s+1$`,
+		`(?m)^transport id:\s+` + origin.TransportID + ` `,
+		`(?m)^created:\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z \(\S+ ago\) \(the claim that holds or last held the key\)$`,
 		`(?m)^fingerprint:\s+fp$`,
 		`(?m)^result:\s+3 bytes$`,
 	} {
@@ -464,8 +502,13 @@ func TestPostgres(t *testing.T) {
 			t.Errorf("inspect output lacks %s:\n%s", re, out)
 		}
 	}
-	if rec := decodeJSON[jsonRecord](t, mustCtl(t, exitOK, append(flags, "-json", "inspect", "charge-orders:ORDER-002")...)); rec.Created == nil {
-		t.Errorf("inspect -json = %+v, want created", rec)
+	if rec := decodeJSON[jsonRecord](t, mustCtl(t, exitOK, append(flags, "-json", "inspect", "charge-orders:ORDER-002")...)); rec.Created == nil ||
+		rec.ClaimedAt == nil || rec.CompletedAt == nil || rec.Claims != 1 || rec.MessageID != origin.MessageID {
+		t.Errorf("inspect -json = %+v, want created, claimed, completed, 1 claim, the message id", rec)
+	}
+	out = mustCtl(t, exitOK, append(flags, "inspect", "binary:ORDER-1")...)
+	if !regexp.MustCompile(`(?m)^fingerprint:\s+"\\x01sha256:[0-9a-f]{64}"$`).MatchString(out) {
+		t.Errorf("inspect of a binary fingerprint, want it quoted:\n%s", out)
 	}
 	if got := listKeys(t, 2, append(flags, "-scope", "charge-orders")...); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("list = %v, want %v", got, want)
@@ -474,7 +517,7 @@ func TestPostgres(t *testing.T) {
 	mustCtl(t, exitNotFound, append(flags, "inspect", "charge-orders:ORDER-002")...)
 	// DATABASE_URL is the default connection string.
 	t.Setenv("DATABASE_URL", pgDSN)
-	if got := listKeys(t, 10, "-store", "postgres", "-postgres-schema", schema); len(got) != 4 {
+	if got := listKeys(t, 10, "-store", "postgres", "-postgres-schema", schema); len(got) != 5 {
 		t.Errorf("list with DATABASE_URL = %v", got)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 )
@@ -30,20 +31,35 @@ type jsonRecord struct {
 	// Created is when the record was created; absent when the store does
 	// not keep it.
 	Created *time.Time `json:"created,omitempty"`
+	// ClaimedAt and CompletedAt are when the record's first claim ran and
+	// when it was completed; absent when the record does not keep them.
+	ClaimedAt   *time.Time `json:"claimed_at,omitempty"`
+	CompletedAt *time.Time `json:"completed_at,omitempty"`
 	// CompletedEstimate is now + remaining - retention, for a completed
-	// record of a store without Created, when -retention is given.
+	// record without CompletedAt or Created, when -retention is given.
 	CompletedEstimate *time.Time `json:"completed_estimate,omitempty"`
-	RemainingMillis   int64      `json:"remaining_ms"`
-	Problem           string     `json:"problem,omitempty"`
+	// TransportID and MessageID are the first claim's ids (Watermill
+	// UUID, Lambda record id or X-Request-Id; the SQS MessageId); Claims
+	// how many claims acquired the record (0: not kept).
+	TransportID     string `json:"transport_id,omitempty"`
+	MessageID       string `json:"message_id,omitempty"`
+	Claims          int    `json:"claims,omitempty"`
+	RemainingMillis int64  `json:"remaining_ms"`
+	Problem         string `json:"problem,omitempty"`
 }
 
 func (p *printer) toJSON(r admin.Record) jsonRecord {
 	j := jsonRecord{Key: r.Key, State: r.State, Fingerprint: r.Fingerprint, ResultSize: r.ResultSize,
+		TransportID: r.TransportID, MessageID: r.MessageID, Claims: r.Claims,
 		RemainingMillis: r.Remaining.Milliseconds(), Problem: r.Problem}
-	if !r.Created.IsZero() {
-		c := r.Created.UTC()
-		j.Created = &c
+	utc := func(t time.Time) *time.Time {
+		if t.IsZero() {
+			return nil
+		}
+		t = t.UTC()
+		return &t
 	}
+	j.Created, j.ClaimedAt, j.CompletedAt = utc(r.Created), utc(r.ClaimedAt), utc(r.CompletedAt)
 	if t, ok := p.completedAt(r); ok {
 		j.CompletedEstimate = &t
 	}
@@ -52,12 +68,32 @@ func (p *printer) toJSON(r admin.Record) jsonRecord {
 
 // completedAt estimates when a completed record was completed, from the
 // retention the user says the consumers use: the store set its expiry to
-// completion + retention.
+// completion + retention. Only for a record that keeps neither its
+// completion time nor its creation time.
 func (p *printer) completedAt(r admin.Record) (time.Time, bool) {
-	if p.retention <= 0 || r.State != admin.StateCompleted || !r.Created.IsZero() || r.Remaining > p.retention {
+	if p.retention <= 0 || r.State != admin.StateCompleted || !r.Created.IsZero() || !r.CompletedAt.IsZero() || r.Remaining > p.retention {
 		return time.Time{}, false
 	}
 	return p.now().Add(r.Remaining - p.retention).UTC().Truncate(time.Millisecond), true
+}
+
+// printable returns s as it is when every character prints, else quoted
+// (%q): a PostgreSQL fingerprint "\x01sha256:…", a foreign id.
+func printable(s string) string {
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return fmt.Sprintf("%q", s)
+		}
+	}
+	return s
+}
+
+// orNone is s, printable, or "none".
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return printable(s)
 }
 
 func (p *printer) writeJSON(v any) {
@@ -91,21 +127,37 @@ func (p *printer) record(r admin.Record) {
 	case admin.StateCompleted:
 		line("retention left", human(r.Remaining)+" (copies are acked without running the handler until then)")
 	}
+	at := func(t time.Time) string {
+		return fmt.Sprintf("%s (%s ago)", t.UTC().Format(time.RFC3339Nano), human(p.now().Sub(t)))
+	}
+	if r.ClaimedAt.IsZero() {
+		line("claimed at", "not recorded (a record of an earlier version, or a completed Redis record with OmitProvenance)")
+	} else {
+		line("claimed at", at(r.ClaimedAt)+" (the first claim)")
+	}
 	switch t, ok := p.completedAt(r); {
-	case !r.Created.IsZero():
-		line("created", fmt.Sprintf("%s (%s ago)", r.Created.UTC().Format(time.RFC3339Nano), human(p.now().Sub(r.Created))))
+	case !r.CompletedAt.IsZero():
+		line("completed at", fmt.Sprintf("%s, %s after the first claim", at(r.CompletedAt), human(r.CompletedAt.Sub(r.ClaimedAt))))
 	case ok:
 		line("completed", fmt.Sprintf("about %s (%s ago, from -retention %s)", t.Format(time.RFC3339), human(p.now().Sub(t)), p.retention))
-	case r.State == admin.StateCompleted && p.retention > 0 && r.Remaining > p.retention:
+	case r.State == admin.StateCompleted && p.retention > 0 && r.Remaining > p.retention && r.Created.IsZero():
 		line("completed", fmt.Sprintf("unknown: more than -retention %s is left; the consumers' retention is longer", p.retention))
-	default:
-		line("created", "not recorded by this store (with -retention, a completed record shows when it was completed)")
 	}
-	fp := r.Fingerprint
-	if fp == "" {
-		fp = "none"
+	if r.Claims > 0 {
+		claims := fmt.Sprint(r.Claims)
+		if r.Claims > 1 {
+			claims += fmt.Sprintf(" (%d after a failed handler released the key or its lease ended)", r.Claims-1)
+		}
+		line("claims", claims)
 	}
-	line("fingerprint", fp)
+	if !r.ClaimedAt.IsZero() {
+		line("transport id", orNone(r.TransportID)+" (the first claim's: Watermill message UUID, Lambda record id or X-Request-Id)")
+		line("message id", orNone(r.MessageID)+" (the first claim's broker message id: SQS MessageId)")
+	}
+	if !r.Created.IsZero() {
+		line("created", at(r.Created)+" (the claim that holds or last held the key)")
+	}
+	line("fingerprint", orNone(r.Fingerprint))
 	line("result", fmt.Sprintf("%d bytes", r.ResultSize))
 	if r.Problem != "" {
 		line("problem", r.Problem)
@@ -161,23 +213,33 @@ func (p *printer) page(prefix string, records []admin.Record, next string) {
 	}
 	if len(records) > 0 {
 		tw := tabwriter.NewWriter(p.w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "KEY\tSTATE\tLEFT\tAGE\tRESULT\tFINGERPRINT")
+		fmt.Fprintln(tw, "KEY\tSTATE\tLEFT\tAGE\tCLAIMS\tTRANSPORT ID\tMESSAGE ID\tRESULT\tFINGERPRINT")
+		dash := func(s string, n int) string {
+			if s == "" {
+				return "-"
+			}
+			return shorten(printable(s), n)
+		}
 		for _, r := range records {
-			age := "-"
-			if !r.Created.IsZero() {
+			age := "-" // since the first claim, or the creation, or the estimated completion
+			switch t, ok := p.completedAt(r); {
+			case !r.ClaimedAt.IsZero():
+				age = human(p.now().Sub(r.ClaimedAt))
+			case !r.Created.IsZero():
 				age = human(p.now().Sub(r.Created))
-			} else if t, ok := p.completedAt(r); ok {
+			case ok:
 				age = "~" + human(p.now().Sub(t))
 			}
-			fp := shorten(r.Fingerprint, 20)
-			if fp == "" {
-				fp = "-"
+			claims := "-"
+			if r.Claims > 0 {
+				claims = fmt.Sprint(r.Claims)
 			}
 			state := r.State
 			if r.Problem != "" {
 				state += " (" + shorten(r.Problem, 60) + ")"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d B\t%s\n", r.Key, state, human(r.Remaining), age, r.ResultSize, fp)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d B\t%s\n", r.Key, state, human(r.Remaining), age, claims,
+				dash(r.TransportID, 36), dash(r.MessageID, 36), r.ResultSize, dash(r.Fingerprint, 20))
 		}
 		_ = tw.Flush()
 	}
