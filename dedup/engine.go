@@ -80,11 +80,13 @@ type Call struct {
 	// Handler, Topic and MessageUUID are copied into every Decision of the
 	// call, for logs and metrics. Optional.
 	Handler, Topic, MessageUUID string
-	// Origin names the copy of the message (or the request) the call is
-	// for; the store keeps the first claim's with the record (see Origin).
-	// Its TransportID defaults to MessageUUID. When both its ids are empty,
-	// the Origin that ctx carries (WithOrigin), if any, is used. Optional.
-	Origin Origin
+	// MessageID is the broker's own id of this copy of the message (the
+	// SQS MessageId) when it has one besides MessageUUID. The store keeps
+	// MessageUUID and MessageID of the key's first claim with its record,
+	// as its Origin (TransportID and MessageID). When both are empty, the
+	// Origin that Do's context carries (WithOrigin), if any, is kept
+	// instead. Optional.
+	MessageID string
 
 	// trace follows the call when Config.Tracer is set (see doTraced).
 	trace CallTrace
@@ -139,9 +141,6 @@ func (f *flight) do(ctx context.Context, w worker) (ClaimResult, error) {
 	}
 	key := scopedkey.Of(call.Scope, call.Key)
 	f.hc.Key = key
-	if call.Origin.TransportID == "" {
-		call.Origin.TransportID = call.MessageUUID
-	}
 	lease, err := e.callLease(call)
 	if err != nil {
 		return ClaimResult{}, err

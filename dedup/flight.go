@@ -49,7 +49,7 @@ type flight struct {
 // the work's context.
 type workCtx struct {
 	parent context.Context
-	f      *flight // its hc is the claim; its call.Origin the origin
+	f      *flight // its hc is the claim; its call the Origin
 
 	mu     sync.Mutex
 	inner  atomic.Pointer[context.Context] // the WithCancelCause, once made
@@ -117,10 +117,10 @@ func (w *workCtx) Value(key any) any {
 	if claimctx.IsKey(key) {
 		return &w.f.hc
 	}
-	if _, ok := key.(originKey); ok && !w.f.call.Origin.IsZero() {
+	if _, ok := key.(originKey); ok && (w.f.call.MessageUUID != "" || w.f.call.MessageID != "") {
 		// The claim's context answers OriginFromContext from the call,
 		// without an allocation.
-		return &w.f.call.Origin
+		return &w.f.call
 	}
 	if c := w.inner.Load(); c != nil {
 		return (*c).Value(key)

@@ -114,7 +114,7 @@ func (d *Deduplicator) handle(h message.HandlerFunc, msg *message.Message) ([]*m
 		call.Scope = call.Handler
 	}
 	var err error
-	if call.Key, err = d.businessKey(msg, &call.Origin); err != nil {
+	if call.Key, err = d.businessKey(msg, &call.MessageID); err != nil {
 		return d.keyMissing(h, msg, call, "", err)
 	}
 	if d.cfg.Fingerprint != nil {
@@ -144,9 +144,9 @@ func (d *Deduplicator) handle(h message.HandlerFunc, msg *message.Message) ([]*m
 }
 
 // businessKey runs the key function. A panicking key function counts as a
-// malformed message. Engine.Do checks the key it returns. origin gets the
-// message's broker id (see checkTransportIDs).
-func (d *Deduplicator) businessKey(msg *message.Message, origin *Origin) (key string, err error) {
+// malformed message. Engine.Do checks the key it returns. messageID gets
+// the message's broker id (see checkTransportIDs).
+func (d *Deduplicator) businessKey(msg *message.Message, messageID *string) (key string, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			key, err = "", &KeyError{Reason: fmt.Sprintf("key function panicked: %v", p), MessageUUID: msg.UUID}
@@ -159,27 +159,27 @@ func (d *Deduplicator) businessKey(msg *message.Message, origin *Origin) (key st
 	if err != nil {
 		return "", err
 	}
-	return key, d.checkTransportIDs(msg, key, origin)
+	return key, d.checkTransportIDs(msg, key, messageID)
 }
 
 // checkTransportIDs refuses a key equal to one of the transport's ids for
 // this copy of the message (the UUID is checked by the Engine), and puts
-// the first non-empty one into origin.MessageID.
-func (d *Deduplicator) checkTransportIDs(msg *message.Message, key string, origin *Origin) error {
+// the first non-empty one into messageID (Call.MessageID).
+func (d *Deduplicator) checkTransportIDs(msg *message.Message, key string, messageID *string) error {
 	found := false
 	if d.cfg.TransportIDs != nil {
 		for _, id := range d.cfg.TransportIDs(msg) {
 			found = found || id == key
-			if origin.MessageID == "" {
-				origin.MessageID = id
+			if *messageID == "" {
+				*messageID = id
 			}
 		}
 	} else {
 		for _, name := range transportIDMetadata {
 			id, ok := msg.Metadata[name]
 			found = found || ok && id == key
-			if origin.MessageID == "" {
-				origin.MessageID = id
+			if *messageID == "" {
+				*messageID = id
 			}
 		}
 	}

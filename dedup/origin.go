@@ -19,8 +19,9 @@ import (
 // message_id or sns_message_id, or the first of Config.TransportIDs),
 // the Lambda adapter with the record's message id, httpdedup with the
 // request's X-Request-Id header (see its Config.RequestID), Engine.Do
-// with Call.Origin. A store reads it with OriginFromContext on the context
-// its Claim was given.
+// with Call.MessageUUID and Call.MessageID (or WithOrigin on its context).
+// A store reads it with OriginFromContext on the context its Claim was
+// given.
 type Origin struct {
 	// TransportID is the id the transport gave this copy: the Watermill
 	// message UUID, the Lambda record's message id, an HTTP request id.
@@ -42,8 +43,9 @@ const MaxOriginIDLength = 100
 type originKey struct{}
 
 // WithOrigin returns a context carrying o, for code that calls a Store's
-// Claim directly (tests, a store wrapper); Engine.Do callers set
-// Call.Origin instead. Cost: one context.WithValue (two allocations).
+// Claim directly (tests, a store wrapper), or an Engine.Do whose Call has
+// neither MessageUUID nor MessageID (httpdedup's request id). Cost: one
+// context.WithValue (two allocations).
 func WithOrigin(ctx context.Context, o Origin) context.Context {
 	return context.WithValue(ctx, originKey{}, &o)
 }
@@ -56,8 +58,14 @@ func WithOrigin(ctx context.Context, o Origin) context.Context {
 // allocation (an id that needs cleaning costs one); an Origin given by
 // WithOrigin is found through any context derived from it.
 func OriginFromContext(ctx context.Context) (Origin, bool) {
-	o, ok := ctx.Value(originKey{}).(*Origin)
-	if !ok || o == nil || o.IsZero() {
+	var o Origin
+	switch v := ctx.Value(originKey{}).(type) {
+	case *Call: // the claim's context (workCtx.Value)
+		o = Origin{TransportID: v.MessageUUID, MessageID: v.MessageID}
+	case *Origin:
+		o = *v
+	}
+	if o.IsZero() {
 		return Origin{}, false
 	}
 	return Origin{TransportID: cleanID(o.TransportID), MessageID: cleanID(o.MessageID)}, true

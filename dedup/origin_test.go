@@ -47,8 +47,8 @@ func (s *originStore) last(t *testing.T) dedup.Origin {
 
 // TestOriginReachesTheStore: the Watermill middleware gives the store the
 // message's UUID and the SQS MessageId (or the first of
-// Config.TransportIDs); Engine.Do gives it Call.Origin, MessageUUID, or the
-// Origin of its context; the memory store keeps the first claim's.
+// Config.TransportIDs); Engine.Do gives it Call.MessageUUID and MessageID,
+// or the Origin of its context; the memory store keeps the first claim's.
 func TestOriginReachesTheStore(t *testing.T) {
 	mem := memory.New(nil)
 	store := &originStore{Store: mem}
@@ -108,8 +108,8 @@ func TestOriginReachesTheStore(t *testing.T) {
 		call dedup.Call
 		want dedup.Origin
 	}{
-		{context.Background(), dedup.Call{Origin: dedup.Origin{TransportID: "t", MessageID: "m"}}, dedup.Origin{TransportID: "t", MessageID: "m"}},
-		{context.Background(), dedup.Call{MessageUUID: "u", Origin: dedup.Origin{MessageID: "m"}}, dedup.Origin{TransportID: "u", MessageID: "m"}},
+		{context.Background(), dedup.Call{MessageUUID: "t", MessageID: "m"}, dedup.Origin{TransportID: "t", MessageID: "m"}},
+		{context.Background(), dedup.Call{MessageID: "m"}, dedup.Origin{MessageID: "m"}},
 		{dedup.WithOrigin(context.Background(), ctxOrigin), dedup.Call{}, ctxOrigin},
 		{dedup.WithOrigin(context.Background(), ctxOrigin), dedup.Call{MessageUUID: "u"}, dedup.Origin{TransportID: "u"}},
 	} {
@@ -177,8 +177,8 @@ func (s *nopStore) Release(context.Context, dedup.Claim) error                  
 func (s *nopStore) Extend(context.Context, dedup.Claim, time.Duration) error           { return nil }
 
 // TestOriginCostsNoAllocation: a store that reads the Origin of the claim's
-// context (Call.Origin) makes Engine.Do allocate nothing more than one that
-// does not.
+// context (Call.MessageUUID, Call.MessageID) makes Engine.Do allocate
+// nothing more than one that does not.
 func TestOriginCostsNoAllocation(t *testing.T) {
 	allocs := func(read bool) float64 {
 		store := &nopStore{read: read}
@@ -187,7 +187,7 @@ func TestOriginCostsNoAllocation(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx := context.Background()
-		call := dedup.Call{Scope: "s", Key: "k", MessageUUID: "0b9f8e3c-4d1a-4e2b-9c3d-5e6f7a8b9c0d", Origin: dedup.Origin{MessageID: "sqs-1"}}
+		call := dedup.Call{Scope: "s", Key: "k", MessageUUID: "0b9f8e3c-4d1a-4e2b-9c3d-5e6f7a8b9c0d", MessageID: "sqs-1"}
 		work := func(context.Context) ([]byte, error) { return nil, nil }
 		n := testing.AllocsPerRun(200, func() {
 			if _, err := e.Do(ctx, call, work); err != nil {

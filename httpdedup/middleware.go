@@ -244,8 +244,7 @@ func (m *Middleware) call(req *request, key string) (dedup.Call, bool) {
 		m.problem(req.w, http.StatusBadRequest, ProblemFingerprintFailed, "Request cannot be fingerprinted", err.Error()+".")
 		return dedup.Call{}, false
 	}
-	return dedup.Call{Scope: scope, Key: key, Fingerprint: fingerprint, Handler: req.info.handler, Topic: "http",
-		Origin: dedup.Origin{TransportID: m.cfg.RequestID(req.r)}}, true
+	return dedup.Call{Scope: scope, Key: key, Fingerprint: fingerprint, Handler: req.info.handler, Topic: "http"}, true
 }
 
 // scope is the request's scope: caller, method and route. It answers 401
@@ -310,7 +309,11 @@ func (m *Middleware) run(req *request, call dedup.Call, next http.Handler) (resp
 		inner := work
 		work = func(ctx context.Context) ([]byte, error) { return m.cfg.InTransaction(ctx, inner) }
 	}
-	res, err = m.engine.Do(recordinfo.With(req.r.Context(), info), call, work)
+	ctx := recordinfo.With(req.r.Context(), info)
+	if id := m.cfg.RequestID(req.r); id != "" {
+		ctx = dedup.WithOrigin(ctx, dedup.Origin{TransportID: id})
+	}
+	res, err = m.engine.Do(ctx, call, work)
 	return resp, res, err
 }
 

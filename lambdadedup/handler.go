@@ -177,7 +177,7 @@ func (h *Handler) record(ctx context.Context, rec *events.SQSMessage) (ok bool) 
 	// the store keeps with the first claim (as the router's
 	// sqs_message_id): records of either entry point read the same.
 	call := dedup.Call{Scope: h.cfg.Scope, Handler: functionName(h.cfg.Scope), Topic: queueName(rec.EventSourceARN), MessageUUID: rec.MessageId,
-		Origin: dedup.Origin{MessageID: rec.MessageId}}
+		MessageID: rec.MessageId}
 	if err := ctx.Err(); err != nil {
 		h.decide(rec, dedup.Decision{Event: EventDeadline, Err: fmt.Errorf("lambdadedup: the invocation ended: %w", context.Cause(ctx))})
 		return false

@@ -119,7 +119,7 @@ func (h *Handler) HandleEventBridge(ctx context.Context, event events.EventBridg
 func (h *Handler) one(ctx context.Context, it item) (err error) {
 	call := dedup.Call{Scope: h.cfg.Scope, Handler: functionName(h.cfg.Scope), Topic: it.topic, MessageUUID: it.uuid}
 	if len(it.others) > 0 { // the event id (Kinesis), the sequence number (DynamoDB)
-		call.Origin.MessageID = it.others[0]
+		call.MessageID = it.others[0]
 	}
 	if err := ctx.Err(); err != nil {
 		err = fmt.Errorf("lambdadedup: the invocation ended: %w", context.Cause(ctx))
