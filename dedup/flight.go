@@ -161,10 +161,10 @@ func (f workFunc) work(ctx context.Context) ([]byte, error) { return f(ctx) }
 // (Complete and Release, which must run after the caller's context ended),
 // it has a channel of its own and ignores its parent's cancellation.
 type opCtx struct {
+	// parent is, attached, the work's context (a *workCtx), which the
+	// deadline ends.
 	parent   context.Context
 	deadline time.Duration // since opEpoch, on the monotonic clock
-	// work is the parent, ended at the deadline (attached only).
-	work *workCtx
 
 	mu       sync.Mutex
 	done     chan struct{} // detached: made on the first Done
@@ -199,9 +199,9 @@ func (e opEnd) err() error {
 }
 
 // start readies a new c for an operation of at most timeout: attached to
-// the work's context w, or detached from parent (w nil).
+// the work's context w (parent is w), or detached from parent (w nil).
 func (c *opCtx) start(parent context.Context, w *workCtx, timeout time.Duration) {
-	c.parent, c.work, c.detached = parent, w, w == nil
+	c.parent, c.detached = parent, w == nil
 	c.deadline = time.Since(opEpoch) + timeout
 }
 
@@ -250,8 +250,8 @@ func (c *opCtx) timerFired() {
 	c.ended = opTimedOut
 	c.closeLocked()
 	c.mu.Unlock()
-	if c.work != nil {
-		c.work.end(context.DeadlineExceeded)
+	if w, ok := c.parent.(*workCtx); ok && !c.detached {
+		w.end(context.DeadlineExceeded)
 	}
 }
 
