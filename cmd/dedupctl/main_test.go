@@ -274,8 +274,8 @@ func TestRedis(t *testing.T) {
 		`(?m)^key:\s+charge-orders:ORDER-100$`,
 		`(?m)^state:\s+completed$`,
 		`(?m)^retention left:\s+\d+h\d+m\d+s \(copies are acked`,
-		`(?m)^claimed at:\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z \(\S+ ago\) \(the first claim\)$`,
-		`(?m)^completed at:\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z \(\S+ ago\), \S+ after the first claim$`,
+		`(?m)^claimed at:\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z \(\S+ ago; the first claim\)$`,
+		`(?m)^completed at:\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z \(\S+ ago; \S+ after the first claim\)$`,
 		`(?m)^claims:\s+1$`,
 		`(?m)^transport id:\s+` + origin.TransportID + ` \(the first claim's`,
 		`(?m)^message id:\s+` + origin.MessageID + ` \(the first claim's broker message id`,
@@ -490,11 +490,11 @@ func TestPostgres(t *testing.T) {
 	out := mustCtl(t, exitOK, append(flags, "inspect", "charge-orders:ORDER-002")...)
 	for _, re := range []string{
 		`(?m)^state:\s+completed$`,
-		`(?m)^claimed at:\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z \(\S+ ago\) \(the first claim\)$`,
-		`(?m)^completed at:\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z \(\S+ ago\), \S+ after the first claim$`,
+		`(?m)^claimed at:\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z \(\S+ ago; the first claim\)$`,
+		`(?m)^completed at:\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z \(\S+ ago; \S+ after the first claim\)$`,
 		`(?m)^claims:\s+1$`,
 		`(?m)^transport id:\s+` + origin.TransportID + ` `,
-		`(?m)^created:\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z \(\S+ ago\) \(the claim that holds or last held the key\)$`,
+		`(?m)^created:\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z \(\S+ ago; the claim that holds or last held the key\)$`,
 		`(?m)^fingerprint:\s+fp$`,
 		`(?m)^result:\s+3 bytes$`,
 	} {

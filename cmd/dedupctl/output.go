@@ -127,17 +127,17 @@ func (p *printer) record(r admin.Record) {
 	case admin.StateCompleted:
 		line("retention left", human(r.Remaining)+" (copies are acked without running the handler until then)")
 	}
-	at := func(t time.Time) string {
-		return fmt.Sprintf("%s (%s ago)", t.UTC().Format(time.RFC3339Nano), human(p.now().Sub(t)))
+	at := func(t time.Time, note string) string {
+		return fmt.Sprintf("%s (%s ago; %s)", t.UTC().Format(time.RFC3339Nano), human(p.now().Sub(t)), note)
 	}
 	if r.ClaimedAt.IsZero() {
 		line("claimed at", "not recorded (a record of an earlier version, or a completed Redis record with OmitProvenance)")
 	} else {
-		line("claimed at", at(r.ClaimedAt)+" (the first claim)")
+		line("claimed at", at(r.ClaimedAt, "the first claim"))
 	}
 	switch t, ok := p.completedAt(r); {
 	case !r.CompletedAt.IsZero():
-		line("completed at", fmt.Sprintf("%s, %s after the first claim", at(r.CompletedAt), human(r.CompletedAt.Sub(r.ClaimedAt))))
+		line("completed at", at(r.CompletedAt, human(r.CompletedAt.Sub(r.ClaimedAt))+" after the first claim"))
 	case ok:
 		line("completed", fmt.Sprintf("about %s (%s ago, from -retention %s)", t.Format(time.RFC3339), human(p.now().Sub(t)), p.retention))
 	case r.State == admin.StateCompleted && p.retention > 0 && r.Remaining > p.retention && r.Created.IsZero():
@@ -146,7 +146,7 @@ func (p *printer) record(r admin.Record) {
 	if r.Claims > 0 {
 		claims := fmt.Sprint(r.Claims)
 		if r.Claims > 1 {
-			claims += fmt.Sprintf(" (%d after a failed handler released the key or its lease ended)", r.Claims-1)
+			claims += fmt.Sprintf(" (%d more after a failed handler released the key, or a lease ended)", r.Claims-1)
 		}
 		line("claims", claims)
 	}
@@ -155,7 +155,7 @@ func (p *printer) record(r admin.Record) {
 		line("message id", orNone(r.MessageID)+" (the first claim's broker message id: SQS MessageId)")
 	}
 	if !r.Created.IsZero() {
-		line("created", at(r.Created)+" (the claim that holds or last held the key)")
+		line("created", at(r.Created, "the claim that holds or last held the key"))
 	}
 	line("fingerprint", orNone(r.Fingerprint))
 	line("result", fmt.Sprintf("%d bytes", r.ResultSize))
