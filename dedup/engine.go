@@ -363,7 +363,7 @@ func (f *flight) run(ctx context.Context, claim Claim, w worker) (ClaimResult, e
 	return acquired, nil
 }
 
-// release deletes the claim's record so that a retry can run the work again.
+// release releases the claim's record so that a retry can run the work again.
 func (f *flight) release(ctx context.Context, cause error) {
 	e, call, keeper := f.e, &f.call, &f.keeper
 	keeper.finish()

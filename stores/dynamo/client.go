@@ -10,10 +10,11 @@ import (
 // method signatures, so *dynamodb.Client satisfies it unchanged. Wrap it to
 // add tracing, metrics or fault injection; the store never type-asserts it.
 //
-// Claim issues one PutItem, plus one strongly consistent GetItem only when a
-// failed condition comes back without the old item (some DynamoDB-compatible
-// servers ignore ReturnValuesOnConditionCheckFailure). Complete and Extend
-// issue one UpdateItem, Release one DeleteItem.
+// Claim issues one UpdateItem (a PutItem after a completed item's
+// retention), plus one strongly consistent GetItem only when a failed
+// condition comes back without the old item (some DynamoDB-compatible
+// servers ignore ReturnValuesOnConditionCheckFailure). Complete, Extend and
+// Release issue one UpdateItem each; admin's Evict one DeleteItem.
 type Client interface {
 	PutItem(ctx context.Context, params *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
 	GetItem(ctx context.Context, params *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)

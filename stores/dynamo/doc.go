@@ -8,7 +8,7 @@
 //
 //	pk           S  the scoped key, or for keys over 512 bytes
 //	                "<first ≤512 bytes>…#sha256:<hex of the whole key>" (PartitionKey)
-//	state        S  "in_progress" | "completed"
+//	state        S  "in_progress" | "completed" | "released"
 //	token        S  owner token of the claim that wrote the item (32 hex)
 //	fingerprint  S  the claim's fingerprint, absent when empty; over 64 bytes
 //	                (or not UTF-8) stored as "sha256:<hex>"
@@ -16,19 +16,29 @@
 //	                end (completed), by the writer's clock
 //	result       B  Complete's result, absent when empty
 //	ttl          N  epoch seconds >= deadline + ClockSkewMargin, for DynamoDB TTL
+//	claimed_at   S  the first claim's time (RFC 3339 UTC, milliseconds)
+//	completed_at S  when it was completed, absent while in progress
+//	transport_id S  the first claim's dedup.Origin.TransportID, absent when empty
+//	message_id   S  the first claim's dedup.Origin.MessageID, absent when empty
+//	claims       N  how many claims acquired the record
 //
 // # Operations
 //
 // Every operation is one conditional write, atomic in DynamoDB:
 //
-//   - Claim: PutItem if attribute_not_exists(pk) OR deadline < now-margin,
-//     with ReturnValuesOnConditionCheckFailure=ALL_OLD so that DynamoDB
-//     returns the live record in the same round trip. Servers that ignore
-//     that flag (dynalite) cost one strongly consistent GetItem more.
-//   - Complete: UpdateItem (state, deadline, ttl, result) if token = :token
-//     AND state = in_progress AND deadline > now.
+//   - Claim: UpdateItem if attribute_not_exists(pk) OR (deadline <
+//     now-margin AND state <> completed), keeping a released or abandoned
+//     item's who-and-when attributes (if_not_exists) and counting the
+//     claim, with ReturnValuesOnConditionCheckFailure=ALL_OLD so that
+//     DynamoDB returns the live record in the same round trip. Servers that
+//     ignore that flag (dynalite) cost one strongly consistent GetItem more.
+//     A completed item past its retention is replaced by a PutItem (if
+//     attribute_not_exists(pk) OR deadline < now-margin): a new count.
+//   - Complete: UpdateItem (state, deadline, ttl, completed_at, result) if
+//     token = :token AND state = in_progress AND deadline > now.
 //   - Extend: UpdateItem (deadline, ttl) under the same condition.
-//   - Release: DeleteItem under the same condition.
+//   - Release: UpdateItem (state = released, deadline = 0) under the same
+//     condition.
 //
 // A failed owner condition is [dedup.ErrClaimLost], wrapping the SDK's
 // *types.ConditionalCheckFailedException; every other error keeps the SDK's

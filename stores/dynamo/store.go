@@ -52,9 +52,9 @@ const (
 // safe for concurrent use and holds no connection of its own (the Client
 // does).
 //
-// Every operation is a single conditional write decided by DynamoDB: Claim
-// is a conditional PutItem, Complete and Extend a conditional UpdateItem,
-// Release a conditional DeleteItem. Expiry is decided inside those
+// Every operation is a single conditional write decided by DynamoDB: Claim,
+// Complete, Extend and Release are conditional UpdateItems (a claim after a
+// completed item's retention a conditional PutItem). Expiry is decided inside those
 // conditions by comparing the record's Deadline attribute with the calling
 // client's clock, never by DynamoDB TTL (see Config.ClockSkewMargin and the
 // package documentation).

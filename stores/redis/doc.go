@@ -1,7 +1,8 @@
 // Package redis is a dedup.Store on Redis 7.0 or newer (go-redis v9): one
 // Redis string per record, expiry by Redis' own PX, a claim in one round
 // trip (SET key value NX PX lease GET) and token-checked Lua scripts for
-// Complete (compare-and-set), Release (compare-and-delete) and Extend
+// Complete (compare-and-set), Release (compare-and-set to a released
+// record, which the next claim takes over and counts) and Extend
 // (compare-and-pexpire).
 //
 // It takes a go-redis UniversalClient, so a single server, Sentinel
