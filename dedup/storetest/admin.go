@@ -528,8 +528,14 @@ func TestAdminProvenanceAcrossTakeover(t *testing.T, newStore Constructor, featu
 	short := e.features.ShortDuration
 	scope := e.prefix + "s"
 	abandoned, expired := admin.ScopedKey(scope, "abandoned"), admin.ScopedKey(scope, "expired")
-	e.claimAs(originA, abandoned, "", short)
+	// Claimed with a long lease, inspected, then shortened by Extend: a
+	// machine that stalls between the claim and the Inspect cannot let the
+	// lease end before the record is read.
+	held := e.claimAs(originA, abandoned, "", longLease)
 	first := e.inspect(abandoned)
+	if err := e.store.Extend(e.ctx, held, short); err != nil {
+		t.Fatalf("Extend to a short lease: %v", err)
+	}
 	c := e.claimAs(originA, expired, "", longLease)
 	e.complete(c, nil, short)
 	e.wait(2 * short)
