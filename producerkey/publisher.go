@@ -73,6 +73,12 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 
 // stamp sets the key entry of msg unless it has one.
 func (p *Publisher) stamp(msg *message.Message) error {
+	if msg == nil {
+		return errors.New("producerkey: Publish: nil message")
+	}
+	if msg.Metadata == nil {
+		msg.Metadata = message.Metadata{}
+	}
 	if msg.Metadata.Get(p.config.Metadata) != "" {
 		return nil
 	}

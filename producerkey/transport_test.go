@@ -154,3 +154,26 @@ func TestPublisherKeepsAKeyAndRefusesNoKey(t *testing.T) {
 		t.Error("NewPublisher(nil) succeeded")
 	}
 }
+
+// A message built as a struct literal has no Metadata map: it is stamped,
+// not a panic (assignment to a nil map); a nil message is an error.
+func TestPublisherStampsMessageWithoutMetadata(t *testing.T) {
+	inner := &recorder{}
+	pub, err := producerkey.NewPublisher(inner, producerkey.PublisherConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := &message.Message{UUID: watermill.NewUUID(), Payload: []byte(`{}`)}
+	if err := pub.Publish("orders", msg); err != nil {
+		t.Fatal(err)
+	}
+	if msg.Metadata.Get(producerkey.DefaultMetadata) == "" {
+		t.Errorf("no key stamped into a message without metadata")
+	}
+	if err := pub.Publish("orders", nil); err == nil {
+		t.Errorf("a nil message was published")
+	}
+	if len(inner.published) != 1 {
+		t.Errorf("%d messages reached the publisher, want 1", len(inner.published))
+	}
+}
