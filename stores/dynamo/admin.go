@@ -96,6 +96,11 @@ func (s *Store) info(key string, rec record, now time.Time) (admin.Record, bool)
 	if rec.state == stateCompleted {
 		info.State = admin.StateCompleted
 	}
+	if rec.claimedAt.IsZero() {
+		// Claimed by a version that kept no who-and-when: a completion time
+		// alone would read as measured from the zero time.
+		info.CompletedAt = time.Time{}
+	}
 	return info, remaining > 0 && rec.state != stateReleased
 }
 

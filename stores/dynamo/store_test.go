@@ -416,3 +416,34 @@ func TestConfigValidate(t *testing.T) {
 		t.Error("New accepted an empty config")
 	}
 }
+
+// An item claimed by the previous version (no who-and-when attributes) and
+// completed by this one: Inspect shows neither a claimed-at nor a
+// completed-at, as admin.Record promises (CompletedAt is zero where
+// ClaimedAt is), instead of a completion time without a claim time.
+func TestItemOfThePreviousVersionHasNoCompletedAt(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, dynamo.Config{Clock: fakeclock.New(epoch)})
+	key := testKey(t, "k")
+	res := mustClaim(t, s, key, "", time.Minute, dedup.Acquired)
+	pk, err := dynamo.PartitionKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:        aws.String(testTable),
+		Key:              map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: pk}},
+		UpdateExpression: aws.String("REMOVE claimed_at, claims, transport_id, message_id"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustComplete(t, s, res.Claim, nil, time.Hour)
+	r, err := s.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.ClaimedAt.IsZero() || !r.CompletedAt.IsZero() || r.Claims != 0 {
+		t.Errorf("record of an item without who-and-when: claimed at %v, completed at %v, claims %d; want all zero", r.ClaimedAt, r.CompletedAt, r.Claims)
+	}
+}
