@@ -61,7 +61,7 @@ import (
 //	                 (Config.OmitProvenance)
 //
 // A completed record of a claim with a Watermill UUID and no other id,
-// without fingerprint and result, is 41 to 43 bytes: Redis keeps it
+// without fingerprint and result, is 40 to 42 bytes: Redis keeps it
 // embedded in its object header (44 bytes at most, "embstr").
 //
 // Compact, completed: the decimal digits of the first 8 bytes of the owner

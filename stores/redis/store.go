@@ -23,9 +23,10 @@ import (
 // Expiry is Redis' own: an in-progress record's TTL is its lease and a
 // completed record's TTL is its retention, both set with PX and counted on
 // the server's clock, so no client clock is trusted and an expired record is
-// simply absent. Claim costs one round trip; Complete, Release and Extend one
-// each (EVALSHA; the first call after the server lost its script cache adds
-// one EVAL).
+// simply absent. Claim costs one round trip (two when it meets a record a
+// failed handler released, which it takes over with a script); Complete,
+// Release and Extend one each (EVALSHA; the first call after the server
+// lost its script cache adds one EVAL).
 //
 // When Redis cannot be reached every method returns an error that is neither
 // dedup.ErrClaimLost nor dedup.ErrInvalidDuration, and the caller (the
@@ -37,7 +38,8 @@ import (
 // a failover can promote a replica that lacks the last claims and
 // completions, unless Config.WaitReplicas makes them wait for it.
 //
-// A Store is safe for concurrent use; it holds no state but the client.
+// A Store is safe for concurrent use; it holds no state but the client and,
+// with Config.AutoPipeline, the batcher that shares its writes.
 type Store struct {
 	client       goredis.UniversalClient
 	prefix       string
