@@ -173,9 +173,11 @@ func orderedUnits(records []events.SQSMessage) [][]int {
 // record claims and handles one record; it reports whether SQS may delete
 // it.
 func (h *Handler) record(ctx context.Context, rec *events.SQSMessage) (ok bool) {
-	// The record's message id is its transport id and the SQS MessageId
-	// the store keeps with the first claim (as the router's
-	// sqs_message_id): records of either entry point read the same.
+	// The store keeps the message's UUID (the Watermill UUID of a message
+	// Watermill published, else the SQS MessageId) as the first claim's
+	// transport id and the SQS MessageId as its message id, as a router on
+	// the same queue does (msg.UUID and sqs_message_id): a record reads the
+	// same whichever entry point claimed it. Set once the message is built.
 	call := dedup.Call{Scope: h.cfg.Scope, Handler: functionName(h.cfg.Scope), Topic: queueName(rec.EventSourceARN), MessageUUID: rec.MessageId,
 		MessageID: rec.MessageId}
 	if err := ctx.Err(); err != nil {
@@ -194,6 +196,7 @@ func (h *Handler) record(ctx context.Context, rec *events.SQSMessage) (ok bool) 
 	recCtx := context.WithValue(ctx, recordKey{}, rec)
 	msg := Message(*rec)
 	msg.SetContext(recCtx)
+	call.MessageUUID = msg.UUID // the engine refuses it as a key; businessKey the MessageId
 
 	defer func() {
 		if p := recover(); p != nil {
@@ -243,9 +246,9 @@ func (h *Handler) permanent(rec *events.SQSMessage, err error) bool {
 }
 
 // businessKey runs the key function as the Watermill middleware does (a
-// panic or a plain error is a *dedup.KeyError), and also refuses the
-// Watermill UUID of a message published by Watermill: the engine compares
-// the key with the SQS MessageId only.
+// panic or a plain error is a *dedup.KeyError), and also refuses the SQS
+// MessageId: the engine compares the key with the message's UUID only (the
+// Watermill UUID of a message Watermill published).
 func (h *Handler) businessKey(msg *message.Message, messageID string) (key string, err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -258,8 +261,8 @@ func (h *Handler) businessKey(msg *message.Message, messageID string) (key strin
 		return "", &dedup.KeyError{Reason: "key function failed", MessageUUID: messageID, Err: err}
 	case err != nil:
 		return "", err
-	case key != "" && key == msg.UUID:
-		return "", fmt.Errorf("%w: key %q is the message's Watermill UUID; take the key from the business payload", dedup.ErrTransportKey, key)
+	case key != "" && key == messageID:
+		return "", fmt.Errorf("%w: key %q is the record's SQS MessageId; take the key from the business payload", dedup.ErrTransportKey, key)
 	}
 	return key, nil
 }
@@ -267,7 +270,7 @@ func (h *Handler) businessKey(msg *message.Message, messageID string) (key strin
 // decide logs an adapter decision and passes it to the Observer, as the
 // engine does with its own.
 func (h *Handler) decide(rec *events.SQSMessage, d dedup.Decision) {
-	d.Handler, d.Topic, d.MessageUUID = functionName(h.cfg.Scope), queueName(rec.EventSourceARN), rec.MessageId
+	d.Handler, d.Topic, d.MessageUUID = functionName(h.cfg.Scope), queueName(rec.EventSourceARN), messageUUID(rec)
 	if o := h.cfg.Dedup.Observer; o != nil {
 		o.ObserveDecision(d)
 	}

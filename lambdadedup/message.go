@@ -38,14 +38,19 @@ func Message(record events.SQSMessage) *message.Message {
 			meta[k] = string(v.BinaryValue)
 		}
 	}
-	uuid := record.MessageId
-	if v, ok := record.MessageAttributes[UUIDAttribute]; ok && v.StringValue != nil {
-		uuid = *v.StringValue
-		delete(meta, UUIDAttribute)
-	}
-	msg := message.NewMessage(uuid, []byte(record.Body))
+	delete(meta, UUIDAttribute)
+	msg := message.NewMessage(messageUUID(&record), []byte(record.Body))
 	msg.Metadata = meta
 	return msg
+}
+
+// messageUUID is the UUID Message gives the record's message: the
+// UUIDAttribute attribute, else the SQS MessageId.
+func messageUUID(record *events.SQSMessage) string {
+	if v, ok := record.MessageAttributes[UUIDAttribute]; ok && v.StringValue != nil {
+		return *v.StringValue
+	}
+	return record.MessageId
 }
 
 type recordKey struct{}

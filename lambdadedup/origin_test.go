@@ -56,6 +56,42 @@ func TestRecordKeepsWhoAndWhen(t *testing.T) {
 	}
 }
 
+// A message published by Watermill carries its UUID in a message
+// attribute: the record keeps that UUID as its transport id and the SQS
+// MessageId as its message id, as a Watermill router on the same queue
+// does (msg.UUID and the sqs_message_id metadata), so a record reads the
+// same whichever runtime claimed it. The SQS MessageId is still refused
+// as a key.
+func TestRecordOfAWatermillMessageKeepsItsUUID(t *testing.T) {
+	store := memory.New(nil)
+	var cfg lambdadedup.Config
+	cfg.Dedup.Store = store
+	h := newHandler(t, cfg, func(*message.Message) error { return nil })
+	const uuid, sqsID = "0b9f8e3c-4d1a-4e2b-9c3d-5e6f7a8b9c0d", "73fca7ac-78e9-4ea4-a1bf-71a92e2fbda8"
+	published := func(id, body string) events.SQSMessage {
+		r := record(id, body)
+		v := uuid
+		r.MessageAttributes = map[string]events.SQSMessageAttribute{lambdadedup.UUIDAttribute: {DataType: "String", StringValue: &v}}
+		return r
+	}
+	if failed := invoke(t, context.Background(), h, published(sqsID, order("ORDER-8"))); len(failed) != 0 {
+		t.Fatalf("failed %v", failed)
+	}
+	rec, err := store.Inspect(context.Background(), admin.ScopedKey("charge-orders", "ORDER-8"))
+	if err != nil || rec.TransportID != uuid || rec.MessageID != sqsID {
+		t.Fatalf("record %+v %v, want transport id %s (the Watermill UUID) and message id %s", rec, err, uuid, sqsID)
+	}
+	const other = "5d2c7e1f-1111-4222-8333-944455556666"
+	for key, r := range map[string]events.SQSMessage{
+		"the Watermill UUID": published(other, order(uuid)),
+		"the SQS MessageId":  published(other, order(other)),
+	} {
+		if failed := invoke(t, context.Background(), h, r); len(failed) != 1 {
+			t.Errorf("key = %s: failed %v, want the record refused", key, failed)
+		}
+	}
+}
+
 // Kinesis: the sequence number is the transport id, the event id the
 // message id.
 func TestStreamRecordKeepsWhoAndWhen(t *testing.T) {
