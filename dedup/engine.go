@@ -304,9 +304,11 @@ func (f *flight) claim(ctx context.Context, lease time.Duration) (res ClaimResul
 	elapsed := time.Since(start)
 	timedOut := op.end()
 	e.observeOp(ctx, "claim", elapsed, err)
-	if timedOut && err == nil && res.Outcome == Acquired {
-		// The deadline cancelled the work's context while the claim was
-		// answered: the work gets a fresh one.
+	if timedOut {
+		// The deadline ended (or is about to end: the timer's goroutine
+		// may not have got there yet) the work's context while the claim
+		// was answered: the work, or the next claim of an InProgressWait,
+		// gets a fresh one.
 		f.newWorkContext(ctx)
 	}
 	return res, err

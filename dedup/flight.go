@@ -251,9 +251,16 @@ func (c *opCtx) timerFired() {
 	c.closeLocked()
 	c.mu.Unlock()
 	if w, ok := c.parent.(*workCtx); ok && !c.detached {
+		if testHookOpTimedOut != nil {
+			testHookOpTimedOut()
+		}
 		w.end(context.DeadlineExceeded)
 	}
 }
+
+// testHookOpTimedOut, set by tests only, runs when an attached operation's
+// deadline has passed, before the work's context is ended.
+var testHookOpTimedOut func()
 
 // Deadline is the operation's deadline, or the parent's if that is
 // earlier (attached only).

@@ -1,0 +1,5 @@
+package dedup
+
+// SetTestHookOpTimedOut sets testHookOpTimedOut for the external tests;
+// nil removes it.
+func SetTestHookOpTimedOut(f func()) { testHookOpTimedOut = f }
