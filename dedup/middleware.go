@@ -88,9 +88,34 @@ func (m *delivery) work(workCtx context.Context) ([]byte, error) {
 // keyMissing refuses a message without a usable key or fingerprint (see
 // refuse). (A function of its own: handle's frame stays small.)
 //
+// With Config.Tracer the refusal is a call of its own, as Engine.Do's are:
+// the Tracer starts it, sees the decision and ends it (with the handler, in
+// shadow mode, as its child).
+//
 //go:noinline
 func (d *Deduplicator) keyMissing(h message.HandlerFunc, msg *message.Message, call *Call, key string, err error) ([]*message.Message, error) {
-	return d.refuse(h, msg, call, Decision{Event: EventKeyMissing, Key: key, Err: err})
+	dec := Decision{Event: EventKeyMissing, Key: key, Err: err}
+	if d.engine.cfg.Tracer == nil {
+		return d.refuse(h, msg, call, dec)
+	}
+	ctx := msg.Context()
+	traceCtx, trace := d.engine.cfg.Tracer.StartCall(ctx, *call)
+	if trace == nil {
+		return d.refuse(h, msg, call, dec)
+	}
+	call.trace = trace
+	msg.SetContext(traceCtx)
+	defer msg.SetContext(ctx)
+	ended := false
+	defer func() {
+		if !ended {
+			trace.EndCall(ClaimResult{}, errWorkPanicked)
+		}
+	}()
+	out, err := d.refuse(h, msg, call, dec)
+	ended = true
+	trace.EndCall(ClaimResult{}, err)
+	return out, err
 }
 
 // traced runs the delivery through Engine.Do, whose Tracer starts the

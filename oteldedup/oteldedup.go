@@ -1,7 +1,11 @@
 // Package oteldedup traces the dedup engine with OpenTelemetry: one span
-// per call (each message of a dedup.Deduplicator, each Engine.Do) that
-// tells what the claim decided and what the store operations cost. It is
-// its own package so that the core stays free of OpenTelemetry.
+// per call (each message of a dedup.Deduplicator, a message refused for
+// want of a key included; each Engine.Do, so each httpdedup request and
+// lambdadedup record that reaches a claim) that tells what the claim
+// decided and what the store operations cost. An HTTP request or a Lambda
+// record refused before the engine (no Idempotency-Key, a malformed body)
+// is logged and counted by Observer but gets no span. It is its own
+// package so that the core stays free of OpenTelemetry.
 //
 //	tracer := oteldedup.New(oteldedup.Config{})            // the global TracerProvider
 //	d, err := dedup.New(dedup.Config{Store: store, Key: key, Tracer: tracer})
