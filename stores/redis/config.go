@@ -96,11 +96,17 @@ type Config struct {
 	// in one write with one read of the replies, instead of one round trip
 	// and two system calls each. With nothing in flight a command is sent
 	// at once, alone: no delay is added to a lone caller. A command that
-	// waits is delayed by at most the batches ahead of it (up to two in
-	// flight at once, each bounded by the client's ReadTimeout and
-	// WriteTimeout): under load it trades about one round trip of latency
-	// for several times the throughput (see README.md for the measured
-	// figures). Each command keeps its own reply: a batch whose connection
+	// waits is delayed by the batches ahead of it: one per 256 commands
+	// queued before it, two in flight at once, each bounded by the
+	// client's ReadTimeout and WriteTimeout (times MaxRetries+1 when the
+	// connection breaks). Neither dedup.Config.StoreTimeout nor the
+	// caller's context cuts that wait short: they are checked when the
+	// command's batch is taken, and a command whose context has ended by
+	// then is not sent (it fails with the context's error). Under load it
+	// trades about one round trip of latency for several times the
+	// throughput (see README.md for the measured figures); a server that
+	// stalls delays every queued caller up to those client timeouts, so
+	// keep them short. Each command keeps its own reply: a batch whose connection
 	// breaks fails its own commands only, and go-redis retries it as it
 	// retries a single command. On a ClusterClient go-redis splits each
 	// batch per master (by each key's slot), on a Ring per shard. Not

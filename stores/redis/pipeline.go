@@ -12,9 +12,11 @@ import (
 // arrive wait and are then written as one pipeline, in one write, with one
 // read of their replies. With nothing in flight a command is sent at once,
 // alone, on the caller's goroutine: no delay is added when there is nothing
-// to batch with. A waiting command is delayed by at most what the batches
-// ahead of it take (up to maxInFlight of them run at once), each bounded by
-// the client's ReadTimeout and WriteTimeout.
+// to batch with. A waiting command is delayed by what the batches ahead of
+// it take (one per maxBatch commands queued before it, up to maxInFlight
+// of them at once), each bounded by the client's ReadTimeout and
+// WriteTimeout (and its retries); the caller's context does not cut the
+// wait short, it is only checked when the command's batch is taken.
 //
 // On a ClusterClient the pipeline is split per master by go-redis (the slot
 // of each command's key) and each node's part runs on its own connection;
