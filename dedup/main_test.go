@@ -13,7 +13,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
-	redisstore "github.com/watermill-dedup/watermill-dedup/stores/redis"
+	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
 // redisServer is a real redis-server on a free loopback port, shared by the
@@ -40,9 +40,9 @@ func newRedisStore(t *testing.T) dedup.Store {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	prefix := "dedup-test-" + strings.NewReplacer(":", "-", "/", "-").Replace(t.Name()) + "-" + storekit.NewToken()[:8] + ":"
-	s, err := redisstore.New(ctx, client, redisstore.Config{KeyPrefix: prefix})
+	s, err := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: prefix})
 	if err != nil {
-		t.Fatalf("redisstore.New: %v", err)
+		t.Fatalf("dedupredis.New: %v", err)
 	}
 	return s
 }

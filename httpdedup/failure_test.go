@@ -19,7 +19,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
-	redisstore "github.com/watermill-dedup/watermill-dedup/stores/redis"
+	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
 func TestIdentityFailureGets401(t *testing.T) {
@@ -46,7 +46,7 @@ func TestRedisDownGets503AndRunsNothing(t *testing.T) {
 	t.Cleanup(func() { _ = server.Close() })
 	client := goredis.NewClient(&goredis.Options{Addr: server.Addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = client.Close() })
-	store, err := redisstore.New(context.Background(), client, redisstore.Config{})
+	store, err := dedupredis.New(context.Background(), client, dedupredis.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestHeartbeatExtendsTheRedisRecord(t *testing.T) {
 	clock := newFakeClock()
 	client := goredis.NewClient(&goredis.Options{Addr: redisServer.Addr})
 	t.Cleanup(func() { _ = client.Close() })
-	store, err := redisstore.New(context.Background(), client, redisstore.Config{KeyPrefix: testPrefix(t)})
+	store, err := dedupredis.New(context.Background(), client, dedupredis.Config{KeyPrefix: testPrefix(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

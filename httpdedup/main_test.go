@@ -22,7 +22,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
-	redisstore "github.com/watermill-dedup/watermill-dedup/stores/redis"
+	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
 // redisServer is a real redis-server on a free loopback port, shared by the
@@ -52,9 +52,9 @@ var backends = []backend{
 		t.Cleanup(func() { _ = client.Close() })
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		s, err := redisstore.New(ctx, client, redisstore.Config{KeyPrefix: testPrefix(t)})
+		s, err := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: testPrefix(t)})
 		if err != nil {
-			t.Fatalf("redisstore.New: %v", err)
+			t.Fatalf("dedupredis.New: %v", err)
 		}
 		return s, client
 	}},

@@ -15,7 +15,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/lambdadedup"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
-	redisstore "github.com/watermill-dedup/watermill-dedup/stores/redis"
+	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
 // A message handled in Lambda is a duplicate for a Watermill router on the
@@ -25,7 +25,7 @@ func TestSameRecordsAcrossRuntimes(t *testing.T) {
 		"redis": func(t *testing.T) dedup.Store {
 			c := goredis.NewClient(&goredis.Options{Addr: redisAddr})
 			t.Cleanup(func() { _ = c.Close() })
-			s, err := redisstore.New(context.Background(), c, redisstore.Config{})
+			s, err := dedupredis.New(context.Background(), c, dedupredis.Config{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -19,7 +19,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/lambdadedup"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
-	redisstore "github.com/watermill-dedup/watermill-dedup/stores/redis"
+	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
 const (
@@ -45,7 +45,7 @@ var realStores = []struct {
 func newRedisStore(t *testing.T) dedup.Store {
 	c := goredis.NewClient(&goredis.Options{Addr: redisAddr})
 	t.Cleanup(func() { _ = c.Close() })
-	s, err := redisstore.New(context.Background(), c, redisstore.Config{})
+	s, err := dedupredis.New(context.Background(), c, dedupredis.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

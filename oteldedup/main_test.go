@@ -11,7 +11,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
-	redisstore "github.com/watermill-dedup/watermill-dedup/stores/redis"
+	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
 // redisServer is a real redis-server on a free loopback port, shared by the
@@ -36,9 +36,9 @@ func newRedisStore(t *testing.T) dedup.Store {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	prefix := "oteldedup-test-" + strings.ReplaceAll(t.Name(), "/", "-") + "-" + storekit.NewToken()[:8] + ":"
-	s, err := redisstore.New(ctx, client, redisstore.Config{KeyPrefix: prefix})
+	s, err := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: prefix})
 	if err != nil {
-		t.Fatalf("redisstore.New: %v", err)
+		t.Fatalf("dedupredis.New: %v", err)
 	}
 	return s
 }

@@ -25,7 +25,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/producerkey"
-	redisstore "github.com/watermill-dedup/watermill-dedup/stores/redis"
+	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
 // The tests below run against a real redis-server (the store, and the
@@ -79,7 +79,7 @@ func newStore(t *testing.T) dedup.Store {
 	t.Helper()
 	client := goredis.NewClient(&goredis.Options{Addr: redisAddr})
 	t.Cleanup(func() { _ = client.Close() })
-	store, err := redisstore.New(context.Background(), client, redisstore.Config{KeyPrefix: "producerkey-test-" + watermill.NewShortUUID() + ":"})
+	store, err := dedupredis.New(context.Background(), client, dedupredis.Config{KeyPrefix: "producerkey-test-" + watermill.NewShortUUID() + ":"})
 	if err != nil {
 		t.Fatal(err)
 	}

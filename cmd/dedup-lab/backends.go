@@ -20,7 +20,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/internal/lab"
 	"github.com/watermill-dedup/watermill-dedup/internal/redisaddr"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
-	redisstore "github.com/watermill-dedup/watermill-dedup/stores/redis"
+	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
 // options is what the backends are built from: flags, whose defaults come
@@ -269,7 +269,7 @@ func newRedisStore(ctx context.Context, o options) (*store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := redisstore.New(ctx, client, redisstore.Config{KeyPrefix: labKeyPrefix})
+	s, err := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: labKeyPrefix})
 	if err != nil {
 		return nil, &setupError{err: err, hint: redisHint}
 	}

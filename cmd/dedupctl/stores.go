@@ -13,7 +13,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/internal/redisaddr"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
-	redisstore "github.com/watermill-dedup/watermill-dedup/stores/redis"
+	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
 // usageError is a configuration mistake the user can fix with flags
@@ -60,7 +60,7 @@ func openRedis(ctx context.Context, opts options) (admin.Interface, string, func
 		_ = client.Close()
 		return nil, "", nil, &usageError{"-redis-prefix must not be empty (the store's default is dedup:)"}
 	}
-	store, err := redisstore.New(ctx, client, redisstore.Config{KeyPrefix: opts.redisPrefix})
+	store, err := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: opts.redisPrefix})
 	if err != nil {
 		_ = client.Close()
 		return nil, "", nil, fmt.Errorf("Redis at %s: %w", redisaddr.Describe(client), err)

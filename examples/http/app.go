@@ -21,7 +21,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/httpdedup"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
-	redisstore "github.com/watermill-dedup/watermill-dedup/stores/redis"
+	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
 // keyPrefix is where the example's records live in Redis.
@@ -41,7 +41,7 @@ var apiKeys = map[string]string{
 // sharing one Redis store.
 type app struct {
 	client goredis.UniversalClient
-	store  *redisstore.Store
+	store  *dedupredis.Store
 	pubSub *gochannel.GoChannel
 	router *message.Router
 	mux    *http.ServeMux
@@ -84,7 +84,7 @@ func accountIdentity(r *http.Request) (string, error) {
 // newApp wires everything on client and starts the consumer. logger gets
 // the middlewares' decisions.
 func newApp(ctx context.Context, client goredis.UniversalClient, logger watermill.LoggerAdapter) (*app, error) {
-	store, err := redisstore.New(ctx, client, redisstore.Config{KeyPrefix: keyPrefix})
+	store, err := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: keyPrefix})
 	if err != nil {
 		return nil, err
 	}

@@ -10,7 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	redisstore "github.com/watermill-dedup/watermill-dedup/stores/redis"
+	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
 // openStore opens the Redis store on addr (-redis-addr, default
@@ -20,7 +20,7 @@ func openStore(ctx context.Context, addr string) (dedup.Store, string, func(), e
 	if err != nil {
 		return nil, "", nil, err
 	}
-	s, err := redisstore.New(ctx, client, redisstore.Config{})
+	s, err := dedupredis.New(ctx, client, dedupredis.Config{})
 	if err != nil {
 		stop()
 		return nil, "", nil, err

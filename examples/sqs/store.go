@@ -14,7 +14,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
-	redisstore "github.com/watermill-dedup/watermill-dedup/stores/redis"
+	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
 // openStore opens the dedup store: Redis (-redis-addr, default REDIS_ADDR:
@@ -28,7 +28,7 @@ func openStore(ctx context.Context, cfg config) (dedup.Store, string, func(), er
 	if err != nil {
 		return nil, "", nil, err
 	}
-	s, err := redisstore.New(ctx, client, redisstore.Config{})
+	s, err := dedupredis.New(ctx, client, dedupredis.Config{})
 	if err != nil {
 		stop()
 		return nil, "", nil, err

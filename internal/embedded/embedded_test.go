@@ -11,7 +11,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/storetest"
 	"github.com/watermill-dedup/watermill-dedup/internal/embedded"
-	redisstore "github.com/watermill-dedup/watermill-dedup/stores/redis"
+	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
 // The embedded miniredis, with its INFO server answer and its clock driven
@@ -31,7 +31,7 @@ func TestMiniredisConformance(t *testing.T) {
 	t.Cleanup(r.Close)
 	client := goredis.NewClient(&goredis.Options{Addr: r.Addr})
 	t.Cleanup(func() { _ = client.Close() })
-	store, err := redisstore.New(context.Background(), client, redisstore.Config{})
+	store, err := dedupredis.New(context.Background(), client, dedupredis.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

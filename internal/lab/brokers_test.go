@@ -18,7 +18,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/internal/kafkabroker"
 	"github.com/watermill-dedup/watermill-dedup/internal/lab"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
-	redisstore "github.com/watermill-dedup/watermill-dedup/stores/redis"
+	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
 // The servers every broker and store test shares: a real redis-server
@@ -116,7 +116,7 @@ func newStore(t *testing.T, kind storeKind) func(context.Context) (dedup.Store, 
 		client := goredis.NewClient(&goredis.Options{Addr: redisAddr})
 		t.Cleanup(func() { _ = client.Close() })
 		return func(ctx context.Context) (dedup.Store, error) {
-			return redisstore.New(ctx, client, redisstore.Config{KeyPrefix: "lab-test:"})
+			return dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: "lab-test:"})
 		}
 	case dynamoStore:
 		a := loadAWS(t, "dynamodb")

@@ -17,7 +17,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/internal/lab"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
-	redisstore "github.com/watermill-dedup/watermill-dedup/stores/redis"
+	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
 // sharedConfig is the one dedup configuration of every end-to-end test
@@ -30,7 +30,7 @@ var decisions = &decisionLog{}
 
 func setSharedConfig() error {
 	client := goredis.NewClient(&goredis.Options{Addr: redisAddr})
-	store, err := redisstore.New(context.Background(), client, redisstore.Config{KeyPrefix: "lab-e2e:"})
+	store, err := dedupredis.New(context.Background(), client, dedupredis.Config{KeyPrefix: "lab-e2e:"})
 	if err != nil {
 		return err
 	}

@@ -28,7 +28,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
-	redisstore "github.com/watermill-dedup/watermill-dedup/stores/redis"
+	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
 // Store names accepted in Options.Stores, in the order they are printed.
@@ -182,7 +182,7 @@ func openRedis(ctx context.Context, id string, autoPipeline bool) (*backend, err
 	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr, PoolSize: redisPoolSize})
 	b.closers = append(b.closers, func() { _ = client.Close() })
 	b.redis = client
-	store, err := redisstore.New(ctx, client, redisstore.Config{KeyPrefix: "dedup-bench-" + id + ":", AutoPipeline: autoPipeline})
+	store, err := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: "dedup-bench-" + id + ":", AutoPipeline: autoPipeline})
 	if err != nil {
 		b.close()
 		return nil, err

@@ -13,7 +13,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
-	redisstore "github.com/watermill-dedup/watermill-dedup/stores/redis"
+	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
 // memPoint is the used_memory growth per completed record after records
@@ -46,7 +46,7 @@ func redisMemory(ctx context.Context, counts []int) ([]memPoint, string, error) 
 		describe string
 	)
 	err := withRedis(ctx, func(client *goredis.Client, version string) error {
-		store, err := redisstore.New(ctx, client, redisstore.Config{})
+		store, err := dedupredis.New(ctx, client, dedupredis.Config{})
 		if err != nil {
 			return err
 		}
