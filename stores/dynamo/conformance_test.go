@@ -192,4 +192,36 @@ func TestConformanceMoto(t *testing.T) {
 	t.Run("suite", func(t *testing.T) { storetest.Run(t, newMoto, f) })
 	t.Run("admin", func(t *testing.T) { storetest.RunAdmin(t, newMoto, f) })
 	t.Run("router", func(t *testing.T) { storetest.RunRouter(t, newMoto, f) })
+	t.Run("server-refuses-item-size", func(t *testing.T) { testServerRefusesItemSize(t, newMoto) })
+}
+
+// testServerRefusesItemSize: a result within MaxResultSize that the server
+// still refuses for the item's size (moto's limit is lower than DynamoDB's)
+// is ErrResultTooLarge, as the store's own check would say, so that the
+// engine completes the record without the result. (It was the SDK's
+// ValidationException, which the engine logs as a failed Complete, leaving
+// the record in progress until its lease ends: the effect ran again after
+// it.) moto, unlike DynamoDB, applies the update before it refuses it: the
+// Complete without the result then finds the record completed by this very
+// claim, ErrAlreadyCompleted, which the engine counts as completed; on
+// DynamoDB nothing was written and that Complete succeeds. Either way a
+// later claim is a duplicate.
+func testServerRefusesItemSize(t *testing.T, newStore storetest.Constructor) {
+	s, _ := newStore(t)
+	ctx := context.Background()
+	res, err := s.Claim(ctx, "item-size:k", "", time.Minute)
+	if err != nil || res.Outcome != dedup.Acquired {
+		t.Fatalf("Claim: %v, %v", res.Outcome, err)
+	}
+	max := s.(interface{ MaxResultSize() int }).MaxResultSize()
+	err = s.Complete(ctx, res.Claim, make([]byte, max), time.Hour)
+	if !errors.Is(err, dedup.ErrResultTooLarge) || !errors.Is(err, dynamo.ErrResultTooLarge) {
+		t.Fatalf("Complete with a %d-byte result on moto: %v; want ErrResultTooLarge", max, err)
+	}
+	if err := s.Complete(ctx, res.Claim, nil, time.Hour); err != nil && !errors.Is(err, dedup.ErrAlreadyCompleted) {
+		t.Fatalf("Complete without the result after ErrResultTooLarge: %v; want success or ErrAlreadyCompleted", err)
+	}
+	if again, err := s.Claim(ctx, "item-size:k", "", time.Minute); err != nil || again.Outcome != dedup.Duplicate {
+		t.Fatalf("a later claim: %v, %v; want a duplicate", again.Outcome, err)
+	}
 }

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
@@ -432,7 +434,9 @@ func (s *Store) decodeProvenance(item map[string]types.AttributeValue, rec *reco
 // consistent GetItem (dynalite). It records the time of completion (by
 // the store's Clock) in CompletedAt.
 // A result longer than MaxResultSize is refused with ErrResultTooLarge
-// before any request. Cost: one round trip (two for a failed condition on
+// before any request; so is, after the request, a result the server
+// refuses for the item's size (a server whose limit is lower, as moto's).
+// Cost: one round trip (two for a failed condition on
 // a server that ignores ALL_OLD).
 func (s *Store) Complete(ctx context.Context, claim dedup.Claim, result []byte, retention time.Duration) error {
 	if err := storekit.CheckDuration("retention", retention); err != nil {
@@ -457,7 +461,25 @@ func (s *Store) Complete(ctx context.Context, claim dedup.Claim, result []byte, 
 	if errors.Is(err, dedup.ErrClaimLost) {
 		return s.completedByClaim(ctx, pk, claim, err)
 	}
+	if len(result) > 0 && itemTooLarge(err) {
+		// The server's limit is below the one MaxResultSize assumes
+		// (moto's is): nothing was written, as with the check above.
+		return fmt.Errorf("%w: %d bytes: the server refused the item's size: %w", ErrResultTooLarge, len(result), err)
+	}
 	return err
+}
+
+// itemTooLarge reports whether err is DynamoDB's refusal of an item over
+// its size limit: a ValidationException "Item size has exceeded the
+// maximum allowed size" (PutItem) or "Item size to update has exceeded the
+// maximum allowed size" (UpdateItem). The request wrote nothing.
+func itemTooLarge(err error) bool {
+	var api smithy.APIError
+	if err == nil || !errors.As(err, &api) || api.ErrorCode() != "ValidationException" {
+		return false
+	}
+	msg := api.ErrorMessage()
+	return strings.HasPrefix(msg, "Item size") && strings.Contains(msg, "exceeded the maximum allowed size")
 }
 
 // completedByClaim is the error of a Complete whose condition failed:
