@@ -210,13 +210,7 @@ func (h *Handler) record(ctx context.Context, rec *events.SQSMessage) (ok bool) 
 	}()
 
 	var err error
-	call.Key, err = h.businessKey(msg, rec.MessageId)
-	if err == nil && h.cfg.Dedup.Fingerprint != nil {
-		if call.Fingerprint, err = h.cfg.Dedup.Fingerprint(msg); err != nil {
-			err = &dedup.KeyError{Field: "fingerprint", Reason: "fingerprint failed", MessageUUID: rec.MessageId, Err: err}
-		}
-	}
-	if err != nil {
+	if call.Key, call.Fingerprint, err = h.identify(msg, rec.MessageId, nil); err != nil {
 		h.decide(rec, dedup.Decision{Event: dedup.EventKeyMissing, Err: err})
 		return h.permanent(rec, err)
 	}
@@ -243,6 +237,26 @@ func (h *Handler) permanent(rec *events.SQSMessage, err error) bool {
 	}
 	h.decide(rec, dedup.Decision{Event: EventDropped, Err: fmt.Errorf("lambdadedup: record dropped (DropPermanent): %w", err)})
 	return true
+}
+
+// identify takes the record's key (see businessKey), refuses one equal to
+// another of the record's ids (others: a sequence number, an event id), and
+// takes its fingerprint: what the record is claimed under.
+func (h *Handler) identify(msg *message.Message, messageID string, others []string) (key, fingerprint string, err error) {
+	if key, err = h.businessKey(msg, messageID); err != nil {
+		return "", "", err
+	}
+	for _, id := range others {
+		if id != "" && key == id {
+			return "", "", fmt.Errorf("%w: key %q is the record's sequence number or event id; take the key from the business payload", dedup.ErrTransportKey, key)
+		}
+	}
+	if h.cfg.Dedup.Fingerprint != nil {
+		if fingerprint, err = h.cfg.Dedup.Fingerprint(msg); err != nil {
+			return "", "", &dedup.KeyError{Field: "fingerprint", Reason: "fingerprint failed", MessageUUID: messageID, Err: err}
+		}
+	}
+	return key, fingerprint, nil
 }
 
 // businessKey runs the key function as the Watermill middleware does (a

@@ -152,18 +152,7 @@ func (h *Handler) one(ctx context.Context, it item) (err error) {
 		}
 	}()
 
-	call.Key, err = h.businessKey(msg, it.uuid)
-	for _, id := range it.others {
-		if err == nil && id != "" && call.Key == id {
-			err = fmt.Errorf("%w: key %q is the record's sequence number or event id; take the key from the business payload", dedup.ErrTransportKey, call.Key)
-		}
-	}
-	if err == nil && h.cfg.Dedup.Fingerprint != nil {
-		if call.Fingerprint, err = h.cfg.Dedup.Fingerprint(msg); err != nil {
-			err = &dedup.KeyError{Field: "fingerprint", Reason: "fingerprint failed", MessageUUID: it.uuid, Err: err}
-		}
-	}
-	if err != nil {
+	if call.Key, call.Fingerprint, err = h.identify(msg, it.uuid, it.others); err != nil {
 		h.decideItem(it, dedup.Decision{Event: dedup.EventKeyMissing, Err: err})
 		return h.permanentItem(it, err)
 	}
