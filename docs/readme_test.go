@@ -5,7 +5,8 @@
 //     harness that declares only the names the text says come from
 //     elsewhere; the root README's Quick start is examples/quickstart/main.go
 //     verbatim, built and run here against a redis-server of its own, and
-//     its Engine.Do block is ExampleEngine_Do's body.
+//     its Engine.Do block is ExampleEngine_Do's body;
+//   - relative links and #anchors resolve (links_test.go).
 //
 // goblocks_test.go says how to add a harness or mark a fragment.
 package docs_test
