@@ -6,9 +6,11 @@
 //     elsewhere; the root README's Quick start is examples/quickstart/main.go
 //     verbatim, built and run here against a redis-server of its own, and
 //     its Engine.Do block is ExampleEngine_Do's body;
-//   - relative links and #anchors resolve (links_test.go).
+//   - relative links and #anchors resolve (links_test.go);
+//   - the dedup-lab and dedupctl command lines quoted in Markdown, and the
+//     lab's flag table, pass the commands' own flag parsing (flags_test.go).
 //
-// goblocks_test.go says how to add a harness or mark a fragment.
+// README.md in this folder says what to do when one of them fails.
 package docs_test
 
 import (
