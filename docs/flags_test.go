@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -458,6 +459,8 @@ func alternatives(args []string) [][]string {
 	return out
 }
 
+var makeVarRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
+
 // labMakeVars returns the Makefile variables the lab recipe puts after
 // ./cmd/dedup-lab: what `make lab NAME=...` passes to the lab.
 func labMakeVars(t *testing.T, root string) map[string]bool {
@@ -474,7 +477,7 @@ func labMakeVars(t *testing.T, root string) map[string]bool {
 			found, inLab = true, true
 		case inLab && strings.HasPrefix(line, "\t"):
 			if _, after, ok := strings.Cut(line, "./cmd/dedup-lab"); ok {
-				for _, sm := range regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`).FindAllStringSubmatch(after, -1) {
+				for _, sm := range makeVarRef.FindAllStringSubmatch(after, -1) {
 					vars[sm[1]] = true
 				}
 			}
@@ -601,7 +604,10 @@ func checkCommandLines(t *testing.T, c flagCheckers, docs []*markdown, makeVars 
 	return res
 }
 
-var flagsHeading = regexp.MustCompile(`^#+\s+Flags\s*$`)
+var (
+	flagsHeading = regexp.MustCompile(`^#+\s+Flags\s*$`)
+	usageWord    = regexp.MustCompile(`[A-Za-z][A-Za-z0-9-]*`)
+)
 
 // checkFlagTable checks the code block under the "Flags" heading of m, the
 // lab's flag table: "-name value" pairs (a|b for the values of a flag that
@@ -643,7 +649,7 @@ func checkFlagTable(t *testing.T, c flagCheckers, m *markdown, flags []labFlag) 
 		if f.kind != "string" {
 			continue
 		}
-		for _, w := range regexp.MustCompile(`[A-Za-z][A-Za-z0-9-]*`).FindAllString(f.usage, -1) {
+		for _, w := range usageWord.FindAllString(f.usage, -1) {
 			probes = append(probes, probe{f.name, w})
 			lines = append(lines, []string{"-" + f.name, w})
 		}
@@ -696,7 +702,7 @@ func checkFlagTable(t *testing.T, c flagCheckers, m *markdown, flags []labFlag) 
 			if refusedSome[name] {
 				var missing []string
 				for v := range accepted[name] {
-					if !contains(values, v) {
+					if !slices.Contains(values, v) {
 						missing = append(missing, v)
 					}
 				}
@@ -720,15 +726,6 @@ func checkFlagTable(t *testing.T, c flagCheckers, m *markdown, flags []labFlag) 
 		}
 	}
 	return len(listed), problems
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // The command-line checker fails on broken input, naming file and line:

@@ -41,8 +41,6 @@ type harness struct {
 	// names declares the names from elsewhere, one "name Type" per line.
 	// Each must appear in the fragment.
 	names string
-	// decls are other declarations the fragment needs, verbatim.
-	decls string
 	// results is the result list of the function a statement fragment
 	// runs in ("error" for one that returns err).
 	results string
@@ -347,10 +345,10 @@ func checkGoBlocks(t *testing.T, root string, docs []*markdown, hs map[blockKey]
 				fmt.Fprintf(&src, "func snippet() (%s) {\n%s//line harness-after:1\n%s\n}\n", h.results, body, h.after)
 			}
 			writeFile(t, pkgDir, "block.go", src.String())
-			if h.names != "" || h.decls != "" {
+			if h.names != "" {
 				var names strings.Builder
 				names.WriteString("package snippet\n\n")
-				nameUses := usedPackages(h.names + "\n" + h.decls)
+				nameUses := usedPackages(h.names)
 				var imps []importSpec
 				for _, imp := range parseSpecs(t, h.imports) {
 					if nameUses[imp.name] {
@@ -358,10 +356,7 @@ func checkGoBlocks(t *testing.T, root string, docs []*markdown, hs map[blockKey]
 					}
 				}
 				writeImports(&names, imps)
-				if h.names != "" {
-					fmt.Fprintf(&names, "var (\n%s\n)\n\n", h.names)
-				}
-				names.WriteString(h.decls + "\n")
+				fmt.Fprintf(&names, "var (\n%s\n)\n", h.names)
 				writeFile(t, pkgDir, "names.go", names.String())
 			}
 			wrote++
