@@ -218,15 +218,26 @@ func (k *leaseKeeper) extend() bool {
 	k.mu.Lock()
 	k.cancelExt = cancel
 	k.mu.Unlock()
-	err := e.storeOp(ctx, "extend", func(ctx context.Context) error { return e.cfg.Store.Extend(ctx, claim, lease) })
+	octx, ocancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
+	start := time.Now()
+	err := e.cfg.Store.Extend(octx, claim, lease)
+	elapsed := time.Since(start)
+	ocancel()
+	cancelled := errors.Is(ctx.Err(), context.Canceled) // by stop or expire (cancelExt)
 	cancel()
 	k.mu.Lock()
 	k.cancelExt = nil
-	finishing := k.finishing
+	finishing, over := k.finishing, k.stopped || k.expired
 	if err == nil && sent.Add(lease).After(k.leaseEnd) {
 		k.leaseEnd = sent.Add(lease)
 	}
 	k.mu.Unlock()
+	if err != nil && cancelled && over {
+		// stop (the work is over) or expire (which reports) cancelled
+		// it: its outcome no longer matters, and it is no store failure.
+		return false
+	}
+	e.observeOp(ctx, "extend", elapsed, err)
 	switch {
 	case err == nil:
 		return true
