@@ -163,7 +163,12 @@ type Config struct {
 	// InTransaction: store.RunInTx (stores/postgres); the handler finds the
 	// transaction with postgres.TxFromContext(r.Context()) and writes
 	// through it. If the transaction cannot be committed the client gets
-	// 503 (not-committed) and the key is released. Cost: one pooled
+	// 503 (not-committed) and the key is released; when COMMIT's outcome is
+	// unknown (the connection broke during it) and it went through, the key
+	// is completed and the client's retry gets the stored response. With
+	// Shadow, a request the middleware would refuse (no key, caller not
+	// identified) also runs in a transaction, committed without completing
+	// anything. Cost: one pooled
 	// connection held while the handler runs, and BEGIN and COMMIT around
 	// the completion. Defaults to nil: the response is stored by a separate
 	// Complete after the handler, and a crash between the handler's effect

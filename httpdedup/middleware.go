@@ -10,6 +10,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
+	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
 	"github.com/watermill-dedup/watermill-dedup/internal/recordinfo"
 )
 
@@ -159,7 +160,9 @@ type request struct {
 
 // shadowed runs next for a request the middleware would refuse with dec
 // (logged would_reject), when Config.Shadow is on, and reports whether it
-// did.
+// did. With Config.InTransaction it runs as the engine's shadow runs do:
+// in a transaction of its own, committed without completing anything, its
+// response sent once the transaction is over.
 func (m *Middleware) shadowed(req *request, dec dedup.Decision) bool {
 	if !m.cfg.Shadow {
 		return false
@@ -167,7 +170,19 @@ func (m *Middleware) shadowed(req *request, dec dedup.Decision) bool {
 	dec.Event = dedup.EventWouldReject
 	m.decide(req.info, dec)
 	req.body.restore(req.r)
-	req.next.ServeHTTP(req.w, req.r)
+	if m.cfg.InTransaction == nil {
+		req.next.ServeHTTP(req.w, req.r)
+		return true
+	}
+	var resp Response
+	_, err := m.cfg.InTransaction(claimctx.WithShadow(req.r.Context(), 0), func(ctx context.Context) ([]byte, error) {
+		var err error
+		resp, err = m.runHandler(req.r.WithContext(ctx), req.next)
+		return nil, err
+	})
+	// Outcome Acquired: the handler ran, so a failed COMMIT is answered
+	// not-committed.
+	m.respond(req, resp, dedup.ClaimResult{Outcome: dedup.Acquired}, err)
 	return true
 }
 
@@ -341,7 +356,7 @@ func (m *Middleware) respond(req *request, resp Response, res dedup.ClaimResult,
 		// of Config.InTransaction failed (its writes rolled back) and the
 		// engine released the claim, logging the cause with the release.
 		m.problem(w, http.StatusServiceUnavailable, ProblemNotCommitted, "Request not committed",
-			"The request's work and its idempotency record could not be committed together, so neither was; retry it with the same key.")
+			"The request's work and its idempotency record could not be committed together; retry it with the same key: if the commit went through after all, the retry gets the stored response, otherwise it runs the request.")
 	case err != nil:
 		m.problem(w, http.StatusServiceUnavailable, ProblemStoreUnavailable, "Idempotency store unavailable",
 			"The request was not processed; retry it with the same key.")
