@@ -317,6 +317,20 @@ func (f *flight) claim(ctx context.Context, lease time.Duration) (res ClaimResul
 // checkKey refuses keys that cannot identify a business fact, or that some
 // store cannot hold, the same way for every store.
 func (e *Engine) checkKey(key, transportID string) error {
+	return checkKey(key, transportID, e.cfg.MaxKeyLength)
+}
+
+// CheckKey reports whether an Engine with the default MaxKeyLength accepts
+// key as a business key: nil, or a *KeyError (matching ErrNoKey) saying
+// why not (empty or blank, not UTF-8, a control character, too long). A
+// producer that stamps keys (package producerkey) checks them with it, so
+// that a message its consumers would refuse for good is refused at
+// publish time instead, while it can still be fixed.
+func CheckKey(key string) error {
+	return checkKey(key, "", defaultMaxKeyLength)
+}
+
+func checkKey(key, transportID string, maxKeyLength int) error {
 	switch {
 	case strings.TrimFunc(key, unicode.IsSpace) == "":
 		return &KeyError{Reason: "empty or blank key", MessageUUID: transportID}
@@ -324,8 +338,8 @@ func (e *Engine) checkKey(key, transportID string) error {
 		return &KeyError{Reason: "key is not valid UTF-8", MessageUUID: transportID}
 	case strings.IndexFunc(key, unicode.IsControl) >= 0:
 		return &KeyError{Reason: "key contains a control character (NUL, newline, ...)", MessageUUID: transportID}
-	case len(key) > e.cfg.MaxKeyLength:
-		return &KeyError{Reason: fmt.Sprintf("key is %d bytes, longer than MaxKeyLength %d", len(key), e.cfg.MaxKeyLength), MessageUUID: transportID}
+	case len(key) > maxKeyLength:
+		return &KeyError{Reason: fmt.Sprintf("key is %d bytes, longer than MaxKeyLength %d", len(key), maxKeyLength), MessageUUID: transportID}
 	case transportID != "" && key == transportID:
 		return fmt.Errorf("%w: key %q is the message's transport id; take the key from the business payload", ErrTransportKey, key)
 	}

@@ -19,8 +19,14 @@ type PublisherConfig struct {
 	// then keyfuncs.Metadata(DefaultMetadata).
 	Metadata string
 
-	// Key returns the message's business key (an order id, a payment id),
-	// the same for every message built for one intent. Defaults to nil: a
+	// Key returns the message's business key, the same for every message
+	// built for one intent and different for two intents: it names the
+	// intent, not the entity ("order-42-charged", not "order-42", when two
+	// kinds of events about one order share a topic and a consumer, or the
+	// second is skipped as a duplicate of the first). A key the consumer's
+	// dedup would refuse (blank, control characters, not UTF-8, longer than
+	// 1024 bytes: dedup.CheckKey) fails Publish with ErrNoKey, as does a
+	// failing or panicking Key. Defaults to nil: a
 	// random key, made the first time the message is published; a retry
 	// must then publish the same *message.Message again to keep it.
 	Key dedup.KeyFunc
@@ -58,9 +64,11 @@ func NewPublisher(pub message.Publisher, config PublisherConfig) (*Publisher, er
 // the second copy as a duplicate.
 //
 // It writes to the messages' metadata (that is where the key lives between
-// attempts). When Config.Key fails for a message, Publish returns the
-// error, wrapping dedup.ErrNoKey when the key function's does, and
-// publishes nothing. Cost: the key function, or 16 bytes from crypto/rand,
+// attempts), so one message must not be published from two goroutines at
+// once. When Config.Key fails for a message or gives a key the consumer
+// would refuse, Publish returns the error (wrapping dedup.ErrNoKey for a
+// refused key or when the key function's error does) and publishes
+// nothing. Cost: the key function, or 16 bytes from crypto/rand,
 // per message not yet stamped; nothing for a retry.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	for _, msg := range msgs {
@@ -86,15 +94,26 @@ func (p *Publisher) stamp(msg *message.Message) error {
 		msg.Metadata.Set(p.config.Metadata, newKey())
 		return nil
 	}
-	key, err := p.config.Key(msg)
+	key, err := p.key(msg)
+	if err == nil {
+		err = dedup.CheckKey(key)
+	}
 	if err != nil {
 		return fmt.Errorf("producerkey: key of message %s: %w", msg.UUID, err)
 	}
-	if key == "" {
-		return fmt.Errorf("producerkey: key of message %s: %w", msg.UUID, dedup.ErrNoKey)
-	}
 	msg.Metadata.Set(p.config.Metadata, key)
 	return nil
+}
+
+// key runs Config.Key; a panic is a *dedup.KeyError, as in the consumer's
+// middleware.
+func (p *Publisher) key(msg *message.Message) (key string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			key, err = "", &dedup.KeyError{Reason: fmt.Sprintf("key function panicked: %v", r), MessageUUID: msg.UUID}
+		}
+	}()
+	return p.config.Key(msg)
 }
 
 // Close closes the decorated publisher.

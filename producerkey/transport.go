@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
 )
 
 // Header is the request header Transport sets, from the IETF httpapi draft
@@ -14,7 +16,8 @@ const Header = "Idempotency-Key"
 
 // ErrIntentReused is returned by Transport.RoundTrip when one intent (one
 // context from NewIntent or WithKey) is used for two different requests:
-// another method or URL than the first request made with it. Sharing the
+// another method or URL than the first request made with it (a redirect
+// that http.Client follows excepted: that is the same request). Sharing the
 // key would make the server replay the first request's response for the
 // second.
 var ErrIntentReused = errors.New("producerkey: one intent used for two different requests")
@@ -23,6 +26,7 @@ var ErrIntentReused = errors.New("producerkey: one intent used for two different
 type intent struct {
 	mu     sync.Mutex
 	key    string // "" until first use (NewIntent)
+	given  bool   // the key is the caller's (WithKey)
 	target string // method and URL of the first request; "" until then
 }
 
@@ -37,9 +41,13 @@ func NewIntent(ctx context.Context) context.Context {
 
 // WithKey is NewIntent with a key of the caller's, typically derived from
 // the business fact ("order-42-charge"), so that a process restarted
-// between two attempts sends the same key again.
+// between two attempts sends the same key again. A key a server's dedup
+// would refuse (empty or blank, control characters, not UTF-8, over 1024
+// bytes: dedup.CheckKey) fails the request in Transport.RoundTrip with an
+// error matching dedup.ErrNoKey, before anything is sent: it is never
+// replaced by a random key, which would not survive the restart.
 func WithKey(ctx context.Context, key string) context.Context {
-	return context.WithValue(ctx, intentKey{}, &intent{key: key})
+	return context.WithValue(ctx, intentKey{}, &intent{key: key, given: true})
 }
 
 // KeyFromContext returns the key of the intent marked on ctx, once a
@@ -56,14 +64,21 @@ func KeyFromContext(ctx context.Context) (string, bool) {
 
 // keyFor returns the intent's key for req, making it on first use, or
 // ErrIntentReused when req is not the request the intent was first used
-// for.
+// for. A redirect that http.Client follows (req.Response set: a 307 or 308
+// resends the POST elsewhere) is the same request and keeps the key.
 func (in *intent) keyFor(req *http.Request) (string, error) {
 	target := req.Method + " " + req.URL.String()
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if in.target == "" {
+	if in.given {
+		if err := dedup.CheckKey(in.key); err != nil {
+			return "", fmt.Errorf("producerkey: the key given to WithKey: %w", err)
+		}
+	}
+	switch {
+	case in.target == "":
 		in.target = target
-	} else if in.target != target {
+	case in.target != target && req.Response == nil:
 		return "", fmt.Errorf("%w: first %s, now %s", ErrIntentReused, in.target, target)
 	}
 	if in.key == "" {
