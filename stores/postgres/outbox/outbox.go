@@ -167,12 +167,16 @@ func (o *Outbox) write(ctx context.Context, tx pgx.Tx, topic string, msgs []*mes
 // and stop it with Close. config is Watermill's own; its ForwarderTopic
 // must be empty or Config.Topic.
 //
-// Delivery is at least once, in commit order: the forwarder records how far
-// it got in the same transaction that read the messages, after publisher
-// accepted them, so a crash between the two publishes those messages again
-// after a restart. Messages of a transaction still open are not read until
-// it ends. Several forwarders on one outbox take turns (a row lock), they
-// do not share the work.
+// Delivery is at least once: the forwarder records how far it got in the
+// same transaction that read the messages, after publisher accepted them,
+// so a crash between the two publishes those messages again after a
+// restart. The order is watermill-sql's: by transaction id (assigned at a
+// transaction's first write), not by commit, and nothing is read past the
+// oldest transaction still open that has written anything in the database
+// (any table): one long handler transaction, or a transaction left open by
+// another program on the same database, holds back all delivery until it
+// ends (watch Pending). Several forwarders on one outbox take turns (a row
+// lock), they do not share the work.
 func (o *Outbox) NewForwarder(publisher message.Publisher, config forwarder.Config) (*forwarder.Forwarder, error) {
 	if config.ForwarderTopic != "" && config.ForwarderTopic != o.cfg.Topic {
 		return nil, fmt.Errorf("outbox: forwarder.Config.ForwarderTopic is %q, the outbox is %q", config.ForwarderTopic, o.cfg.Topic)
