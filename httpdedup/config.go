@@ -233,7 +233,8 @@ type Config struct {
 	Retention time.Duration
 
 	// Heartbeat is how often the lease is extended while the handler runs.
-	// Defaults to Lease/3; must be shorter than Lease. When an extension
+	// Defaults to Lease/3; must be shorter than Lease less min(Lease/10,
+	// 1s) (the deadline margin). When an extension
 	// finds the claim lost, or the lease passes without a successful
 	// extension, the handler's context is cancelled with dedup.ErrClaimLost
 	// as its cause.

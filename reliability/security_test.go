@@ -196,12 +196,15 @@ func FuzzScopedKeyInjective(f *testing.F) {
 // PayloadFingerprint, and a handler whose output names the e-mail address:
 //
 //   - Redis: one key, prefix + scope + ":" + business key (in clear); its
-//     value is 35 bytes (format, state, 16-byte owner token, 16 bytes of
-//     SHA-256 of the fingerprint) with Replay off; the payload is not in
-//     it. With Replay on, the handler's output messages follow, verbatim.
+//     value is 58 to 60 bytes (format, state, 8-byte owner token, 16 bytes
+//     of SHA-256 of the fingerprint, who and when: claim time and count,
+//     the message's UUID as 16 bytes, completed-at) with Replay off; the
+//     payload is not in it. With Replay on, the handler's output messages
+//     follow, verbatim.
 //   - DynamoDB: one item with pk (the scoped key, in clear), state, token,
-//     fingerprint (the hex SHA-256 of the payload), deadline, ttl, and with
-//     Replay on a result attribute holding the output verbatim.
+//     fingerprint (the hex SHA-256 of the payload), deadline, ttl, who and
+//     when, and with Replay on a result attribute holding the output
+//     verbatim.
 func TestStoreHoldsOnlyWhatTheReadmeSays(t *testing.T) {
 	const (
 		card  = "4111111111111111"

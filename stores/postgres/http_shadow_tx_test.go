@@ -12,12 +12,11 @@ import (
 )
 
 // TestHTTPShadowRunsRefusedRequestsInTransaction: with Config.Shadow and
-// Config.InTransaction, RunInTx promises that a shadow run (one dedup would
-// have skipped or refused) gets a transaction, and it does when the engine
-// refuses (a duplicate). But a request that httpdedup itself would refuse
-// (no key on a Require route, caller not identified, fingerprint failed)
-// runs next directly, outside InTransaction: a handler written for
-// InTransaction (tx, _ := postgres.TxFromContext(ctx)) finds no transaction.
+// Config.InTransaction every shadow run gets a transaction, as RunInTx
+// promises: one the engine refuses (a duplicate) and one httpdedup itself
+// refuses (no key on a Require route, a malformed key). (The latter ran
+// next directly, outside InTransaction: a handler written for it,
+// tx, _ := postgres.TxFromContext(ctx), found no transaction.)
 func TestHTTPShadowRunsRefusedRequestsInTransaction(t *testing.T) {
 	o := newOrders(t)
 	idem, err := httpdedup.New(httpdedup.Config{
