@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -596,7 +597,11 @@ func number(n int64) types.AttributeValue {
 }
 
 // ceilMillis rounds d up to whole milliseconds, so that a positive lease
-// never becomes zero.
+// never becomes zero. The longest durations, where rounding up would
+// overflow (into a deadline in the past), are rounded down.
 func ceilMillis(d time.Duration) int64 {
+	if d > math.MaxInt64-time.Millisecond {
+		return int64(d / time.Millisecond)
+	}
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }

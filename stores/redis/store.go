@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -134,8 +135,12 @@ func (s *Store) RedisKey(scopedKey string) string { return s.prefix + scopedKey 
 
 // millis converts a positive duration to whole milliseconds for PX and
 // PEXPIRE, rounding up: a lease is never shortened, and never 0 (which Redis
-// refuses).
+// refuses). The longest durations, where rounding up would overflow, are
+// rounded down.
 func millis(d time.Duration) int64 {
+	if d > math.MaxInt64-time.Millisecond {
+		return int64(d / time.Millisecond)
+	}
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
