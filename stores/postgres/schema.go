@@ -112,8 +112,18 @@ func (s *Store) stepSQL(step schemaStep) string {
 
 // indexName is the name of the table's index with suffix, quoted for SQL
 // or schema-qualified and quoted for to_regclass.
+//
+// The name is table+suffix cut to 63 bytes, which keeps the indexes'
+// names apart from each other and from the table's while the table's name
+// is at most 61 bytes (the suffixes differ in their second byte). A name of
+// 62 or 63 bytes would make them collide (CREATE INDEX IF NOT EXISTS then
+// skipped them with a NOTICE): the table's part is cut instead, keeping
+// the whole suffix, as the server names its own indexes.
 func (s *Store) indexName(suffix string, bare bool) string {
 	name := truncateIdentifier(s.cfg.Table + suffix)
+	if len(s.cfg.Table) > maxIdentifierLength-2 {
+		name = cutUTF8(s.cfg.Table, maxIdentifierLength-len(suffix)) + suffix
+	}
 	if bare || s.cfg.Schema == "" {
 		return pgx.Identifier{name}.Sanitize()
 	}
@@ -137,10 +147,15 @@ func (s *Store) SchemaSQL() string {
 // truncateIdentifier cuts a name to 63 bytes on a UTF-8 boundary, as the
 // server would (with a NOTICE) if we did not.
 func truncateIdentifier(name string) string {
-	if len(name) <= maxIdentifierLength {
+	return cutUTF8(name, maxIdentifierLength)
+}
+
+// cutUTF8 cuts name to at most n bytes on a UTF-8 boundary.
+func cutUTF8(name string, n int) string {
+	if len(name) <= n {
 		return name
 	}
-	cut := maxIdentifierLength
+	cut := n
 	for cut > 0 && name[cut]&0xC0 == 0x80 { // continuation byte
 		cut--
 	}

@@ -1,21 +1,27 @@
 package postgres_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
 )
 
-// TestMigrateLongTableNameCreatesEveryIndex: a table name of 63 bytes is
-// accepted by Config.Validate; Migrate must then create the expires_at and
-// business_key indexes (their names are truncated to 63 bytes: with such a
-// table name both become the table's own name, and CREATE INDEX IF NOT
-// EXISTS skips them with a NOTICE).
+// TestMigrateLongTableNameCreatesEveryIndex: table names of 61 to 63 bytes
+// are accepted by Config.Validate, and Migrate creates the expires_at and
+// business_key indexes for each. (At 62 bytes the two index names, cut to
+// 63 bytes, were equal; at 63 both were the table's own name; CREATE INDEX
+// IF NOT EXISTS skipped them with a NOTICE.)
 func TestMigrateLongTableNameCreatesEveryIndex(t *testing.T) {
+	for _, n := range []int{61, 62, 63} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) { migrateLongTableName(t, strings.Repeat("t", n)) })
+	}
+}
+
+func migrateLongTableName(t *testing.T, table string) {
 	ctx := testCtx(t)
 	schema := newSchema(t)
-	table := strings.Repeat("t", 63)
 	s, err := postgres.New(pool, postgres.Config{Schema: schema, Table: table})
 	if err != nil {
 		t.Fatal(err)
