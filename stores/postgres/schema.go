@@ -196,9 +196,13 @@ const backfillBatch = 1000
 // changes run in one transaction holding a transaction-scoped advisory lock
 // derived from the table name. It reads the catalog first and runs DDL only
 // for what is missing, so on an up-to-date table it takes no table lock
-// (about four round trips); an upgrade briefly takes the ACCESS EXCLUSIVE
-// lock of ALTER TABLE, waiting for running transactions on the table. It
-// never drops or rewrites anything; the schema named in Config.Schema must
+// (about four round trips). An upgrade takes the ACCESS EXCLUSIVE lock of
+// ALTER TABLE, waiting for running transactions on the table, and holds it
+// until its transaction commits, which includes building a missing index
+// (not CONCURRENTLY): on a large table claims wait for the whole index
+// build. Upgrade such a table at a quiet time, or run the statements of
+// SchemaSQL yourself beforehand with CREATE INDEX CONCURRENTLY. It never
+// drops or rewrites anything; the schema named in Config.Schema must
 // exist.
 func (s *Store) Migrate(ctx context.Context) error {
 	tx, err := s.db.BeginTx(ctx, pgx.TxOptions{})
