@@ -279,7 +279,8 @@ func (e *Engine) callLease(call *Call) (time.Duration, error) {
 //
 // The keeper's claimedAt is the clock's reading once admitted, just before
 // the request is sent: the lease certainly runs until claimedAt+lease (a
-// wait for admission does not count against it).
+// wait for admission does not count against it), cut to end at the call's
+// Deadline, if any, as it stands after that wait.
 func (f *flight) claim(ctx context.Context, lease time.Duration) (res ClaimResult, err error) {
 	e := f.e
 	select {
@@ -287,8 +288,15 @@ func (f *flight) claim(ctx context.Context, lease time.Duration) (res ClaimResul
 	case <-ctx.Done():
 		return ClaimResult{}, context.Cause(ctx)
 	}
-	f.keeper.lease, f.keeper.claimedAt = lease, e.cfg.Clock.Now()
 	defer func() { <-e.claims }()
+	now := e.cfg.Clock.Now()
+	if d := f.call.Deadline; !d.IsZero() && d.Sub(now) < lease {
+		// The wait for admission took some of the time left.
+		if lease = d.Sub(now); lease <= 0 {
+			return ClaimResult{}, fmt.Errorf("dedup: the call's deadline passed while waiting for admission: %w", context.DeadlineExceeded)
+		}
+	}
+	f.keeper.lease, f.keeper.claimedAt = lease, now
 	if f.work.Err() != nil && ctx.Err() == nil {
 		// An earlier claim of the call (InProgressWait) timed out and
 		// ended the work's context with it.

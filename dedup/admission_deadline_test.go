@@ -1,0 +1,84 @@
+package dedup_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
+	"github.com/watermill-dedup/watermill-dedup/stores/memory"
+)
+
+// admissionStore blocks the claim of key "first" until release is closed,
+// and reports the lease of every claim.
+type admissionStore struct {
+	dedup.Store
+	entered chan struct{}
+	release chan struct{}
+	leases  chan time.Duration
+}
+
+func (s *admissionStore) Claim(ctx context.Context, key, fp string, lease time.Duration) (dedup.ClaimResult, error) {
+	if key == "s:first" {
+		close(s.entered)
+		<-s.release
+	} else {
+		s.leases <- lease
+	}
+	return s.Store.Claim(ctx, key, fp, lease)
+}
+
+// doneSignal is a context that tells when something first waits on it:
+// the engine's admission does (select on Done).
+type doneSignal struct {
+	context.Context
+	asked chan struct{}
+	once  sync.Once
+}
+
+func (c *doneSignal) Done() <-chan struct{} {
+	c.once.Do(func() { close(c.asked) })
+	return c.Context.Done()
+}
+
+// TestLeaseCutToTheDeadlineAfterAdmission: a call with a Deadline that
+// waits for admission (MaxClaimsInFlight) sends a lease that ends at its
+// Deadline, not one computed before the wait, which reached past it by the
+// time waited.
+func TestLeaseCutToTheDeadlineAfterAdmission(t *testing.T) {
+	clock := fakeclock.New(time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC))
+	s := &admissionStore{Store: memory.New(clock), entered: make(chan struct{}), release: make(chan struct{}), leases: make(chan time.Duration, 1)}
+	e, err := dedup.NewEngine(dedup.Config{Store: s, Clock: clock, Lease: 30 * time.Second, MaxClaimsInFlight: 1, DisableHeartbeat: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	go func() {
+		_, err := e.Do(context.Background(), dedup.Call{Scope: "s", Key: "first"}, func(context.Context) ([]byte, error) { return nil, nil })
+		first <- err
+	}()
+	recv(t, "the first claim to hold the only admission", s.entered)
+	second := make(chan error, 1)
+	deadline := clock.Now().Add(10 * time.Second)
+	ctx := &doneSignal{Context: context.Background(), asked: make(chan struct{})}
+	go func() {
+		_, err := e.Do(ctx, dedup.Call{Scope: "s", Key: "second", Deadline: deadline}, func(context.Context) ([]byte, error) { return nil, nil })
+		second <- err
+	}()
+	// The second call waits for admission; the clock moves 4 s meanwhile.
+	recv(t, "the second call to wait for admission", ctx.asked)
+	clock.Advance(4 * time.Second)
+	close(s.release)
+	if err := recv(t, "the first call", first); err != nil {
+		t.Fatal(err)
+	}
+	lease := recv(t, "the second claim's lease", s.leases)
+	if err := recv(t, "the second call", second); err != nil {
+		t.Fatal(err)
+	}
+	if want := deadline.Sub(clock.Now()); lease != want {
+		t.Fatalf("the second claim's lease is %v, want %v: it must end at the call's Deadline", lease, want)
+	}
+}
