@@ -161,6 +161,9 @@ func (f *flight) do(ctx context.Context, w worker) (ClaimResult, error) {
 		err = fmt.Errorf("unknown outcome %v", res.Outcome)
 	}
 	if err != nil {
+		if errors.Is(err, errCallDeadline) {
+			return ClaimResult{}, err // not sent: no store failure, nothing to fail open
+		}
 		return f.claimFailed(ctx, w, elapsed, waited, err)
 	}
 	switch res.Outcome {
@@ -258,6 +261,11 @@ func (f *flight) newWorkContext(ctx context.Context) {
 	f.work.init(ctx, f)
 }
 
+// errCallDeadline is the error of a call whose Deadline passed before its
+// claim was sent (before Do, or while it waited for admission); it also
+// matches context.DeadlineExceeded.
+var errCallDeadline = errors.New("dedup: the call's deadline has passed")
+
 // callLease is the lease of the call's next claim: Config.Lease, or the
 // call's shorter Lease, cut to what is left before the call's Deadline.
 func (e *Engine) callLease(call *Call) (time.Duration, error) {
@@ -267,7 +275,7 @@ func (e *Engine) callLease(call *Call) (time.Duration, error) {
 	}
 	if left := call.Deadline.Sub(e.cfg.Clock.Now()); !call.Deadline.IsZero() && left < lease {
 		if left <= 0 {
-			return 0, fmt.Errorf("dedup: the call's deadline has passed: %w", context.DeadlineExceeded)
+			return 0, fmt.Errorf("%w: %w", errCallDeadline, context.DeadlineExceeded)
 		}
 		lease = left
 	}
@@ -293,7 +301,7 @@ func (f *flight) claim(ctx context.Context, lease time.Duration) (res ClaimResul
 	if d := f.call.Deadline; !d.IsZero() && d.Sub(now) < lease {
 		// The wait for admission took some of the time left.
 		if lease = d.Sub(now); lease <= 0 {
-			return ClaimResult{}, fmt.Errorf("dedup: the call's deadline passed while waiting for admission: %w", context.DeadlineExceeded)
+			return ClaimResult{}, fmt.Errorf("%w while waiting for admission: %w", errCallDeadline, context.DeadlineExceeded)
 		}
 	}
 	f.keeper.lease, f.keeper.claimedAt = lease, now

@@ -41,6 +41,10 @@ func (f *flight) awaitHolder(ctx context.Context) (res ClaimResult, elapsed, wai
 		sent := time.Now()
 		res, err = f.claim(ctx, lease)
 		elapsed = time.Since(sent)
+		if errors.Is(err, errCallDeadline) {
+			// It passed while waiting for admission: still in progress.
+			return ClaimResult{Outcome: InProgress}, elapsed, clock.Now().Sub(start), nil
+		}
 		if err != nil || res.Outcome != InProgress {
 			return res, elapsed, clock.Now().Sub(start), err
 		}
