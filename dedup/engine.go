@@ -399,6 +399,7 @@ func (f *flight) run(ctx context.Context, claim Claim, w worker) (ClaimResult, e
 func (f *flight) release(ctx context.Context, cause error) {
 	e, call, keeper := f.e, &f.call, &f.keeper
 	keeper.finish()
+	defer keeper.stop() // also when the store or the Observer panics
 	claim := keeper.claim()
 	err := f.finishOp(ctx, "release", func(ctx context.Context) error { return e.cfg.Store.Release(ctx, claim) })
 	keeper.stop()
@@ -420,6 +421,7 @@ func (f *flight) release(ctx context.Context, cause error) {
 func (f *flight) complete(ctx context.Context, result []byte) {
 	e, call, keeper := f.e, &f.call, &f.keeper
 	keeper.finish()
+	defer keeper.stop() // also when the store or the Observer panics
 	claim := keeper.claim()
 	var err error
 	backoff := e.cfg.CompleteBackoff
