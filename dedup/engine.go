@@ -220,9 +220,10 @@ func (f *flight) claimFailed(ctx context.Context, w worker, elapsed, waited time
 		return ClaimResult{}, err
 	}
 	e.event(call, EventFailOpen, "claim", key, 0, err)
-	if e.cfg.Shadow { // marked as a shadow run (stores/postgres RunInTx runs it)
-		ctx = claimctx.WithShadow(ctx, 0)
-	}
+	// Marked as a run without a claim, as shadow runs are: it hides the
+	// claim of an enclosing call (OutcomeFromContext says 0, false), and
+	// stores/postgres RunInTx commits its writes without completing.
+	ctx = claimctx.WithShadow(ctx, 0)
 	result, err := w.work(ctx)
 	return ClaimResult{Result: result}, err
 }
@@ -364,7 +365,7 @@ func checkKey(key, transportID string, maxKeyLength int) error {
 
 // run does the work of an acquired claim and ends the claim exactly once.
 func (f *flight) run(ctx context.Context, claim Claim, w worker) (ClaimResult, error) {
-	e, call := f.e, &f.call
+	e := f.e
 	f.hc.Key, f.hc.Token, f.hc.Retention = claim.Key, claim.Token, e.cfg.Retention
 	keeper := f.keepLease()
 	f.hc.SetStopper(keeper)
@@ -372,7 +373,13 @@ func (f *flight) run(ctx context.Context, claim Claim, w worker) (ClaimResult, e
 
 	panicked := true
 	defer func() {
-		if panicked {
+		switch {
+		case !panicked:
+		case f.hc.Completed():
+			// The work completed the record itself (stores/postgres
+			// RunInTx) before it panicked: nothing to release.
+			f.completedInWork(claim)
+		default:
 			// The panic (or runtime.Goexit) goes on after this function
 			// returns; the claim is released first so that a retry runs.
 			f.release(ctx, errors.New("handler panicked"))
@@ -382,17 +389,29 @@ func (f *flight) run(ctx context.Context, claim Claim, w worker) (ClaimResult, e
 	panicked = false
 
 	switch {
+	case f.hc.Completed():
+		// The work completed the record itself, in its own transaction
+		// (stores/postgres RunInTx): an error after that (from a
+		// middleware outside the transaction) cannot undo it, and a
+		// release could only fail.
+		f.completedInWork(claim)
+		if err != nil {
+			return acquired, err
+		}
 	case err != nil:
 		f.release(ctx, err)
 		return acquired, err
-	case f.hc.Completed():
-		keeper.stop()
-		e.event(call, EventCompleted, "complete", claim.Key, e.cfg.Clock.Now().Sub(keeper.claimedAt), nil)
 	default:
 		f.complete(ctx, result)
 	}
 	acquired.Result = result
 	return acquired, nil
+}
+
+// completedInWork ends a claim whose work completed the record itself.
+func (f *flight) completedInWork(claim Claim) {
+	f.keeper.stop()
+	f.e.event(&f.call, EventCompleted, "complete", claim.Key, f.e.cfg.Clock.Now().Sub(f.keeper.claimedAt), nil)
 }
 
 // release releases the claim's record so that a retry can run the work again.

@@ -245,6 +245,13 @@ func (k *leaseKeeper) extend() bool {
 		if finishing {
 			return false // the completion got there first; it reports
 		}
+		k.mu.Lock()
+		reported := k.expired || k.stopped // expire reported the loss, or the work is over
+		k.expired = true                   // expire must not report it again
+		k.mu.Unlock()
+		if reported {
+			return false
+		}
 		err = fmt.Errorf("extending the lease of %q: %w", claim.Key, err)
 		e.event(&k.f.call, EventClaimLost, "extend", claim.Key, sent.Sub(k.claimedAt), err)
 		k.f.work.end(err)

@@ -17,10 +17,10 @@ import (
 // ErrNoClaim is returned by TxMiddleware for a message that reaches it
 // without a dedup claim in its context, and by RunInTx for such a context:
 // TxMiddleware was added before (that is, outside) the dedup middleware,
-// RunInTx was called outside the work of dedup.Engine.Do, or the engine ran
-// the work without a claim (Config.FailOpen while the store was down).
-// A shadow run (dedup.Config.Shadow) without a claim is not refused: see
-// RunInTx. Nothing was written. It is a configuration error, not a message error:
+// or RunInTx was called outside the work of dedup.Engine.Do. A run the
+// engine marks as unclaimed (dedup.Config.Shadow, or Config.FailOpen while
+// the store could not be reached) is not refused: see RunInTx. Nothing was
+// written. It is a configuration error, not a message error:
 // every message will fail the same way until the wiring is fixed.
 var ErrNoClaim = errors.New("postgres: no dedup claim in the message context; add TxMiddleware after the dedup middleware")
 
@@ -120,9 +120,10 @@ func (s *Store) TxMiddleware(h message.HandlerFunc) message.HandlerFunc {
 //     completed and changes nothing) or neither (the release frees it).
 //
 // A context without a claim fails with ErrNoClaim before anything is
-// written, except a shadow run (dedup.Config.Shadow runs a copy that
-// dedup would have skipped or refused without a claim, or any copy while
-// the store cannot be reached): work then runs in a transaction that
+// written, except a run the engine marks as unclaimed (dedup.Config.Shadow
+// runs a copy that dedup would have skipped or refused without a claim;
+// Shadow or Config.FailOpen run any copy without one while the store
+// cannot be reached): work then runs in a transaction that
 // commits its writes, and nothing is completed, as without the
 // middleware; its error rolls them back. Cost: the transaction holds one pooled connection while work
 // runs, and adds BEGIN, the completion UPDATE and COMMIT (three round

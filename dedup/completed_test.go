@@ -17,9 +17,9 @@ import (
 // the transaction, a middleware between dedup and TxMiddleware) must not
 // have the engine release the record and report claim_lost ("another
 // consumer may have run the effect too", error level): the effect ran once
-// and its record is completed by this very claim. Today run releases
-// whenever the work fails, without looking at hc.Completed(): a Release
-// round trip that can only fail, and a false claim_lost alarm.
+// and its record is completed by this very claim. (run released whenever
+// the work failed, without looking at hc.Completed(): a Release round trip
+// that could only fail, and a false claim_lost alarm.)
 func TestFailureAfterInWorkCompletionIsNoLostClaim(t *testing.T) {
 	for _, panics := range []bool{false, true} {
 		name := map[bool]string{false: "error", true: "panic"}[panics]

@@ -56,9 +56,9 @@ func expireRunning() bool {
 // decides claim_lost and cancels the work; the lease deadline's own timer
 // (armed while the extension was in flight, stopped only after extend
 // returned) must not decide claim_lost a second time for the same loss
-// when it fires meanwhile. Today expire checks finishing, expired and
-// stopped, but nothing records that the extension already reported the
-// claim lost: the loss is logged (error level) and counted twice.
+// when it fires meanwhile. (Nothing recorded that the extension had
+// already reported the claim lost: the loss was logged, at error level,
+// and counted twice.)
 func TestClaimLostIsDecidedOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -35,11 +35,11 @@ func (s *panickingFinishStore) Release(ctx context.Context, c dedup.Claim) error
 
 // TestPanicWhileFinishingStopsTheHeartbeat: when the Store's Complete or
 // Release panics, the panic goes on out of Do (a Watermill router's
-// Recoverer then keeps the process alive), but the lease keeper must stop:
-// today complete and release stop it only after the store operation
-// returned, so a panic there leaves the heartbeat extending the lease for
-// as long as the process lives. The key stays in_progress for good and
-// every redelivered copy gets ErrInProgress. (A panicking Observer told of
+// Recoverer then keeps the process alive), but the lease keeper must stop.
+// (complete and release stopped it only after the store operation
+// returned, so a panic there left the heartbeat extending the lease for as
+// long as the process lived: the key stayed in_progress for good and every
+// redelivered copy got ErrInProgress.) (A panicking Observer told of
 // the operation leaves the timer until the next beat only: that Extend
 // finds the record completed or released and the keeper gives up.)
 func TestPanicWhileFinishingStopsTheHeartbeat(t *testing.T) {
