@@ -51,7 +51,7 @@ type Handler struct {
 // New validates config, applies its defaults and returns a Handler that
 // calls handler for each record it wins. handler has the signature of a
 // Watermill router's AddConsumerHandler, so one function serves both
-// runtimes; msg.Context() carries the claim (dedup.ClaimFromContext), the
+// runtimes; msg.Context() carries the claim (dedup.OutcomeFromContext tells a fresh run), the
 // record (RecordFromContext) and the Lambda context, and is cancelled when
 // the claim is lost or the invocation's deadline passes. A configuration
 // problem fails here, not on the first invocation.
