@@ -62,11 +62,16 @@ type backend struct {
 	// raw writes key if absent, with an expiry: the least a claim can cost
 	// on this store (one round trip, no token check, no Lua).
 	raw func(ctx context.Context, key string) error
-	// floor, when set, is the least Claim+Complete can cost on this store:
-	// the raw write followed by a raw conditional update of the same item
-	// (DynamoDB: PutItem + UpdateItem with prebuilt expressions), the floor
-	// of the claim+complete/raw ratio on an emulator.
+	// floor, when set, is the least Claim+Complete can cost on this store
+	// (the raw pair): the raw write followed by a raw update of the same
+	// item, two round trips as a claim and its completion are (Redis: SET NX
+	// PX then SET XX PX; DynamoDB: PutItem then a conditional UpdateItem
+	// with prebuilt expressions; PostgreSQL: INSERT … ON CONFLICT DO NOTHING
+	// then UPDATE by primary key, two autocommit statements).
 	floor func(ctx context.Context, key string) error
+	// floorInRouter adds the router+raw pair lane: a router whose handler
+	// (no middleware) runs floor, the floor of router+dedup.
+	floorInRouter bool
 	// reset, when set, empties the store and the raw baseline's data
 	// between measurements (the memory store: its records live in this
 	// process's heap).
@@ -192,13 +197,38 @@ func openRedis(ctx context.Context, id string, autoPipeline bool) (*backend, err
 	if info, err := client.InfoMap(ctx, "server").Result(); err == nil {
 		version = info["Server"]["redis_version"]
 	}
-	b.describe = fmt.Sprintf("redis-server %s on %s, go-redis PoolSize %d, store AutoPipeline %v; raw: SET key value NX PX 30000, unpipelined", version, srv.Addr, redisPoolSize, autoPipeline)
+	pairHow := "unpipelined (go-redis Process)"
+	if autoPipeline {
+		pairHow = "through a pipeline shared by concurrent callers, by the store's AutoPipeline rule"
+	}
+	b.describe = fmt.Sprintf("redis-server %s on %s, go-redis PoolSize %d, store AutoPipeline %v; raw: SET key value NX PX 30000, unpipelined;\n"+
+		"  raw pair: SET key value NX PX 30000 then SET key value2 XX PX 86400000, %s",
+		version, srv.Addr, redisPoolSize, autoPipeline, pairHow)
 	rawPrefix := "dedup-bench-raw-" + id + ":"
 	b.raw = func(ctx context.Context, key string) error {
 		return client.Do(ctx, "set", rawPrefix+key, rawToken, "nx", "px", rawLease.Milliseconds()).Err()
 	}
+	process := client.Process
+	if autoPipeline {
+		process = (&sharedPipe{client: client}).process
+	}
+	floorPrefix := "dedup-bench-pair-" + id + ":"
+	retention := (24 * time.Hour).Milliseconds()
+	b.floor = func(ctx context.Context, key string) error {
+		key = floorPrefix + key
+		if err := process(ctx, goredis.NewCmd(ctx, "set", key, rawToken, "nx", "px", rawLease.Milliseconds())); err != nil {
+			return err // goredis.Nil too: NX must set a fresh key
+		}
+		// XX answers nil when the key is missing: the pair did not hold.
+		return process(ctx, goredis.NewCmd(ctx, "set", key, rawDone, "xx", "px", retention))
+	}
+	b.floorInRouter = true
 	return b, nil
 }
+
+// rawDone stands for a completed record's value in the raw pair's second
+// write.
+var rawDone = strings.Repeat("1", 32)
 
 func openDynamo(ctx context.Context, id string) (*backend, error) {
 	node, err := testserver.StartDynalite()
@@ -228,7 +258,8 @@ func openDynamo(ctx context.Context, id string) (*backend, error) {
 		return nil, err
 	}
 	b.store = store
-	b.describe = fmt.Sprintf("dynalite (tools/node_modules) at %s, table %s; raw: PutItem with attribute_not_exists(pk)", node.Endpoint, table)
+	b.describe = fmt.Sprintf("dynalite (tools/node_modules) at %s, table %s; raw: PutItem with attribute_not_exists(pk);\n"+
+		"  raw pair: the same PutItem then UpdateItem of its deadline conditioned on its token (prebuilt expressions)", node.Endpoint, table)
 	expr, err := expression.NewBuilder().
 		WithCondition(expression.AttributeNotExists(expression.Name(dynamo.DefaultPartitionKey))).Build()
 	if err != nil {
@@ -347,10 +378,35 @@ func openPostgres(ctx context.Context, id string) (*backend, error) {
 	}
 	b.describe = fmt.Sprintf("PostgreSQL %s at %s%s, pgxpool MaxConns %d; raw: INSERT … ON CONFLICT DO NOTHING into (key text PRIMARY KEY, token, expires_at indexed)",
 		version, cfg.ConnConfig.Host+":"+strconv.Itoa(int(cfg.ConnConfig.Port)), shared, pgMaxConns)
-	insert := "INSERT INTO " + raw + " (key, token, expires_at) VALUES ($1, $2, clock_timestamp() + $3 * interval '1 millisecond') ON CONFLICT DO NOTHING"
+	insert := func(table string) string {
+		return "INSERT INTO " + table + " (key, token, expires_at) VALUES ($1, $2, clock_timestamp() + $3 * interval '1 millisecond') ON CONFLICT DO NOTHING"
+	}
+	rawInsert := insert(raw)
 	b.raw = func(ctx context.Context, key string) error {
-		_, err := pool.Exec(ctx, insert, key, rawToken, rawLease.Milliseconds())
+		_, err := pool.Exec(ctx, rawInsert, key, rawToken, rawLease.Milliseconds())
 		return err
 	}
+	// The raw pair writes a table of its own, like the raw one, so that
+	// neither grows the other's index.
+	pairTable := pgx.Identifier{schema, "pair_keys"}.Sanitize()
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+pairTable+" (key text PRIMARY KEY, token text NOT NULL, expires_at timestamptz NOT NULL); "+
+		"CREATE INDEX ON "+pairTable+" (expires_at)"); err != nil {
+		b.close()
+		return nil, fmt.Errorf("routerbench: create raw pair table: %w", err)
+	}
+	pairInsert := insert(pairTable)
+	pairUpdate := "UPDATE " + pairTable + " SET token = $2, expires_at = clock_timestamp() + $3 * interval '1 millisecond' WHERE key = $1 AND token = $4"
+	retention := (24 * time.Hour).Milliseconds()
+	b.floor = func(ctx context.Context, key string) error {
+		if _, err := pool.Exec(ctx, pairInsert, key, rawToken, rawLease.Milliseconds()); err != nil {
+			return err
+		}
+		tag, err := pool.Exec(ctx, pairUpdate, key, rawDone, retention, rawToken)
+		if err == nil && tag.RowsAffected() != 1 {
+			err = fmt.Errorf("routerbench: raw pair update of %q: %d rows", key, tag.RowsAffected())
+		}
+		return err
+	}
+	b.describe += ";\n  raw pair: the same INSERT into a table of its own, then UPDATE of token and expires_at by primary key and token, two autocommit statements"
 	return b, nil
 }

@@ -175,7 +175,11 @@ func newSuite(ctx context.Context, name, id string, maxC int) (*suite, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	r, err := newRig(ctx, b.store, id, maxC, name == StoreMemory)
+	var routerFloor func(context.Context, string) error
+	if b.floorInRouter {
+		routerFloor = b.floor
+	}
+	r, err := newRig(ctx, b.store, id, maxC, name == StoreMemory, routerFloor)
 	if err != nil {
 		b.close()
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -186,7 +190,7 @@ func newSuite(ctx context.Context, name, id string, maxC int) (*suite, error) {
 	if b.floor != nil {
 		s.variants = append(s.variants, variant{name: vFloor})
 	}
-	for _, n := range []string{vRouter, vHappy, vDup, vWMHappy, vWMDup} {
+	for _, n := range []string{vRouter, vHappy, vRouterFloor, vDup, vWMHappy, vWMDup} {
 		if l, ok := r.lanes[n]; ok {
 			s.variants = append(s.variants, variant{name: n, lane: l})
 		}

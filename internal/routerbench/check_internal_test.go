@@ -2,6 +2,7 @@ package routerbench
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -27,7 +28,7 @@ func (*forgetful) Extend(context.Context, dedup.Claim, time.Duration) error     
 func TestDuplicateLaneCatchesHandlerCalls(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r, err := newRig(ctx, &forgetful{}, "check", 2, false)
+	r, err := newRig(ctx, &forgetful{}, "check", 2, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,5 +41,50 @@ func TestDuplicateLaneCatchesHandlerCalls(t *testing.T) {
 	// handler once.
 	if _, _, err := r.checked(ctx, r.lanes[vHappy], 2, 0, 20); err != nil {
 		t.Fatalf("happy lane: %v", err)
+	}
+}
+
+// TestFloorLaneRunsFloor shows that the router+raw pair lane's handler
+// runs the floor once per message, with the message's scoped key, and
+// that a failing floor fails the measurement.
+func TestFloorLaneRunsFloor(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var (
+		calls atomic.Int64
+		fail  atomic.Bool
+		bad   atomic.Value
+	)
+	floor := func(_ context.Context, key string) error {
+		calls.Add(1)
+		if !strings.HasPrefix(key, scope+":ORDER-check-pair-") {
+			bad.Store(key)
+		}
+		if fail.Load() {
+			return errors.New("floor failed")
+		}
+		return nil
+	}
+	r, err := newRig(ctx, &forgetful{}, "check", 2, false, floor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = r.stop() }()
+	l, ok := r.lanes[vRouterFloor]
+	if !ok {
+		t.Fatalf("no %s lane", vRouterFloor)
+	}
+	if _, _, err := r.checked(ctx, l, 2, 0, 20); err != nil {
+		t.Fatalf("floor lane: %v", err)
+	}
+	if got := calls.Load(); got != 20 {
+		t.Errorf("floor ran %d times for 20 messages", got)
+	}
+	if k := bad.Load(); k != nil {
+		t.Errorf("floor got key %q, want the message's scoped key", k)
+	}
+	fail.Store(true)
+	if _, _, err := r.checked(ctx, l, 2, 0, 4); err == nil || !strings.Contains(err.Error(), "floor failed") {
+		t.Errorf("checked with a failing floor: %v, want its error", err)
 	}
 }

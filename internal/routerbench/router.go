@@ -21,14 +21,17 @@ import (
 
 // Variant names, as printed.
 const (
-	vRaw     = "raw"
-	vStore   = "claim+complete"
-	vFloor   = "put+update"
-	vRouter  = "router"
-	vHappy   = "router+dedup"
-	vDup     = "router+dedup dup"
-	vWMHappy = "router+wm-dedup"
-	vWMDup   = "router+wm-dedup dup"
+	vRaw    = "raw"
+	vStore  = "claim+complete"
+	vFloor  = "raw pair"
+	vRouter = "router"
+	// vRouterFloor is a router whose handler runs the raw pair, no
+	// middleware: the floor of router+dedup.
+	vRouterFloor = "router+raw pair"
+	vHappy       = "router+dedup"
+	vDup         = "router+dedup dup"
+	vWMHappy     = "router+wm-dedup"
+	vWMDup       = "router+wm-dedup dup"
 )
 
 const (
@@ -105,8 +108,10 @@ type rig struct {
 
 // newRig starts a router whose lanes use store through dedup.New (and,
 // when withWatermill, Watermill's own Deduplicator on an in-memory
-// repository), each with maxC handlers. Keys are unique to id.
-func newRig(ctx context.Context, store dedup.Store, id string, maxC int, withWatermill bool) (*rig, error) {
+// repository), each with maxC handlers. With floor set, a lane without
+// middleware whose handler calls floor with the message's scoped key is
+// added (vRouterFloor). Keys are unique to id.
+func newRig(ctx context.Context, store dedup.Store, id string, maxC int, withWatermill bool, floor func(ctx context.Context, key string) error) (*rig, error) {
 	pub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
 	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	if err != nil {
@@ -151,6 +156,8 @@ func newRig(ctx context.Context, store dedup.Store, id string, maxC int, withWat
 		nextKey   func() string
 		dupKeys   []string
 		repo      *swapRepo
+		// work, when set, is what the handler does beside counting.
+		work func(*message.Message) error
 	}
 	happy, err := newDedup()
 	if err != nil {
@@ -162,24 +169,34 @@ func newRig(ctx context.Context, store dedup.Store, id string, maxC int, withWat
 	}
 	dupLaneKeys, wmDupKeys := cycleKeys("dup"), cycleKeys("wmdup")
 	specs := []spec{
-		{vRouter, nil, true, distinct("none"), nil, nil},
-		{vHappy, happy, true, distinct("happy"), nil, nil},
-		{vDup, dup, false, cycle(dupLaneKeys), dupLaneKeys, nil},
+		{vRouter, nil, true, distinct("none"), nil, nil, nil},
+		{vHappy, happy, true, distinct("happy"), nil, nil, nil},
+		{vDup, dup, false, cycle(dupLaneKeys), dupLaneKeys, nil, nil},
+	}
+	if floor != nil {
+		specs = append(specs, spec{name: vRouterFloor, wantCalls: true, nextKey: distinct("pair"),
+			work: func(msg *message.Message) error {
+				return floor(msg.Context(), admin.ScopedKey(scope, msg.Metadata.Get(keyMetadata)))
+			}})
 	}
 	if withWatermill {
 		wmHappy, happyRepo := newWatermill()
 		wmDup, dupRepo := newWatermill()
 		specs = append(specs,
-			spec{vWMHappy, wmHappy, true, distinct("wm"), nil, happyRepo},
-			spec{vWMDup, wmDup, false, cycle(wmDupKeys), wmDupKeys, dupRepo})
+			spec{vWMHappy, wmHappy, true, distinct("wm"), nil, happyRepo, nil},
+			spec{vWMDup, wmDup, false, cycle(wmDupKeys), wmDupKeys, dupRepo, nil})
 	}
 	for _, s := range specs {
 		l := &lane{name: s.name, wantCalls: s.wantCalls, nextKey: s.nextKey, dupKeys: s.dupKeys, wmRepo: s.repo}
 		for i := range maxC {
 			topic := fmt.Sprintf("bench-%s-%d", s.name, i)
 			l.topics = append(l.topics, topic)
-			h := router.AddConsumerHandler(topic, topic, pub, func(*message.Message) error {
+			work := s.work
+			h := router.AddConsumerHandler(topic, topic, pub, func(msg *message.Message) error {
 				l.handlerCalls.Add(1)
+				if work != nil {
+					return work(msg)
+				}
 				return nil
 			})
 			if s.mw != nil {

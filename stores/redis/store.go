@@ -259,11 +259,15 @@ func (a *recordArg) MarshalBinary() ([]byte, error) { return a.b[:a.len], nil }
 // LOADING: the command did not run) is answered by sending the command
 // again the ordinary way, which follows redirections and retries.
 func (s *Store) setNXGet(ctx context.Context, args []any, p *pending) (old []byte, found bool, err error) {
-	cmd := goredis.NewRawCmd(ctx, args...)
-	if err := s.process(ctx, cmd, p); err != nil {
+	cmd := rawCmds.Get().(*goredis.RawCmd)
+	*cmd = *goredis.NewRawCmd(ctx, args...)
+	err = s.process(ctx, cmd, p)
+	old, found, ok := parseBulkReply(cmd.Val()) // old is in the reply's own buffer, not in cmd
+	*cmd = goredis.RawCmd{}
+	rawCmds.Put(cmd)
+	if err != nil {
 		return nil, false, err
 	}
-	old, found, ok := parseBulkReply(cmd.Val())
 	if ok {
 		return old, found, nil
 	}
@@ -493,7 +497,8 @@ func (s *Store) run(ctx context.Context, op string, script *ownedScript, claim d
 		a.now = time.Now().UnixMilli()
 	}
 	if s.waitReplicas > 0 && script != releaseOp {
-		err := s.runWait(ctx, op, script, claim.Key, args, &raw)
+		r := raw // a copy: raw itself stays on the stack
+		err := s.runWait(ctx, op, script, claim.Key, args, &r)
 		a.release()
 		return err
 	}
@@ -502,7 +507,8 @@ func (s *Store) run(ctx context.Context, op string, script *ownedScript, claim d
 	if err == nil && reply == replyOK {
 		return nil
 	}
-	return s.replyError(ctx, op, script, claim.Key, reply, err, &raw)
+	r := raw // on the heap only on this path
+	return s.replyError(ctx, op, script, claim.Key, reply, err, &r)
 }
 
 // runWait is run with Config.WaitReplicas: the script and WAIT in one
@@ -570,15 +576,29 @@ func decodeHexToken(token string, raw *[tokenLen]byte) (string, bool) {
 // when the server does not know the script (NOSCRIPT), as
 // goredis.Script.Run does.
 func (s *Store) evalOwned(ctx context.Context, script *ownedScript, args []any, p *pending) (int64, error) {
-	cmd := goredis.NewCmd(ctx, args...)
+	cmd := cmds.Get().(*goredis.Cmd)
+	*cmd = *goredis.NewCmd(ctx, args...)
 	_ = s.process(ctx, cmd, p)
-	if goredis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+	// (HasErrorPrefix allocates even for a nil error.)
+	if err := cmd.Err(); err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
 		args[0], args[1] = "eval", &script.src
-		cmd = goredis.NewCmd(ctx, args...)
+		*cmd = *goredis.NewCmd(ctx, args...)
 		_ = s.process(ctx, cmd, p)
 	}
-	return cmd.Int64()
+	n, err := cmd.Int64()
+	*cmd = goredis.Cmd{}
+	cmds.Put(cmd)
+	return n, err
 }
+
+// rawCmds and cmds pool the commands of the claim and of the token-checking
+// scripts, the two commands on every message's path: go-redis is done with
+// a command when Process returns (as with the pooled arguments, a hook that
+// kept a command after the call would see it change).
+var (
+	rawCmds = sync.Pool{New: func() any { return new(goredis.RawCmd) }}
+	cmds    = sync.Pool{New: func() any { return new(goredis.Cmd) }}
+)
 
 func lost(op, key string, why error, detail string) error {
 	if detail != "" {
