@@ -155,7 +155,7 @@ func (f *flight) do(ctx context.Context, w worker) (ClaimResult, error) {
 	elapsed := time.Since(start)
 	var waited time.Duration
 	if err == nil && res.Outcome == InProgress && e.cfg.InProgressWait > 0 && !e.cfg.Shadow {
-		res, elapsed, waited, err = f.awaitHolder(ctx)
+		res, elapsed, waited, err = f.awaitHolder(ctx, elapsed)
 	}
 	if err == nil && (res.Outcome < Acquired || res.Outcome > Conflict) {
 		err = fmt.Errorf("unknown outcome %v", res.Outcome)

@@ -15,10 +15,11 @@ import (
 // ended), the wait's bound or the call's Deadline is reached, or ctx ends.
 // The bound is checked by one last claim at the bound itself. It returns
 // the last claim's answer (its lease and time are the keeper's, as claim
-// sets them), its round trip, and how long the wait took on the clock.
+// sets them), its round trip (elapsed, the first claim's, when it made no
+// claim), and how long the wait took on the clock.
 // Cost: one claim round trip per pause; no store support beyond Claim is
 // needed.
-func (f *flight) awaitHolder(ctx context.Context) (res ClaimResult, elapsed, waited time.Duration, err error) {
+func (f *flight) awaitHolder(ctx context.Context, elapsed time.Duration) (res ClaimResult, _, waited time.Duration, err error) {
 	e, call := f.e, &f.call
 	clock := e.cfg.Clock
 	start := clock.Now()
