@@ -24,6 +24,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/redisbatch"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
@@ -199,7 +200,7 @@ func openRedis(ctx context.Context, id string, autoPipeline bool) (*backend, err
 	}
 	pairHow := "unpipelined (go-redis Process)"
 	if autoPipeline {
-		pairHow = "through a pipeline shared by concurrent callers, by the store's AutoPipeline rule"
+		pairHow = "through a pipeline shared by concurrent callers, through the store's own AutoPipeline batcher"
 	}
 	b.describe = fmt.Sprintf("redis-server %s on %s, go-redis PoolSize %d, store AutoPipeline %v; raw: SET key value NX PX 30000, unpipelined;\n"+
 		"  raw pair: SET key value NX PX 30000 then SET key value2 XX PX 86400000, %s",
@@ -210,7 +211,7 @@ func openRedis(ctx context.Context, id string, autoPipeline bool) (*backend, err
 	}
 	process := client.Process
 	if autoPipeline {
-		process = (&sharedPipe{client: client}).process
+		process = pipelined(redisbatch.New(client, redisbatch.DefaultMaxBatch, redisbatch.DefaultMaxInFlight))
 	}
 	floorPrefix := "dedup-bench-pair-" + id + ":"
 	retention := (24 * time.Hour).Milliseconds()
@@ -409,4 +410,21 @@ func openPostgres(ctx context.Context, id string) (*backend, error) {
 	}
 	b.describe += ";\n  raw pair: the same INSERT into a table of its own, then UPDATE of token and expires_at by primary key and token, two autocommit statements"
 	return b, nil
+}
+
+// pendings are the places where the floor's pipelined commands wait (the
+// store keeps one in its pooled arguments).
+var pendings = sync.Pool{New: func() any { return new(redisbatch.Pending) }}
+
+// pipelined sends each command through b, the store's own batcher, so that
+// the redis-ap floor batches exactly as the store does, without the
+// store's work.
+func pipelined(b *redisbatch.Batcher) func(context.Context, goredis.Cmder) error {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		p := pendings.Get().(*redisbatch.Pending)
+		err := b.Process(ctx, cmd, p)
+		*p = redisbatch.Pending{}
+		pendings.Put(p)
+		return err
+	}
 }

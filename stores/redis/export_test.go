@@ -9,6 +9,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/redisbatch"
 	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 )
 
@@ -65,15 +66,15 @@ func (s *Store) ClaimAs(ctx context.Context, key, token string, lease time.Durat
 // Batcher is the batcher of Config.AutoPipeline, for the benchmark that
 // compares it with go-redis' and rueidis' auto-pipelining on the same
 // commands.
-type Batcher struct{ b *batcher }
+type Batcher struct{ b *redisbatch.Batcher }
 
 // NewBatcher returns a batcher with the store's parameters.
 func NewBatcher(client goredis.UniversalClient) Batcher {
-	return Batcher{newBatcher(client, maxBatch, maxInFlight)}
+	return Batcher{redisbatch.New(client, redisbatch.DefaultMaxBatch, redisbatch.DefaultMaxInFlight)}
 }
 
 // Process sends cmd through the batcher.
 func (b Batcher) Process(ctx context.Context, cmd goredis.Cmder) error {
-	var p pending
-	return b.b.process(ctx, cmd, &p)
+	var p redisbatch.Pending
+	return b.b.Process(ctx, cmd, &p)
 }

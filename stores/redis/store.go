@@ -13,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/redisbatch"
 	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 )
 
@@ -44,25 +45,19 @@ import (
 type Store struct {
 	client       goredis.UniversalClient
 	prefix       string
-	waitReplicas int           // Config.WaitReplicas
-	waitTimeout  time.Duration // Config.WaitTimeout
-	batch        *batcher      // Config.AutoPipeline; nil: every command alone
+	waitReplicas int                 // Config.WaitReplicas
+	waitTimeout  time.Duration       // Config.WaitTimeout
+	batch        *redisbatch.Batcher // Config.AutoPipeline; nil: every command alone
 	// omitProvenance is Config.OmitProvenance as Complete's last script
 	// argument: "1" or "".
 	omitProvenance string
 }
 
-// Batching parameters of Config.AutoPipeline.
-const (
-	maxBatch    = 256 // commands per pipeline
-	maxInFlight = 2   // batches (or lone commands) in flight at once
-)
-
 // process sends cmd, batched with other calls' with Config.AutoPipeline
 // (p is where it waits).
-func (s *Store) process(ctx context.Context, cmd goredis.Cmder, p *pending) error {
+func (s *Store) process(ctx context.Context, cmd goredis.Cmder, p *redisbatch.Pending) error {
 	if s.batch != nil {
-		return s.batch.process(ctx, cmd, p)
+		return s.batch.Process(ctx, cmd, p)
 	}
 	return s.client.Process(ctx, cmd)
 }
@@ -124,7 +119,7 @@ func New(ctx context.Context, client goredis.UniversalClient, config Config) (*S
 		st.omitProvenance = "1"
 	}
 	if config.AutoPipeline {
-		st.batch = newBatcher(client, maxBatch, maxInFlight)
+		st.batch = redisbatch.New(client, redisbatch.DefaultMaxBatch, redisbatch.DefaultMaxInFlight)
 	}
 	return st, nil
 }
@@ -215,7 +210,7 @@ type claimArgs struct {
 	value recordArg
 	ms    int64
 	args  [7]any
-	wait  pending
+	wait  redisbatch.Pending
 }
 
 // release drops what the arguments point to and puts them back in the
@@ -223,7 +218,7 @@ type claimArgs struct {
 //
 //go:noinline
 func (a *claimArgs) release() {
-	a.key, a.wait = "", pending{}
+	a.key, a.wait = "", redisbatch.Pending{}
 	clear(a.args[:])
 	claimArgsPool.Put(a)
 }
@@ -233,7 +228,7 @@ func (a *claimArgs) release() {
 //
 //go:noinline
 func (a *scriptArgs) release() {
-	a.key, a.token, a.result, a.now, a.wait = "", "", nil, 0, pending{}
+	a.key, a.token, a.result, a.now, a.wait = "", "", nil, 0, redisbatch.Pending{}
 	clear(a.args[:])
 	scriptArgsPool.Put(a)
 }
@@ -258,7 +253,7 @@ func (a *recordArg) MarshalBinary() ([]byte, error) { return a.b[:a.len], nil }
 // more than the command. An error reply (MOVED on a Cluster, READONLY,
 // LOADING: the command did not run) is answered by sending the command
 // again the ordinary way, which follows redirections and retries.
-func (s *Store) setNXGet(ctx context.Context, args []any, p *pending) (old []byte, found bool, err error) {
+func (s *Store) setNXGet(ctx context.Context, args []any, p *redisbatch.Pending) (old []byte, found bool, err error) {
 	cmd := rawCmds.Get().(*goredis.RawCmd)
 	*cmd = *goredis.NewRawCmd(ctx, args...)
 	err = s.process(ctx, cmd, p)
@@ -432,7 +427,7 @@ type scriptArgs struct {
 	ms, now    int64
 	result     sliceArg
 	args       [10]any
-	wait       pending
+	wait       redisbatch.Pending
 }
 
 // compactArg holds a compact completed record (at most 20 digits).
@@ -575,7 +570,7 @@ func decodeHexToken(token string, raw *[tokenLen]byte) (string, bool) {
 // evalOwned runs EVALSHA with args (args[1] the script's SHA1), and EVAL
 // when the server does not know the script (NOSCRIPT), as
 // goredis.Script.Run does.
-func (s *Store) evalOwned(ctx context.Context, script *ownedScript, args []any, p *pending) (int64, error) {
+func (s *Store) evalOwned(ctx context.Context, script *ownedScript, args []any, p *redisbatch.Pending) (int64, error) {
 	cmd := cmds.Get().(*goredis.Cmd)
 	*cmd = *goredis.NewCmd(ctx, args...)
 	_ = s.process(ctx, cmd, p)

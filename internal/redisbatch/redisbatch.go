@@ -1,4 +1,7 @@
-package redis
+// Package redisbatch sends the commands of concurrent go-redis callers
+// together: the Batcher of the Redis store's Config.AutoPipeline, and of
+// the benchmark floor that must batch exactly as the store does.
+package redisbatch
 
 import (
 	"context"
@@ -7,8 +10,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// batcher sends the commands of concurrent callers together (Config.
-// AutoPipeline): while a command or batch is in flight, the commands that
+// Batcher sends the commands of concurrent callers together (the Redis
+// store's Config.AutoPipeline): while a command or batch is in flight, the commands that
 // arrive wait and are then written as one pipeline, in one write, with one
 // read of their replies. With nothing in flight a command is sent at once,
 // alone, on the caller's goroutine: no delay is added when there is nothing
@@ -25,40 +28,47 @@ import (
 // go-redis retries a batch after a network error as it retries a single
 // command (MaxRetries).
 //
-// A batcher holds no goroutine while idle: the goroutine that flushes the
+// A Batcher holds no goroutine while idle: the goroutine that flushes the
 // queue exits when it finds it empty.
-type batcher struct {
+type Batcher struct {
 	client      goredis.UniversalClient
 	maxBatch    int
 	maxInFlight int
 
 	mu       sync.Mutex
-	queue    []*pending
+	queue    []*Pending
 	inFlight int // commands or batches being sent, flushers included
 	flushers int // goroutines flushing the queue
 }
 
-// pending is a command waiting in the queue; callers keep it with the
+// Pending is a command waiting in the queue; callers keep it with the
 // command's arguments (no allocation of its own).
-type pending struct {
+type Pending struct {
 	ctx  context.Context
 	cmd  goredis.Cmder
 	done chan struct{}
 }
 
+// DefaultMaxBatch and DefaultMaxInFlight are the store's limits: commands
+// per pipeline, and batches (or lone commands) in flight at once.
+const (
+	DefaultMaxBatch    = 256
+	DefaultMaxInFlight = 2
+)
+
 var doneChans = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
 
-func newBatcher(client goredis.UniversalClient, maxBatch, maxInFlight int) *batcher {
-	return &batcher{client: client, maxBatch: maxBatch, maxInFlight: maxInFlight}
+func New(client goredis.UniversalClient, maxBatch, maxInFlight int) *Batcher {
+	return &Batcher{client: client, maxBatch: maxBatch, maxInFlight: maxInFlight}
 }
 
-// process sends cmd, batched with others when something is in flight, and
+// Process sends cmd, batched with others when something is in flight, and
 // returns the command's error. A command that waits is not abandoned when
 // ctx ends (it is skipped if ctx ended before its batch is written): its
 // wait is bounded by the batches ahead of it, as a command's wait for a
 // reply is bounded by the client's timeouts; and the store asks nothing of
 // ctx on this path (no Done channel, no timer).
-func (b *batcher) process(ctx context.Context, cmd goredis.Cmder, p *pending) error {
+func (b *Batcher) Process(ctx context.Context, cmd goredis.Cmder, p *Pending) error {
 	b.mu.Lock()
 	if b.inFlight == 0 && len(b.queue) == 0 {
 		b.inFlight++
@@ -82,7 +92,7 @@ func (b *batcher) process(ctx context.Context, cmd goredis.Cmder, p *pending) er
 // startFlusher starts a goroutine to flush the queue when commands wait and
 // fewer than maxInFlight commands or batches are in flight. Called with
 // b.mu held.
-func (b *batcher) startFlusher() {
+func (b *Batcher) startFlusher() {
 	if len(b.queue) > 0 && b.inFlight < b.maxInFlight && b.flushers < b.maxInFlight {
 		b.inFlight++
 		b.flushers++
@@ -92,14 +102,14 @@ func (b *batcher) startFlusher() {
 
 // flushBuffers are a flusher's slices, kept between flushers.
 type flushBuffers struct {
-	batch []*pending
+	batch []*Pending
 	cmds  []goredis.Cmder
 }
 
 var flushBufs sync.Pool
 
 // flush sends batches until the queue is empty.
-func (b *batcher) flush() {
+func (b *Batcher) flush() {
 	buf, _ := flushBufs.Get().(*flushBuffers)
 	if buf == nil {
 		buf = &flushBuffers{}
