@@ -24,16 +24,19 @@
 //
 // # Operations
 //
-// Every operation is one conditional write, atomic in DynamoDB:
+// Every write is conditional, atomic in DynamoDB:
 //
-//   - Claim: UpdateItem if attribute_not_exists(pk) OR (deadline <
-//     now-margin AND state <> completed), keeping a released or abandoned
-//     item's who-and-when attributes (if_not_exists) and counting the
-//     claim, with ReturnValuesOnConditionCheckFailure=ALL_OLD so that
-//     DynamoDB returns the live record in the same round trip. Servers that
-//     ignore that flag (dynalite) cost one strongly consistent GetItem more.
-//     A completed item past its retention is replaced by a PutItem (if
-//     attribute_not_exists(pk) OR deadline < now-margin): a new count.
+//   - Claim: PutItem if attribute_not_exists(pk), the one request of a key
+//     without a record, with ReturnValuesOnConditionCheckFailure=ALL_OLD
+//     (on every claim write) so that DynamoDB returns the live record in
+//     the same round trip. Servers that ignore that flag (dynalite) cost
+//     one strongly consistent GetItem more. A record no longer live costs
+//     one write more: a released or abandoned item is taken over by an
+//     UpdateItem if attribute_not_exists(pk) OR (deadline < now-margin AND
+//     state <> completed), keeping its who-and-when attributes
+//     (if_not_exists) and counting the claim; a completed item past its
+//     retention is replaced by a PutItem (if attribute_not_exists(pk) OR
+//     deadline < now-margin): a new count.
 //   - Complete: UpdateItem (state, deadline, ttl, completed_at, result) if
 //     token = :token AND state = in_progress AND deadline > now.
 //   - Extend: UpdateItem (deadline, ttl) under the same condition.

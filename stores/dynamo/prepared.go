@@ -72,6 +72,9 @@ func (p *prepared) values(vs ...types.AttributeValue) map[string]types.Attribute
 
 // statements are the store's prepared expressions.
 type statements struct {
+	// create: attribute_not_exists(pk), the PutItem of a claim that finds
+	// no record (the first attempt of every claim); it takes no placeholder.
+	create prepared
 	// claim: attribute_not_exists(pk) OR deadline < placeholder 0 (now -
 	// margin): the PutItem of a claim that starts a record afresh.
 	claim prepared
@@ -105,6 +108,10 @@ const (
 func prepareStatements(a AttributeNames) (statements, error) {
 	var st statements
 	var err error
+	create := expression.AttributeNotExists(expression.Name(a.PartitionKey))
+	if st.create, err = prepare(expression.NewBuilder().WithCondition(create), 0); err != nil {
+		return st, err
+	}
 	claim := expression.AttributeNotExists(expression.Name(a.PartitionKey)).
 		Or(expression.Name(a.Deadline).LessThan(placeholder(0)))
 	if st.claim, err = prepare(expression.NewBuilder().WithCondition(claim), 1); err != nil {

@@ -46,8 +46,8 @@ const (
 	// tokenBytes is the length of storekit.NewToken's tokens.
 	tokenBytes = 32
 
-	// maxClaimAttempts bounds Claim's retries when the record vanished or
-	// expired between the failed PutItem and the fallback GetItem.
+	// maxClaimAttempts bounds Claim's writes: the first, and those after a
+	// failed one that found a record no longer live, or none.
 	maxClaimAttempts = 4
 )
 
@@ -55,9 +55,10 @@ const (
 // safe for concurrent use and holds no connection of its own (the Client
 // does).
 //
-// Every operation is a single conditional write decided by DynamoDB: Claim,
-// Complete, Extend and Release are conditional UpdateItems (a claim after a
-// completed item's retention a conditional PutItem). Expiry is decided inside those
+// Every write is conditional, decided by DynamoDB: a
+// Claim a conditional PutItem (then, for a record no longer live, a
+// conditional UpdateItem or PutItem), Complete, Extend and Release
+// conditional UpdateItems. Expiry is decided inside those
 // conditions by comparing the record's Deadline attribute with the calling
 // client's clock, never by DynamoDB TTL (see Config.ClockSkewMargin and the
 // package documentation).
@@ -126,20 +127,27 @@ type record struct {
 	claims                 int
 }
 
-// Claim implements [dedup.Store.Claim] with one conditional UpdateItem:
+// Claim implements [dedup.Store.Claim]. Its first write is a PutItem of the
+// new in-progress item under the cheapest condition, attribute_not_exists(pk):
+// a key without a record, the usual case, costs that one request. Every
+// write asks for the old item on failure (ReturnValuesOnConditionCheckFailure
+// = ALL_OLD), so that real DynamoDB answers Duplicate, InProgress or
+// Conflict in the same round trip. When the failure carries no item, as with
+// dynalite, one strongly consistent GetItem reads the record. A record that
+// is no longer live calls for a second write, chosen by what was found:
 //
-//	attribute_not_exists(pk) OR (deadline < now - ClockSkewMargin AND state <> completed)
+//   - released, or in progress with its lease ended: a conditional UpdateItem,
+//     attribute_not_exists(pk) OR (deadline < now - ClockSkewMargin AND
+//     state <> completed), that takes it over keeping its who-and-when;
+//   - completed and past its retention: a conditional PutItem,
+//     attribute_not_exists(pk) OR deadline < now - ClockSkewMargin, that
+//     starts it afresh.
 //
-// asking for the old item on failure (ReturnValuesOnConditionCheckFailure =
-// ALL_OLD), so that real DynamoDB answers Duplicate, InProgress or Conflict
-// in the same round trip. When the failure carries no item, as with
-// dynalite, one strongly consistent GetItem reads the record; if that finds
-// it gone or expired (released or taken over in between) the claim starts
-// over, at most four times before ErrContended. A completed record past its
-// retention is replaced by a conditional PutItem (attribute_not_exists(pk)
-// OR deadline < now - ClockSkewMargin) on the next attempt: a second round
-// trip. A record carrying the token this claim just wrote (the SDK retried
-// a request whose response was lost) is recognised as Acquired.
+// If the record is gone, or has changed, by the time that write runs, the
+// claim decides again on what its failure returns, at most four writes in
+// all before ErrContended. A record carrying the token this claim just wrote
+// (the SDK retried a request whose response was lost) is recognised as
+// Acquired.
 //
 // Who and when: the item keeps the claim's dedup.Origin, the time of the
 // claim (by the store's Clock) and a claim count of 1. The UpdateItem that
@@ -151,7 +159,9 @@ type record struct {
 // non-UTF-8 key, ErrMalformedRecord when the item under the key was not
 // written by this store, and otherwise the SDK's error, wrapped (use
 // errors.As), when DynamoDB could not be asked; the claim's effect is then
-// unknown. Cost: one round trip, two on servers that ignore ALL_OLD.
+// unknown. Cost: one round trip for a key without a record or with a live
+// one (two on servers that ignore ALL_OLD); one more to take over a record
+// that is no longer live.
 func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.Duration) (dedup.ClaimResult, error) {
 	if err := storekit.CheckDuration("lease", lease); err != nil {
 		return dedup.ClaimResult{}, err
@@ -164,7 +174,7 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 		fingerprint = storedFingerprint(fingerprint)
 	}
 	origin, _ := dedup.OriginFromContext(ctx)
-	fresh := false // the last record found was a completed one past its retention
+	write := writeCreate // what the last record found calls for; none yet
 	for attempt := 1; ; attempt++ {
 		now := s.clock.Now().UnixMilli()
 		token := storekit.NewToken()
@@ -173,10 +183,13 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 			old map[string]types.AttributeValue
 			err error
 		)
-		if fresh {
-			old, err = s.put(ctx, &c)
-		} else {
+		switch write {
+		case writeCreate:
+			old, err = s.put(ctx, &c, &s.st.create)
+		case writeTakeOver:
 			old, err = s.takeOver(ctx, &c)
+		default:
+			old, err = s.put(ctx, &c, &s.st.claim)
 		}
 		if len(old) > 0 {
 			s.oldItems.Store(true)
@@ -192,27 +205,37 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 				return dedup.ClaimResult{}, err
 			}
 		}
+		write = writeCreate // gone by the time it was read
 		if len(old) > 0 {
 			rec, err := s.decode(old)
 			if err != nil {
 				return dedup.ClaimResult{}, err
 			}
 			if rec.token == token {
-				// Our own write: the SDK retried a PutItem whose first
+				// Our own write: the SDK retried a request whose first
 				// attempt succeeded but whose response was lost.
 				return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil
 			}
 			if rec.deadline >= now-s.marginMs { // live: the reason the condition failed
 				return outcome(rec, fingerprint), nil
 			}
-			fresh = rec.state == stateCompleted
+			write = writeTakeOver // released, or its lease ended
+			if rec.state == stateCompleted {
+				write = writeAfresh // past its retention
+			}
 		}
-		// Gone or expired by the time it was read: claim again.
 		if attempt == maxClaimAttempts {
 			return dedup.ClaimResult{}, fmt.Errorf("%w (%d attempts)", ErrContended, attempt)
 		}
 	}
 }
+
+// The writes of a claim's attempt, chosen by what the previous attempt found.
+const (
+	writeCreate   = iota // no record: PutItem if attribute_not_exists(pk)
+	writeTakeOver        // a released record or one whose lease ended: UpdateItem keeping its provenance
+	writeAfresh          // a completed record past its retention: PutItem if it is still so
+)
 
 // outcome decides a claim that found the live record rec.
 func outcome(rec record, fingerprint string) dedup.ClaimResult {
@@ -236,11 +259,12 @@ type claimWrite struct {
 	now, deadline          int64 // Unix milliseconds
 }
 
-// put issues the conditional PutItem of a claim that starts a record
-// afresh (after a completed record's retention). It returns nil when the
-// item was written, and the old item (empty but non-nil when the server
-// did not return it) when the condition failed.
-func (s *Store) put(ctx context.Context, c *claimWrite) (map[string]types.AttributeValue, error) {
+// put issues the conditional PutItem of a claim that starts a record,
+// under the condition of p: statements.create for a key without a record,
+// statements.claim after a completed record's retention. It returns nil
+// when the item was written, and the old item (empty but non-nil when the
+// server did not return it) when the condition failed.
+func (s *Store) put(ctx context.Context, c *claimWrite, p *prepared) (map[string]types.AttributeValue, error) {
 	item := make(map[string]types.AttributeValue, 10)
 	item[s.attr.PartitionKey] = str(c.pk)
 	item[s.attr.State] = str(stateInProgress)
@@ -258,12 +282,16 @@ func (s *Store) put(ctx context.Context, c *claimWrite) (map[string]types.Attrib
 	if c.origin.MessageID != "" {
 		item[s.attr.MessageID] = str(c.origin.MessageID)
 	}
+	var values map[string]types.AttributeValue // DynamoDB refuses an empty map
+	if len(p.keys) > 0 {
+		values = p.values(number(c.now - s.marginMs))
+	}
 	_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:                           &s.table,
 		Item:                                item,
-		ConditionExpression:                 s.st.claim.condition,
-		ExpressionAttributeNames:            s.st.claim.names,
-		ExpressionAttributeValues:           s.st.claim.values(number(c.now - s.marginMs)),
+		ConditionExpression:                 p.condition,
+		ExpressionAttributeNames:            p.names,
+		ExpressionAttributeValues:           values,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	return failedItem("PutItem", err)

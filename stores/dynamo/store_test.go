@@ -68,26 +68,63 @@ func rawItem(t *testing.T, key string) map[string]types.AttributeValue {
 }
 
 // The fallback: dynalite returns no old item, so a claim that finds a
-// record costs one UpdateItem and one consistent GetItem, and a claim that
-// finds none costs one UpdateItem.
+// record costs one PutItem and one consistent GetItem, and a claim that
+// finds none costs one PutItem.
 func TestClaimFallsBackToGetItem(t *testing.T) {
 	c := &hookClient{Client: client}
 	s := newStore(t, dynamo.Config{Client: c})
 	key := testKey(t, "k")
 	claim := mustClaim(t, s, key, "", time.Minute, dedup.Acquired).Claim
-	if u, g := c.updates.Load(), c.gets.Load(); u != 1 || g != 0 {
-		t.Fatalf("acquiring took %d UpdateItem and %d GetItem, want 1 and 0", u, g)
+	if p, u, g := c.puts.Load(), c.updates.Load(), c.gets.Load(); p != 1 || u != 0 || g != 0 {
+		t.Fatalf("acquiring took %d PutItem, %d UpdateItem and %d GetItem, want 1, 0 and 0", p, u, g)
 	}
 	mustComplete(t, s, claim, []byte("r"), time.Hour)
 	if res := mustClaim(t, s, key, "", time.Minute, dedup.Duplicate); string(res.Result) != "r" {
 		t.Fatalf("result = %q, want r", res.Result)
 	}
-	if u, g, p := c.updates.Load(), c.gets.Load(), c.puts.Load(); u != 3 || g != 1 || p != 0 {
-		t.Fatalf("after the duplicate: %d UpdateItem (claim, complete, claim), %d GetItem and %d PutItem, want 3, 1 and 0", u, g, p)
+	if p, u, g := c.puts.Load(), c.updates.Load(), c.gets.Load(); p != 2 || u != 1 || g != 1 {
+		t.Fatalf("after the duplicate: %d PutItem (claim, claim), %d UpdateItem (complete) and %d GetItem, want 2, 1 and 1", p, u, g)
 	}
 }
 
-// The record is released between the failed UpdateItem and the fallback
+// A claim of a key without a record is one PutItem whose condition is
+// attribute_not_exists(pk) alone, the cheapest conditional write; a
+// released record costs that PutItem and the UpdateItem that takes it
+// over, keeping its provenance (a count of 2). On a server that returns
+// the old item (real DynamoDB, here the ALL_OLD wrapper) no GetItem is
+// needed on either path.
+func TestClaimOfANewKeyIsOnePutItem(t *testing.T) {
+	inner := &allOldClient{Client: client, pk: dynamo.DefaultPartitionKey}
+	c := &hookClient{Client: inner}
+	var conditions []string
+	c.afterPut = func(ctx context.Context, in *dynamodb.PutItemInput, out *dynamodb.PutItemOutput, err error) (*dynamodb.PutItemOutput, error) {
+		for k, v := range in.ExpressionAttributeNames {
+			conditions = append(conditions, strings.ReplaceAll(*in.ConditionExpression, k, v))
+		}
+		return out, err
+	}
+	s := newStore(t, dynamo.Config{Client: c})
+	key := testKey(t, "k")
+	claim := mustClaim(t, s, key, "", time.Minute, dedup.Acquired).Claim
+	if p, u, g := c.puts.Load(), c.updates.Load(), c.gets.Load(); p != 1 || u != 0 || g != 0 {
+		t.Fatalf("acquiring a new key took %d PutItem, %d UpdateItem and %d GetItem, want 1, 0 and 0", p, u, g)
+	}
+	if len(conditions) != 1 || conditions[0] != "attribute_not_exists (pk)" {
+		t.Fatalf("the claim's PutItem conditions = %q, want [attribute_not_exists (pk)]", conditions)
+	}
+	if err := s.Release(context.Background(), claim); err != nil {
+		t.Fatal(err)
+	}
+	mustClaim(t, s, key, "", time.Minute, dedup.Acquired)
+	if p, u, g := c.puts.Load(), c.updates.Load(), c.gets.Load(); p != 2 || u != 2 || g != 0 {
+		t.Fatalf("release and takeover: %d PutItem, %d UpdateItem and %d GetItem, want 2, 2 (release, takeover) and 0", p, u, g)
+	}
+	if rec, err := s.Inspect(context.Background(), key); err != nil || rec.Claims != 2 {
+		t.Fatalf("Inspect: %+v %v, want 2 claims", rec, err)
+	}
+}
+
+// The record is released between the failed PutItem and the fallback
 // GetItem: the claim starts over and acquires, taking over the released
 // record (a count of 2).
 func TestClaimRetriesWhenRecordVanishes(t *testing.T) {
@@ -96,18 +133,18 @@ func TestClaimRetriesWhenRecordVanishes(t *testing.T) {
 	first := mustClaim(t, owner, key, "", time.Minute, dedup.Acquired).Claim
 
 	c := &hookClient{Client: client}
-	c.afterUpdate = func(ctx context.Context, in *dynamodb.UpdateItemInput, out *dynamodb.UpdateItemOutput, err error) (*dynamodb.UpdateItemOutput, error) {
-		if c.updates.Load() == 1 {
+	c.afterPut = func(ctx context.Context, in *dynamodb.PutItemInput, out *dynamodb.PutItemOutput, err error) (*dynamodb.PutItemOutput, error) {
+		if c.puts.Load() == 1 {
 			if rerr := owner.Release(ctx, first); rerr != nil {
-				t.Errorf("Release between UpdateItem and GetItem: %v", rerr)
+				t.Errorf("Release between PutItem and GetItem: %v", rerr)
 			}
 		}
 		return out, err
 	}
 	s := newStore(t, dynamo.Config{Client: c})
 	mustClaim(t, s, key, "", time.Minute, dedup.Acquired)
-	if u, g := c.updates.Load(), c.gets.Load(); u != 2 || g != 1 {
-		t.Fatalf("%d UpdateItem and %d GetItem, want 2 and 1", u, g)
+	if p, u, g := c.puts.Load(), c.updates.Load(), c.gets.Load(); p != 1 || u != 1 || g != 1 {
+		t.Fatalf("%d PutItem, %d UpdateItem and %d GetItem, want 1, 1 and 1", p, u, g)
 	}
 	if rec, err := s.Inspect(context.Background(), key); err != nil || rec.Claims != 2 {
 		t.Fatalf("Inspect: %+v %v, want 2 claims", rec, err)
@@ -127,8 +164,8 @@ func TestClaimGivesUpWhenRecordKeepsChanging(t *testing.T) {
 	if !errors.Is(err, dynamo.ErrContended) {
 		t.Fatalf("Claim = %v, want ErrContended", err)
 	}
-	if u := c.updates.Load(); u != 4 {
-		t.Fatalf("%d UpdateItem attempts, want 4", u)
+	if p := c.puts.Load(); p != 4 {
+		t.Fatalf("%d PutItem attempts, want 4", p)
 	}
 }
 
@@ -138,11 +175,11 @@ func TestClaimGivesUpWhenRecordKeepsChanging(t *testing.T) {
 // one claim.
 func TestClaimRecognisesItsOwnRetriedPut(t *testing.T) {
 	c := &hookClient{Client: client}
-	c.afterUpdate = func(ctx context.Context, in *dynamodb.UpdateItemInput, out *dynamodb.UpdateItemOutput, err error) (*dynamodb.UpdateItemOutput, error) {
+	c.afterPut = func(ctx context.Context, in *dynamodb.PutItemInput, out *dynamodb.PutItemOutput, err error) (*dynamodb.PutItemOutput, error) {
 		if err != nil || in.ReturnValuesOnConditionCheckFailure == "" {
 			return out, err
 		}
-		return c.Client.UpdateItem(ctx, in) // the "retry": fails its condition
+		return c.Client.PutItem(ctx, in) // the "retry": fails its condition
 	}
 	s := newStore(t, dynamo.Config{Client: c})
 	key := testKey(t, "k")
@@ -153,7 +190,7 @@ func TestClaimRecognisesItsOwnRetriedPut(t *testing.T) {
 	if got := rawItem(t, key)["claims"].(*types.AttributeValueMemberN).Value; got != "1" {
 		t.Fatalf("claims = %s after a retried claim, want 1", got)
 	}
-	c.afterUpdate = nil
+	c.afterPut = nil
 	mustComplete(t, s, claim, nil, time.Hour)
 }
 
