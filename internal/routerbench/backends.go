@@ -70,6 +70,11 @@ type backend struct {
 	// with prebuilt expressions; PostgreSQL: INSERT … ON CONFLICT DO NOTHING
 	// then UPDATE by primary key, two autocommit statements).
 	floor func(ctx context.Context, key string) error
+	// casFloor, when set, is the raw pair whose update is a compare-and-set
+	// of the value the raw write wrote (Redis 7.0 has no conditional SET on
+	// a value: an EVALSHA of a script that GETs, compares and SETs with PX,
+	// the least a Complete that checks its token costs there).
+	casFloor func(ctx context.Context, key string) error
 	// floorInRouter adds the router+raw pair lane: a router whose handler
 	// (no middleware) runs floor, the floor of router+dedup.
 	floorInRouter bool
@@ -203,8 +208,9 @@ func openRedis(ctx context.Context, id string, autoPipeline bool) (*backend, err
 		pairHow = "through a pipeline shared by concurrent callers, through the store's own AutoPipeline batcher"
 	}
 	b.describe = fmt.Sprintf("redis-server %s on %s, go-redis PoolSize %d, store AutoPipeline %v; raw: SET key value NX PX 30000, unpipelined;\n"+
-		"  raw pair: SET key value NX PX 30000 then SET key value2 XX PX 86400000, %s",
-		version, srv.Addr, redisPoolSize, autoPipeline, pairHow)
+		"  raw pair: SET key value NX PX 30000 then SET key value2 XX PX 86400000, %s;\n"+
+		"  raw CAS pair: the same SET NX PX then EVALSHA of %q (value, value2, 86400000), the same way",
+		version, srv.Addr, redisPoolSize, autoPipeline, pairHow, casSrc)
 	rawPrefix := "dedup-bench-raw-" + id + ":"
 	b.raw = func(ctx context.Context, key string) error {
 		return client.Do(ctx, "set", rawPrefix+key, rawToken, "nx", "px", rawLease.Milliseconds()).Err()
@@ -223,9 +229,33 @@ func openRedis(ctx context.Context, id string, autoPipeline bool) (*backend, err
 		// XX answers nil when the key is missing: the pair did not hold.
 		return process(ctx, goredis.NewCmd(ctx, "set", key, rawDone, "xx", "px", retention))
 	}
+	sha, err := client.ScriptLoad(ctx, casSrc).Result() // our own server: it keeps it for the run
+	if err != nil {
+		b.close()
+		return nil, err
+	}
+	casPrefix := "dedup-bench-cas-" + id + ":"
+	b.casFloor = func(ctx context.Context, key string) error {
+		key = casPrefix + key
+		if err := process(ctx, goredis.NewCmd(ctx, "set", key, rawToken, "nx", "px", rawLease.Milliseconds())); err != nil {
+			return err
+		}
+		cmd := goredis.NewCmd(ctx, "evalsha", sha, 1, key, rawToken, rawDone, retention)
+		if err := process(ctx, cmd); err != nil {
+			return err
+		}
+		if n, err := cmd.Int64(); err != nil || n != 0 {
+			return fmt.Errorf("routerbench: raw CAS pair: reply %d, %v: the value was not the one SET NX wrote", n, err)
+		}
+		return nil
+	}
 	b.floorInRouter = true
 	return b, nil
 }
+
+// casSrc is the least compare-and-set script: the raw CAS pair's second
+// write.
+const casSrc = "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 1 end redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) return 0"
 
 // rawDone stands for a completed record's value in the raw pair's second
 // write.

@@ -190,6 +190,9 @@ func newSuite(ctx context.Context, name, id string, maxC int) (*suite, error) {
 	if b.floor != nil {
 		s.variants = append(s.variants, variant{name: vFloor})
 	}
+	if b.casFloor != nil {
+		s.variants = append(s.variants, variant{name: vCASFloor})
+	}
 	for _, n := range []string{vRouter, vHappy, vRouterFloor, vDup, vWMHappy, vWMDup} {
 		if l, ok := r.lanes[n]; ok {
 			s.variants = append(s.variants, variant{name: n, lane: l})
@@ -216,6 +219,9 @@ func (s *suite) workload(v variant) func(ctx context.Context, worker int) error 
 	case vFloor:
 		seq := newAtomicSeq("FLOOR-" + s.id + "-")
 		return func(ctx context.Context, _ int) error { return s.b.floor(ctx, admin.ScopedKey(scope, seq())) }
+	case vCASFloor:
+		seq := newAtomicSeq("CAS-" + s.id + "-")
+		return func(ctx context.Context, _ int) error { return s.b.casFloor(ctx, admin.ScopedKey(scope, seq())) }
 	case vStore:
 		seq := newAtomicSeq("STORE-" + s.id + "-")
 		return func(ctx context.Context, _ int) error {

@@ -26,6 +26,8 @@ var ratioCols = []struct{ num, den, title string }{
 	{vStore, vRaw, "claim+complete/raw"},
 	{vFloor, vRaw, "raw pair/raw"},
 	{vStore, vFloor, "claim+complete/raw pair"},
+	{vCASFloor, vRaw, "raw CAS pair/raw"},
+	{vStore, vCASFloor, "claim+complete/raw CAS pair"},
 	{vRouter, vRaw, "router/raw"},
 	{vHappy, vRaw, "router+dedup/raw"},
 	{vRouterFloor, vRaw, "router+raw pair/raw"},
@@ -37,7 +39,7 @@ var ratioCols = []struct{ num, den, title string }{
 	{vDup, vWMDup, "dup/wm-dup"},
 }
 
-var allVariants = []string{vRaw, vStore, vFloor, vRouter, vHappy, vRouterFloor, vDup, vWMHappy, vWMDup}
+var allVariants = []string{vRaw, vStore, vFloor, vCASFloor, vRouter, vHappy, vRouterFloor, vDup, vWMHappy, vWMDup}
 
 func (r report) print(w io.Writer) {
 	o := r.opts
@@ -164,7 +166,7 @@ func (r report) print(w io.Writer) {
 		acols := []col{
 			{"router", vRouter, false}, {"+dedup", vHappy, true}, {"+raw pair", vRouterFloor, true}, {"+dedup dup", vDup, true},
 			{"+wm-dedup", vWMHappy, true}, {"+wm-dedup dup", vWMDup, true},
-			{"claim+complete", vStore, false}, {"raw pair", vFloor, false}, {"raw", vRaw, false},
+			{"claim+complete", vStore, false}, {"raw pair", vFloor, false}, {"raw CAS pair", vCASFloor, false}, {"raw", vRaw, false},
 		}
 		fmt.Fprintf(tw, "store\t")
 		for _, c := range acols {

@@ -24,6 +24,10 @@ const (
 	vRaw    = "raw"
 	vStore  = "claim+complete"
 	vFloor  = "raw pair"
+	// vCASFloor is the raw pair whose second write is a compare-and-set
+	// (Redis: an EVALSHA of the least such script), the floor of a
+	// Complete that must check its token.
+	vCASFloor = "raw CAS pair"
 	vRouter = "router"
 	// vRouterFloor is a router whose handler runs the raw pair, no
 	// middleware: the floor of router+dedup.
