@@ -55,6 +55,7 @@ func New(config Config) (*Deduplicator, error) {
 // duplicate, plus one per heartbeat interval while the handler runs.
 func (d *Deduplicator) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
+		growStack()
 		return d.handle(h, msg)
 	}
 }
