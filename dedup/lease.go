@@ -35,7 +35,7 @@ type leaseKeeper struct {
 	cancelExt  func()         // cancels the extension in flight, if any
 	leaseEnd   time.Time      // the lease certainly holds until then
 	lastBeat   time.Time      // when the last extension was sent (or the claim)
-	extensions sync.WaitGroup // an extension in flight
+	extensions sync.WaitGroup // an extension or an expire in flight
 }
 
 // deadlineMargin is how long before the lease's end the work's context is
@@ -107,8 +107,9 @@ func (k *leaseKeeper) finish() {
 // StopHeartbeat is stop, for claimctx.Claim.StopHeartbeat.
 func (k *leaseKeeper) StopHeartbeat() { k.stop() }
 
-// stop ends the keeper and waits until no extension is in flight. Safe to
-// call more than once.
+// stop ends the keeper and waits until no extension is in flight and no
+// expire is deciding: once it returned, the keeper decides nothing more.
+// Safe to call more than once.
 func (k *leaseKeeper) stop() {
 	k.mu.Lock()
 	k.stopped = true
@@ -180,7 +181,9 @@ func (k *leaseKeeper) fire() {
 }
 
 // expire reports the lease's end and cancels the work, unless the work is
-// over (its completion then decides).
+// over (its completion then decides). It runs on a timer's goroutine (or
+// fire's), within the extensions WaitGroup: stop waits for its decision,
+// so that none reaches the Observer or the CallTrace after Do returned.
 func (k *leaseKeeper) expire() {
 	k.mu.Lock()
 	if k.finishing || k.expired || k.stopped {
@@ -192,7 +195,9 @@ func (k *leaseKeeper) expire() {
 	if k.cancelExt != nil {
 		k.cancelExt() // a hung extension must not hold up the release
 	}
+	k.extensions.Add(1) // under the lock, not stopped: stop cannot be waiting yet
 	k.mu.Unlock()
+	defer k.extensions.Done()
 	err := fmt.Errorf("%w: the lease of %q ends at %s and no extension succeeded", ErrClaimLost, k.f.hc.Key, end.Format(time.RFC3339Nano))
 	k.f.e.event(&k.f.call, EventClaimLost, "extend", k.f.hc.Key, k.f.e.cfg.Clock.Now().Sub(k.claimedAt), err)
 	k.f.work.end(err)
