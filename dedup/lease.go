@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
 )
 
 // leaseKeeper holds one acquired claim while its work runs and until its
@@ -20,6 +23,12 @@ import (
 // a goroutine: work shorter than the interval costs one timer, and a
 // goroutine exists only while an extension runs. An extension's request is
 // bounded by the deadline too.
+//
+// Its timers run on goroutines of their own, where no Watermill Recoverer
+// catches a panic: a panicking Store.Extend is an extension that failed (see
+// extensionPanic), and a panicking Observer, CallTrace or Logger told of
+// the lease is recovered and logged (see recoverObserver), so that neither
+// crashes the process nor leaves the lease half-kept.
 type leaseKeeper struct {
 	f         *flight // the call, the claim (f.hc), the work's cancel func
 	lease     time.Duration
@@ -199,7 +208,7 @@ func (k *leaseKeeper) expire() {
 	k.mu.Unlock()
 	defer k.extensions.Done()
 	err := fmt.Errorf("%w: the lease of %q ends at %s and no extension succeeded", ErrClaimLost, k.f.hc.Key, end.Format(time.RFC3339Nano))
-	k.f.e.event(&k.f.call, EventClaimLost, "extend", k.f.hc.Key, k.f.e.cfg.Clock.Now().Sub(k.claimedAt), err)
+	k.event(EventClaimLost, k.f.e.cfg.Clock.Now().Sub(k.claimedAt), err)
 	k.f.work.end(err)
 }
 
@@ -225,7 +234,7 @@ func (k *leaseKeeper) extend() bool {
 	k.mu.Unlock()
 	octx, ocancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
 	start := time.Now()
-	err := e.cfg.Store.Extend(octx, claim, lease)
+	err := k.storeExtend(octx, claim, lease)
 	elapsed := time.Since(start)
 	ocancel()
 	cancelled := errors.Is(ctx.Err(), context.Canceled) // by stop or expire (cancelExt)
@@ -242,7 +251,7 @@ func (k *leaseKeeper) extend() bool {
 		// it: its outcome no longer matters, and it is no store failure.
 		return false
 	}
-	e.observeOp(ctx, "extend", elapsed, err)
+	k.observeExtend(ctx, elapsed, err)
 	switch {
 	case err == nil:
 		return true
@@ -258,13 +267,79 @@ func (k *leaseKeeper) extend() bool {
 			return false
 		}
 		err = fmt.Errorf("extending the lease of %q: %w", claim.Key, err)
-		e.event(&k.f.call, EventClaimLost, "extend", claim.Key, sent.Sub(k.claimedAt), err)
+		k.event(EventClaimLost, sent.Sub(k.claimedAt), err)
 		k.f.work.end(err)
 		return false
 	default:
 		// The deadline cancels the work if the lease ends before an
 		// extension succeeds; until then, keep trying.
-		e.event(&k.f.call, EventStoreError, "extend", claim.Key, sent.Sub(k.claimedAt), &StoreError{Op: "extend", Key: claim.Key, Err: err})
+		k.event(EventStoreError, sent.Sub(k.claimedAt), &StoreError{Op: "extend", Key: claim.Key, Err: err})
 		return true
 	}
+}
+
+// storeExtend is Store.Extend, with a panic turned into the extension's
+// error (an *extensionPanic): the extension runs on a timer's goroutine,
+// where a panic would end the process. It counts as an extension that
+// failed: reported as a store_error, and the lease deadline cancels the
+// work unless a later extension succeeds.
+func (k *leaseKeeper) storeExtend(ctx context.Context, claim Claim, lease time.Duration) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &extensionPanic{value: p, stack: debug.Stack()}
+		}
+	}()
+	return k.f.e.cfg.Store.Extend(ctx, claim, lease)
+}
+
+// extensionPanic is the error of a Store.Extend that panicked: the panic
+// value (which errors.Is and errors.As reach when it is an error) and the
+// stack where it was recovered.
+type extensionPanic struct {
+	value any
+	stack []byte
+}
+
+func (p *extensionPanic) Error() string {
+	return fmt.Sprintf("Store.Extend panicked: %v\n%s", p.value, p.stack)
+}
+
+// Unwrap returns the panic value when it is an error.
+func (p *extensionPanic) Unwrap() error {
+	err, _ := p.value.(error)
+	return err
+}
+
+// event decides an event of the lease (op "extend") from the keeper's
+// goroutine: a panic of the Observer, the CallTrace or the Logger is
+// recovered (see recoverObserver), so that the lease goes on as if it had
+// returned (expire still cancels the work).
+func (k *leaseKeeper) event(ev Event, elapsed time.Duration, err error) {
+	defer k.recoverObserver("a decision")
+	k.f.e.event(&k.f.call, ev, "extend", k.f.hc.Key, elapsed, err)
+}
+
+// observeExtend is Engine.observeOp of an extension, with a panic of the
+// Observer recovered as in event.
+func (k *leaseKeeper) observeExtend(ctx context.Context, elapsed time.Duration, err error) {
+	defer k.recoverObserver("an extension")
+	k.f.e.observeOp(ctx, "extend", elapsed, err)
+}
+
+// recoverObserver, deferred, recovers a panic of what was told of the
+// lease on the keeper's goroutine (the Observer, the CallTrace, the
+// Logger), where it would end the process, and logs it to the Logger at
+// error level. The Observer is not told of it: that could only panic
+// again. A Logger that panics again is ignored.
+func (k *leaseKeeper) recoverObserver(what string) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	stack := debug.Stack()
+	defer func() { _ = recover() }() // the Logger may be what panicked
+	call := &k.f.call
+	k.f.e.cfg.Logger.Error("dedup: panic recovered while telling the Observer of "+what+" of the lease",
+		fmt.Errorf("%v\n%s", p, stack),
+		watermill.LogFields{"key": k.f.hc.Key, "handler": call.Handler, "topic": call.Topic, "message_uuid": call.MessageUUID})
 }
