@@ -3,6 +3,7 @@ package dedup_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -41,8 +42,11 @@ func untilCancelled(ctx context.Context) ([]byte, error) {
 
 // runToTheDeadline runs the work of a claim of lease 30s with heartbeat
 // 10s (deadline at 29s) on clock while two heartbeats and the deadline
-// pass, a timer at a time, and returns what Do returned.
-func runToTheDeadline(t *testing.T, e *dedup.Engine, clock *fakeclock.Clock, work func(context.Context) ([]byte, error)) error {
+// pass, a timer at a time, and returns what Do returned. reported says
+// how many extensions the engine has reported so far (their store_error
+// decisions): the deadline's timer, armed while an extension is in
+// flight, is due when the one armed after it is.
+func runToTheDeadline(t *testing.T, e *dedup.Engine, clock *fakeclock.Clock, work func(context.Context) ([]byte, error), reported func() int) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -51,8 +55,13 @@ func runToTheDeadline(t *testing.T, e *dedup.Engine, clock *fakeclock.Clock, wor
 		_, err := e.Do(context.Background(), dedup.Call{Scope: "s", Key: "k"}, work)
 		done <- err
 	}()
-	for _, at := range []time.Duration{10 * time.Second, 20 * time.Second, 29 * time.Second} {
-		// Each timer is armed once the previous extension returned.
+	for i, at := range []time.Duration{10 * time.Second, 20 * time.Second, 29 * time.Second} {
+		for reported() < i { // the previous extension was reported
+			if ctx.Err() != nil {
+				t.Fatalf("extension %d was never reported", i)
+			}
+			runtime.Gosched()
+		}
 		if err := clock.WaitForTimerAt(ctx, epoch.Add(at)); err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +92,7 @@ func TestPanickingExtendIsAStoreError(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = runToTheDeadline(t, e, clock, untilCancelled)
+			err = runToTheDeadline(t, e, clock, untilCancelled, func() int { return len(obs.of(dedup.EventStoreError)) })
 			if !errors.Is(err, dedup.ErrClaimLost) {
 				t.Errorf("Do = %v; want the work cancelled with ErrClaimLost at the lease deadline", err)
 			}
@@ -212,7 +221,11 @@ func TestObserverPanicOnTheLeaseGoroutine(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = runToTheDeadline(t, e, clock, untilCancelled)
+		err = runToTheDeadline(t, e, clock, untilCancelled, func() int {
+			obs.mu.Lock()
+			defer obs.mu.Unlock()
+			return obs.entered[string(dedup.EventStoreError)]
+		})
 		if !errors.Is(err, dedup.ErrClaimLost) {
 			t.Errorf("Do = %v; want the work cancelled with ErrClaimLost at the lease deadline", err)
 		}
