@@ -88,8 +88,13 @@ type Decision struct {
 }
 
 // Observer receives every decision and the latency of every store operation.
-// Its methods are called synchronously on the message's goroutine and must
-// be fast and safe for concurrent use (e.g. increment Prometheus metrics).
+// Its methods are called synchronously, on the message's goroutine or, for
+// the lease's extensions and its end, on the lease keeper's timer
+// goroutine, and must be fast and safe for concurrent use (e.g. increment
+// Prometheus metrics). Every call about a message has returned when the
+// middleware (or Engine.Do) returns; one that blocks holds it up. A panic
+// on the keeper's goroutine, where no Watermill Recoverer can catch it, is
+// recovered and logged to Config.Logger, and the lease goes on.
 type Observer interface {
 	ObserveDecision(Decision)
 	ObserveStoreOp(op string, elapsed time.Duration, err error)
