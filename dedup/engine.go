@@ -497,16 +497,6 @@ func (f *flight) finishOp(ctx context.Context, op string, do func(context.Contex
 	return err
 }
 
-// storeOp runs an Extend within StoreTimeout (and ctx), and observes it.
-func (e *Engine) storeOp(ctx context.Context, op string, f func(context.Context) error) error {
-	octx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
-	defer cancel()
-	start := time.Now()
-	err := f(octx)
-	e.observeOp(ctx, op, time.Since(start), err)
-	return err
-}
-
 // heartbeat is the extension interval for a lease.
 func (e *Engine) heartbeat(lease time.Duration) time.Duration {
 	if lease < e.cfg.Lease {
