@@ -55,6 +55,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		profStore   = fs.String("profile-store", "redis", "the store of -cpuprofile and -memprofile")
 		profileDur  = fs.Duration("profile-duration", 0, "how long -cpuprofile runs (default 10s)")
 		profileConc = fs.Int("profile-c", 0, "concurrency of -cpuprofile (default 16)")
+		maxClaims   = fs.Int("max-claims-in-flight", 0, "dedup.Config.MaxClaimsInFlight of the router+dedup lanes (default: the field's default, 16)")
 		quiet       = fs.Bool("q", false, "no progress lines on stderr")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -78,7 +79,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Stores: split(*stores), Concurrency: cs, Repetitions: *reps, Duration: *duration, Warmup: *warmup,
 		AllocMessages: *allocMsgs, AllocConcurrency: *allocC,
 		CPUProfile: *cpuprofile, MemProfile: *memprofile, ProfileStore: *profStore, ProfileDuration: *profileDur, ProfileConcurrency: *profileConc,
-		Out: stdout, Progress: stderr,
+		MaxClaimsInFlight: *maxClaims,
+		Out:               stdout, Progress: stderr,
 	}
 	if *quiet {
 		opts.Progress = io.Discard

@@ -67,6 +67,9 @@ type Options struct {
 	// ProfileDuration defaults to 10s; ProfileConcurrency to 16.
 	ProfileDuration    time.Duration
 	ProfileConcurrency int
+	// MaxClaimsInFlight is the dedup.Config field of the router+dedup
+	// lanes; 0 keeps its default (16).
+	MaxClaimsInFlight int
 	// Out receives the tables; Progress one line per step. Default to
 	// os.Stdout and io.Discard.
 	Out, Progress io.Writer
@@ -170,7 +173,7 @@ type suite struct {
 	id  string
 }
 
-func newSuite(ctx context.Context, name, id string, maxC int) (*suite, error) {
+func newSuite(ctx context.Context, name, id string, maxC, maxClaims int) (*suite, error) {
 	b, err := openBackend(ctx, name, id)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -179,7 +182,7 @@ func newSuite(ctx context.Context, name, id string, maxC int) (*suite, error) {
 	if b.floorInRouter {
 		routerFloor = b.floor
 	}
-	r, err := newRig(ctx, b.store, id, maxC, name == StoreMemory, routerFloor)
+	r, err := newRig(ctx, b.store, id, maxC, maxClaims, name == StoreMemory, routerFloor)
 	if err != nil {
 		b.close()
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -324,7 +327,7 @@ func Run(ctx context.Context, opts Options) error {
 			continue
 		}
 		progress("starting %s", name)
-		s, err := newSuite(ctx, name, id, maxC)
+		s, err := newSuite(ctx, name, id, maxC, opts.MaxClaimsInFlight)
 		if err != nil {
 			return err
 		}
@@ -425,7 +428,7 @@ func (s *suite) measureAllocs(ctx context.Context, c int, total int64) error {
 // path of opts.ProfileStore.
 func profile(ctx context.Context, opts Options) error {
 	fmt.Fprintf(opts.Progress, "starting %s\n", opts.ProfileStore)
-	s, err := newSuite(ctx, opts.ProfileStore, runID(), opts.ProfileConcurrency)
+	s, err := newSuite(ctx, opts.ProfileStore, runID(), opts.ProfileConcurrency, opts.MaxClaimsInFlight)
 	if err != nil {
 		return err
 	}

@@ -28,7 +28,7 @@ func (*forgetful) Extend(context.Context, dedup.Claim, time.Duration) error     
 func TestDuplicateLaneCatchesHandlerCalls(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r, err := newRig(ctx, &forgetful{}, "check", 2, false, nil)
+	r, err := newRig(ctx, &forgetful{}, "check", 2, 0, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestFloorLaneRunsFloor(t *testing.T) {
 		}
 		return nil
 	}
-	r, err := newRig(ctx, &forgetful{}, "check", 2, false, floor)
+	r, err := newRig(ctx, &forgetful{}, "check", 2, 0, false, floor)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,8 +57,12 @@ func (r report) print(w io.Writer) {
 		runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, r.loadStart, r.loadEnd)
 	fmt.Fprintf(w, "router: Watermill %s Router on GoChannel (BlockPublishUntilSubscriberAck): c consumer handlers on c topics, one publisher each,\n"+
 		"  so c messages are in flight; a message counts when Publish returns, after the ack\n", wm)
-	fmt.Fprintf(w, "dedup: dedup.New with Key keyfuncs.Metadata(%q), Scope %q, every other field its default (Lease 30s, heartbeat on, MaxClaimsInFlight 16)\n",
-		keyMetadata, scope)
+	claims := "MaxClaimsInFlight 16, its default"
+	if o.MaxClaimsInFlight > 0 {
+		claims = fmt.Sprintf("MaxClaimsInFlight %d (-max-claims-in-flight)", o.MaxClaimsInFlight)
+	}
+	fmt.Fprintf(w, "dedup: dedup.New with Key keyfuncs.Metadata(%q), Scope %q, %s, every other field its default (Lease 30s, heartbeat on)\n",
+		keyMetadata, scope, claims)
 	fmt.Fprintf(w, "wm-dedup: Watermill's middleware.Deduplicator, NewMessageHasherFromMetadataField(%q), map repository with a 24h window\n", keyMetadata)
 	fmt.Fprintf(w, "dup: every message a copy of one of %d already completed keys\n", dupKeys)
 	for _, s := range r.suites {

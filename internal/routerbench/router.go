@@ -21,14 +21,14 @@ import (
 
 // Variant names, as printed.
 const (
-	vRaw    = "raw"
-	vStore  = "claim+complete"
-	vFloor  = "raw pair"
+	vRaw   = "raw"
+	vStore = "claim+complete"
+	vFloor = "raw pair"
 	// vCASFloor is the raw pair whose second write is a compare-and-set
 	// (Redis: an EVALSHA of the least such script), the floor of a
 	// Complete that must check its token.
 	vCASFloor = "raw CAS pair"
-	vRouter = "router"
+	vRouter   = "router"
 	// vRouterFloor is a router whose handler runs the raw pair, no
 	// middleware: the floor of router+dedup.
 	vRouterFloor = "router+raw pair"
@@ -115,7 +115,7 @@ type rig struct {
 // repository), each with maxC handlers. With floor set, a lane without
 // middleware whose handler calls floor with the message's scoped key is
 // added (vRouterFloor). Keys are unique to id.
-func newRig(ctx context.Context, store dedup.Store, id string, maxC int, withWatermill bool, floor func(ctx context.Context, key string) error) (*rig, error) {
+func newRig(ctx context.Context, store dedup.Store, id string, maxC, maxClaims int, withWatermill bool, floor func(ctx context.Context, key string) error) (*rig, error) {
 	pub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
 	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	if err != nil {
@@ -136,7 +136,7 @@ func newRig(ctx context.Context, store dedup.Store, id string, maxC int, withWat
 		return func() string { return keys[(seq.Add(1)-1)%dupKeys] }
 	}
 	newDedup := func() (message.HandlerMiddleware, error) {
-		d, err := dedup.New(dedup.Config{Store: store, Key: keyfuncs.Metadata(keyMetadata), Scope: scope})
+		d, err := dedup.New(dedup.Config{Store: store, Key: keyfuncs.Metadata(keyMetadata), Scope: scope, MaxClaimsInFlight: maxClaims})
 		if err != nil {
 			return nil, err
 		}
