@@ -187,7 +187,9 @@ type Config struct {
 	// context). Complete, Release and Extend are never bounded, so under a
 	// backlog of new messages they still reach the store's connections
 	// quickly and a finished handler's record is completed within its
-	// lease. Defaults to 16.
+	// lease. Defaults to 16. With a store that batches concurrent calls
+	// (stores/redis Config.AutoPipeline), set it to the number of
+	// handlers that run at once, so that their claims share batches.
 	MaxClaimsInFlight int
 
 	// Clock drives leases, heartbeats and retry backoff. Defaults to the
