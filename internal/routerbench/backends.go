@@ -70,10 +70,13 @@ type backend struct {
 	// with prebuilt expressions; PostgreSQL: INSERT … ON CONFLICT DO NOTHING
 	// then UPDATE by primary key, two autocommit statements).
 	floor func(ctx context.Context, key string) error
-	// casFloor, when set, is the raw pair whose update is a compare-and-set
-	// of the value the raw write wrote (Redis 7.0 has no conditional SET on
-	// a value: an EVALSHA of a script that GETs, compares and SETs with PX,
-	// the least a Complete that checks its token costs there).
+	// casFloor, when set, is the raw pair whose update is the
+	// compare-and-set DESIGN.md asks of Complete: Redis 7.0 has no SET
+	// conditioned on a value, so an EVALSHA of a script that GETs, compares
+	// and SETs with PX; DynamoDB an UpdateItem conditioned on the token, the
+	// state and the deadline (owner, in progress, lease not ended) that sets
+	// the state, the deadline, the TTL and the completion time. The least a
+	// Complete that checks its ownership costs on that store.
 	casFloor func(ctx context.Context, key string) error
 	// floorInRouter adds the router+raw pair lane: a router whose handler
 	// (no middleware) runs floor, the floor of router+dedup.
@@ -290,7 +293,8 @@ func openDynamo(ctx context.Context, id string) (*backend, error) {
 	}
 	b.store = store
 	b.describe = fmt.Sprintf("dynalite (tools/node_modules) at %s, table %s; raw: PutItem with attribute_not_exists(pk);\n"+
-		"  raw pair: the same PutItem then UpdateItem of its deadline conditioned on its token (prebuilt expressions)", node.Endpoint, table)
+		"  raw pair: the same PutItem then UpdateItem of its deadline conditioned on its token (prebuilt expressions);\n"+
+		"  raw CAS pair: the same PutItem (with a state) then UpdateItem of state, deadline, ttl and completed_at conditioned on token, state and deadline", node.Endpoint, table)
 	expr, err := expression.NewBuilder().
 		WithCondition(expression.AttributeNotExists(expression.Name(dynamo.DefaultPartitionKey))).Build()
 	if err != nil {
@@ -343,7 +347,61 @@ func openDynamo(ctx context.Context, id string) (*backend, error) {
 		})
 		return err
 	}
+	if b.casFloor, err = dynamoCASFloor(client, table, "cas#"+id+"#", expr); err != nil {
+		b.close()
+		return nil, err
+	}
 	return b, nil
+}
+
+// dynamoCASFloor is DynamoDB's raw CAS pair (see backend.casFloor): a
+// PutItem under create, then the UpdateItem a Complete makes, with
+// expressions built once.
+func dynamoCASFloor(client *dynamodb.Client, table, prefix string, create expression.Expression) (func(context.Context, string) error, error) {
+	const (
+		inProgress = "in_progress"
+		completed  = "completed"
+	)
+	name := expression.Name
+	owned := name(dynamo.DefaultTokenAttribute).Equal(expression.Value(rawToken)).And(
+		name(dynamo.DefaultStateAttribute).Equal(expression.Value(inProgress)),
+		name(dynamo.DefaultDeadlineAttribute).GreaterThan(expression.Value(time.Now().UnixMilli())))
+	done := time.Now().Add(24 * time.Hour)
+	set := expression.Set(name(dynamo.DefaultStateAttribute), expression.Value(completed)).
+		Set(name(dynamo.DefaultDeadlineAttribute), expression.Value(done.UnixMilli())).
+		Set(name(dynamo.DefaultTTLAttribute), expression.Value(done.Unix())).
+		Set(name(dynamo.DefaultCompletedAtAttribute), expression.Value(time.Now().UTC().Format(time.RFC3339Nano)))
+	upd, err := expression.NewBuilder().WithCondition(owned).WithUpdate(set).Build()
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, key string) error {
+		pk := &types.AttributeValueMemberS{Value: prefix + key}
+		_, err := client.PutItem(ctx, &dynamodb.PutItemInput{
+			TableName: aws.String(table),
+			Item: map[string]types.AttributeValue{
+				dynamo.DefaultPartitionKey:      pk,
+				dynamo.DefaultStateAttribute:    &types.AttributeValueMemberS{Value: inProgress},
+				dynamo.DefaultTokenAttribute:    &types.AttributeValueMemberS{Value: rawToken},
+				dynamo.DefaultDeadlineAttribute: &types.AttributeValueMemberN{Value: strconv.FormatInt(time.Now().Add(rawLease).UnixMilli(), 10)},
+			},
+			ConditionExpression:       create.Condition(),
+			ExpressionAttributeNames:  create.Names(),
+			ExpressionAttributeValues: create.Values(),
+		})
+		if err != nil {
+			return err // a fresh key: a failed condition is an error here
+		}
+		_, err = client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(table),
+			Key:                       map[string]types.AttributeValue{dynamo.DefaultPartitionKey: pk},
+			UpdateExpression:          upd.Update(),
+			ConditionExpression:       upd.Condition(),
+			ExpressionAttributeNames:  upd.Names(),
+			ExpressionAttributeValues: upd.Values(),
+		})
+		return err
+	}, nil
 }
 
 // pgMaxConns is the pool size for PostgreSQL: enough for c=16 without

@@ -69,11 +69,17 @@ func TestForwarderDeliversInTransactionOrder(t *testing.T) {
 		}
 	}
 	hb.AddMiddleware(committed, d.Middleware, s.store.TxMiddleware, s.ob.Middleware)
-	fwd, err := s.ob.NewForwarder(goch, forwarder.Config{CloseTimeout: time.Second})
+	// The forwarder publishes to a GoChannel of its own that returns from
+	// Publish only once the event is acked below: a GoChannel without
+	// BlockPublishUntilSubscriberAck hands each message to its subscriber
+	// on a goroutine of its own, so two events published in order could
+	// reach the test in either order (it did, once, under load).
+	out := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, logger)
+	fwd, err := s.ob.NewForwarder(out, forwarder.Config{CloseTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	payments, err := goch.Subscribe(ctx, paymentsTopic)
+	payments, err := out.Subscribe(ctx, paymentsTopic)
 	if err != nil {
 		t.Fatal(err)
 	}
