@@ -145,15 +145,7 @@ func TestNoDecisionAfterDoReturned(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			workGo := make(chan struct{})
-			done := make(chan error, 1)
-			go func() {
-				_, err := e.Do(context.Background(), dedup.Call{Scope: "s", Key: "k"}, func(context.Context) ([]byte, error) {
-					<-workGo
-					return nil, nil
-				})
-				done <- err
-			}()
+			workGo, done := doHeld(e, false)
 			if err := clock.WaitForTimers(ctx, 1); err != nil {
 				t.Fatal(err)
 			}

@@ -173,19 +173,7 @@ func TestObserverPanicOnTheLeaseGoroutine(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		workGo := make(chan struct{})
-		done := make(chan error, 1)
-		go func() {
-			_, err := e.Do(context.Background(), dedup.Call{Scope: "s", Key: "k"}, func(ctx context.Context) ([]byte, error) {
-				select {
-				case <-workGo:
-					return nil, nil
-				case <-ctx.Done():
-					return nil, context.Cause(ctx)
-				}
-			})
-			done <- err
-		}()
+		workGo, done := doHeld(e, true)
 		// Four heartbeats: the first lease's deadline (29s) passes.
 		for i := 1; i <= 4; i++ {
 			next := epoch.Add(time.Duration(i) * heartbeat)

@@ -70,15 +70,7 @@ func TestClaimLostIsDecidedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	workGo := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		_, err := e.Do(context.Background(), dedup.Call{Scope: "s", Key: "k"}, func(context.Context) ([]byte, error) {
-			<-workGo
-			return nil, nil
-		})
-		done <- err
-	}()
+	workGo, done := doHeld(e, false)
 	if err := clock.WaitForTimers(ctx, 1); err != nil { // the first heartbeat
 		t.Fatal(err)
 	}
@@ -111,3 +103,26 @@ func TestClaimLostIsDecidedOnce(t *testing.T) {
 }
 
 func deadlineMarginOf(lease time.Duration) time.Duration { return min(lease/10, time.Second) }
+
+// doHeld runs e.Do of key "k" in scope "s" on a goroutine of its own, whose
+// work returns once workGo is closed (or, when it heeds its context, once
+// that ends, with its cause); done receives Do's error.
+func doHeld(e *dedup.Engine, heedContext bool) (workGo chan struct{}, done chan error) {
+	workGo, done = make(chan struct{}), make(chan error, 1)
+	go func() {
+		_, err := e.Do(context.Background(), dedup.Call{Scope: "s", Key: "k"}, func(ctx context.Context) ([]byte, error) {
+			if !heedContext {
+				<-workGo
+				return nil, nil
+			}
+			select {
+			case <-workGo:
+				return nil, nil
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
+		})
+		done <- err
+	}()
+	return workGo, done
+}
