@@ -60,6 +60,15 @@ var (
 	// effect is still recorded, and logs the lost replay as an error.
 	ErrResultTooLarge = errors.New("dedup: result too large for the store")
 
+	// ErrStorePanicked: a store operation panicked where no Watermill
+	// Recoverer can catch it: Store.Extend, which runs on the lease
+	// keeper's timer goroutine. The engine counts it as an extension that
+	// failed (a store_error wrapping this, the panic value and its stack;
+	// errors.Is also reaches the value when it is an error), and the lease
+	// deadline cancels the work unless a later extension succeeds. Fix the
+	// store: a panicking store is a bug.
+	ErrStorePanicked = errors.New("dedup: the store panicked")
+
 	// ErrCorruptResult: a stored result could not be decoded for replay.
 	// Permanent: the effect already happened, but its output cannot be
 	// reproduced; route the message to a poison queue for a human to look at.

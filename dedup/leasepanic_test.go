@@ -108,6 +108,9 @@ func TestPanickingExtendIsAStoreError(t *testing.T) {
 				if d.Op != "extend" || !errors.As(d.Err, &se) || se.Op != "extend" {
 					t.Errorf("store_error op %q: %v; want op extend with a *StoreError of op extend", d.Op, d.Err)
 				}
+				if !errors.Is(d.Err, dedup.ErrStorePanicked) {
+					t.Errorf("store_error %v does not match ErrStorePanicked", d.Err)
+				}
 				if tc.value == nil && !errors.Is(d.Err, errExtendBug) {
 					t.Errorf("store_error %v does not match the error Extend panicked with", d.Err)
 				}
