@@ -88,11 +88,14 @@ type Features struct {
 	// requires dedup.ErrClaimLost there.
 	AlreadyCompleted bool
 
-	// OneRequestClaim: every Claim is one request to the server whatever it
-	// finds, because the server returns the existing record with a refused
-	// claim (Redis SET NX PX GET; DynamoDB when the server honours
-	// ReturnValuesOnConditionCheckFailure=ALL_OLD). TestClaimIsOneRequest
-	// checks it on a store that implements [RequestCounter].
+	// OneRequestClaim: a Claim that finds no record or a live one (Acquired,
+	// InProgress, Duplicate with its result, Conflict) is one request to
+	// the server, because the server returns the existing record with a
+	// refused claim (Redis SET NX PX GET; DynamoDB when the server honours
+	// ReturnValuesOnConditionCheckFailure=ALL_OLD). Taking over a released
+	// or abandoned record may cost one more (Redis and DynamoDB: the write
+	// that replaces it). TestClaimIsOneRequest checks it on a store that
+	// implements [RequestCounter].
 	OneRequestClaim bool
 
 	// Admin: the store implements admin.Interface. RunAdmin's cases run
