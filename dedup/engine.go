@@ -75,7 +75,8 @@ type Call struct {
 	// Deadline, when set, is when the work certainly ends (a Lambda
 	// invocation's deadline): no lease of the call, the claim's or an
 	// extension's, reaches past it, so the record of work that was cut off
-	// there is free again as soon as it can be.
+	// there is free again as soon as it can be. A lease that ends at the
+	// Deadline is not extended (no extension could move it).
 	Deadline time.Time
 	// Handler, Topic and MessageUUID are copied into every Decision of the
 	// call, for logs and metrics. Optional.

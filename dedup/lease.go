@@ -79,7 +79,7 @@ func (k *leaseKeeper) deadline() time.Time { return k.leaseEnd.Add(-deadlineMarg
 // first. Called with k.mu held.
 func (k *leaseKeeper) arm() {
 	at := k.deadline()
-	if !k.f.e.cfg.DisableHeartbeat {
+	if !k.f.e.cfg.DisableHeartbeat && k.extensible() {
 		if beat := k.lastBeat.Add(k.f.e.heartbeat(k.lease)); beat.Before(at) {
 			at = beat
 		}
@@ -93,6 +93,15 @@ func (k *leaseKeeper) arm() {
 	default:
 		k.stopTimer = k.f.e.cfg.Clock.AfterFunc(d, k.fire)
 	}
+}
+
+// extensible reports whether an extension could still move the lease's
+// end: not once it ends at the call's Deadline (a lease cut to it at the
+// claim, or by an extension), which no extension may pass; the deadline's
+// timer alone is left. Called with k.mu held.
+func (k *leaseKeeper) extensible() bool {
+	d := k.f.call.Deadline
+	return d.IsZero() || k.leaseEnd.Before(d)
 }
 
 // timerFired is the pending timer (wall clock).
