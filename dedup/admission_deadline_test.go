@@ -32,6 +32,27 @@ func (s *admissionStore) Claim(ctx context.Context, key, fp string, lease time.D
 	return s.Store.Claim(ctx, key, fp, lease)
 }
 
+// holdAdmission makes an engine of cfg (MaxClaimsInFlight 1, no
+// heartbeat) on an admissionStore and starts a call of key "first" whose
+// claim holds the only admission until s.release is closed; first
+// receives that call's error.
+func holdAdmission(t *testing.T, clock *fakeclock.Clock, cfg dedup.Config) (s *admissionStore, e *dedup.Engine, first chan error) {
+	t.Helper()
+	s = &admissionStore{Store: memory.New(clock), entered: make(chan struct{}), release: make(chan struct{}), leases: make(chan time.Duration, 1)}
+	cfg.Store, cfg.Clock, cfg.MaxClaimsInFlight, cfg.DisableHeartbeat = s, clock, 1, true
+	e, err := dedup.NewEngine(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first = make(chan error, 1)
+	go func() {
+		_, err := e.Do(context.Background(), dedup.Call{Scope: "s", Key: "first"}, func(context.Context) ([]byte, error) { return nil, nil })
+		first <- err
+	}()
+	recv(t, "the first claim to hold the only admission", s.entered)
+	return s, e, first
+}
+
 // doneSignal is a context that tells when something first waits on it:
 // the engine's admission does (select on Done).
 type doneSignal struct {
@@ -51,17 +72,7 @@ func (c *doneSignal) Done() <-chan struct{} {
 // time waited.
 func TestLeaseCutToTheDeadlineAfterAdmission(t *testing.T) {
 	clock := fakeclock.New(time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC))
-	s := &admissionStore{Store: memory.New(clock), entered: make(chan struct{}), release: make(chan struct{}), leases: make(chan time.Duration, 1)}
-	e, err := dedup.NewEngine(dedup.Config{Store: s, Clock: clock, Lease: 30 * time.Second, MaxClaimsInFlight: 1, DisableHeartbeat: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	first := make(chan error, 1)
-	go func() {
-		_, err := e.Do(context.Background(), dedup.Call{Scope: "s", Key: "first"}, func(context.Context) ([]byte, error) { return nil, nil })
-		first <- err
-	}()
-	recv(t, "the first claim to hold the only admission", s.entered)
+	s, e, first := holdAdmission(t, clock, dedup.Config{Lease: 30 * time.Second})
 	second := make(chan error, 1)
 	deadline := clock.Now().Add(10 * time.Second)
 	ctx := &doneSignal{Context: context.Background(), asked: make(chan struct{})}
@@ -94,18 +105,8 @@ func TestLeaseCutToTheDeadlineAfterAdmission(t *testing.T) {
 // call's deadline, as a Lambda invocation is being cut off.)
 func TestDeadlinePassedInAdmissionIsNoStoreFailure(t *testing.T) {
 	clock := fakeclock.New(epoch)
-	s := &admissionStore{Store: memory.New(clock), entered: make(chan struct{}), release: make(chan struct{}), leases: make(chan time.Duration, 1)}
 	obs := newDecisions()
-	e, err := dedup.NewEngine(dedup.Config{Store: s, Clock: clock, MaxClaimsInFlight: 1, DisableHeartbeat: true, FailOpen: true, Observer: obs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	first := make(chan error, 1)
-	go func() {
-		_, err := e.Do(context.Background(), dedup.Call{Scope: "s", Key: "first"}, func(context.Context) ([]byte, error) { return nil, nil })
-		first <- err
-	}()
-	recv(t, "the first claim to hold the only admission", s.entered)
+	s, e, first := holdAdmission(t, clock, dedup.Config{FailOpen: true, Observer: obs})
 	var ran atomic.Bool
 	second := make(chan error, 1)
 	ctx := &doneSignal{Context: context.Background(), asked: make(chan struct{})}
@@ -122,7 +123,7 @@ func TestDeadlinePassedInAdmissionIsNoStoreFailure(t *testing.T) {
 	if err := recv(t, "the first call", first); err != nil {
 		t.Fatal(err)
 	}
-	err = recv(t, "the second call", second)
+	err := recv(t, "the second call", second)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("second call: %v, want context.DeadlineExceeded", err)
 	}
