@@ -14,12 +14,27 @@ import (
 // that `make test` proves `make bench` still works. It checks what was
 // printed, never how fast anything was.
 func TestRunMemory(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	got := tinyRun(t, 2*time.Minute, []string{routerbench.StoreMemory}, 1, 3)
+	printed(t, got,
+		"/proc/loadavg at start", "nproc ",
+		"throughput:", "CPU time of this process", "ratios:", "allocations per message:",
+		"router+dedup/raw", "dup/raw", "router/raw", "claim+complete/raw", "dedup/wm-dedup",
+		"router+wm-dedup dup",
+	)
+	rows(t, got, "memory  1  ", "memory  3  ")
+}
+
+// tinyRun runs the harness once on stores at concurrencies, for 20 ms a
+// variant, with 50-message allocation samples and no used_memory steps,
+// and returns what it printed.
+func tinyRun(t *testing.T, timeout time.Duration, stores []string, concurrencies ...int) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var out bytes.Buffer
 	err := routerbench.Run(ctx, routerbench.Options{
-		Stores:           []string{routerbench.StoreMemory},
-		Concurrency:      []int{1, 3},
+		Stores:           stores,
+		Concurrency:      concurrencies,
 		Repetitions:      1,
 		Duration:         20 * time.Millisecond,
 		Warmup:           -1,
@@ -31,21 +46,26 @@ func TestRunMemory(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Run: %v\n%s", err, out.String())
 	}
-	got := out.String()
-	for _, want := range []string{
-		"/proc/loadavg at start", "nproc ",
-		"throughput:", "CPU time of this process", "ratios:", "allocations per message:",
-		"router+dedup/raw", "dup/raw", "router/raw", "claim+complete/raw", "dedup/wm-dedup",
-		"router+wm-dedup dup",
-	} {
+	return out.String()
+}
+
+// printed checks that got contains every one of wants.
+func printed(t *testing.T, got string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q:\n%s", want, got)
 		}
 	}
-	// One row per concurrency in each of the four per-c tables.
-	for _, c := range []string{"memory  1  ", "memory  3  "} {
-		if n := strings.Count(got, c); n != 3 {
-			t.Errorf("%d rows start with %q, want 3 (throughput, CPU, ratios):\n%s", n, c, got)
+}
+
+// rows checks that each prefix starts one row in each of the three per-c
+// tables (throughput, CPU, ratios).
+func rows(t *testing.T, got string, prefixes ...string) {
+	t.Helper()
+	for _, p := range prefixes {
+		if n := strings.Count(got, p); n != 3 {
+			t.Errorf("%d rows start with %q, want 3 (throughput, CPU, ratios):\n%s", n, p, got)
 		}
 	}
 }
@@ -59,41 +79,18 @@ func TestRunFloors(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts redis-server, dynalite and PostgreSQL")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var out bytes.Buffer
-	err := routerbench.Run(ctx, routerbench.Options{
-		Stores:           []string{routerbench.StoreRedis, routerbench.StoreRedisPipelined, routerbench.StoreDynamo, routerbench.StorePostgres},
-		Concurrency:      []int{3},
-		Repetitions:      1,
-		Duration:         20 * time.Millisecond,
-		Warmup:           -1,
-		AllocMessages:    50,
-		AllocConcurrency: 2,
-		RedisRecords:     []int{},
-		Out:              &out,
-	})
-	if err != nil {
-		t.Fatalf("Run: %v\n%s", err, out.String())
-	}
-	got := out.String()
-	for _, want := range []string{
+	got := tinyRun(t, 3*time.Minute, []string{routerbench.StoreRedis, routerbench.StoreRedisPipelined, routerbench.StoreDynamo, routerbench.StorePostgres}, 3)
+	printed(t, got,
 		"raw pair/raw", "claim+complete/raw pair", "router+raw pair/raw", "router+dedup/router+raw pair",
-		"+raw pair allocs", "raw pair allocs",
+		"raw CAS pair/raw", "claim+complete/raw CAS pair",
+		"+raw pair allocs", "raw pair allocs", "raw CAS pair allocs",
 		"raw pair: SET key value NX PX 30000 then SET key value2 XX PX 86400000, unpipelined",
 		"raw pair: SET key value NX PX 30000 then SET key value2 XX PX 86400000, through a pipeline shared",
-		"raw pair: the same PutItem then UpdateItem", "raw pair: the same INSERT",
-	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("output lacks %q:\n%s", want, got)
-		}
-	}
-	// Each store's row in the throughput, CPU and ratio tables.
-	for _, row := range []string{"redis  3  ", "redis-ap  3  ", "dynamo  3  ", "postgres  3  "} {
-		if n := strings.Count(got, row); n != 3 {
-			t.Errorf("%d rows start with %q, want 3:\n%s", n, row, got)
-		}
-	}
+		"raw CAS pair: the same SET NX PX then EVALSHA",
+		"raw pair: the same PutItem then UpdateItem", "raw CAS pair: the same PutItem (with a state)",
+		"raw pair: the same INSERT",
+	)
+	rows(t, got, "redis  3  ", "redis-ap  3  ", "dynamo  3  ", "postgres  3  ")
 }
 
 func TestOptionsValidate(t *testing.T) {
