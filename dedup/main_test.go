@@ -1,65 +1,12 @@
 package dedup_test
 
 import (
-	"context"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
-	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
-	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
-
-// redisServer is a real redis-server on a free loopback port, shared by the
-// package's tests; each test gets its own key prefix.
-var redisServer *testserver.Redis
-
-func TestMain(m *testing.M) {
-	testserver.Main(m, func() (func(), error) {
-		r, err := testserver.StartRedis()
-		if err != nil {
-			return nil, err
-		}
-		redisServer = r
-		return func() { _ = r.Close() }, nil
-	})
-}
-
-// newRedisStore returns a Redis store on the package's redis-server under
-// a key prefix of the test's own.
-func newRedisStore(t *testing.T) dedup.Store {
-	t.Helper()
-	client := goredis.NewClient(&goredis.Options{Addr: redisServer.Addr})
-	t.Cleanup(func() { _ = client.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	prefix := "dedup-test-" + strings.NewReplacer(":", "-", "/", "-").Replace(t.Name()) + "-" + storekit.NewToken()[:8] + ":"
-	s, err := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: prefix})
-	if err != nil {
-		t.Fatalf("dedupredis.New: %v", err)
-	}
-	return s
-}
-
-// forEachStore runs test on the memory store (on clock) and on a real
-// Redis, in parallel subtests.
-func forEachStore(t *testing.T, clock dedup.Clock, test func(t *testing.T, store dedup.Store)) {
-	t.Helper()
-	t.Run("memory", func(t *testing.T) {
-		t.Parallel()
-		test(t, memory.New(clock))
-	})
-	t.Run("redis", func(t *testing.T) {
-		t.Parallel()
-		test(t, newRedisStore(t))
-	})
-}
 
 // decisions records the decisions an Engine reports.
 type decisions struct {
@@ -88,4 +35,13 @@ func (d *decisions) of(e dedup.Event) []dedup.Decision {
 		}
 	}
 	return out
+}
+
+func newEngine(t *testing.T, cfg dedup.Config) *dedup.Engine {
+	t.Helper()
+	e, err := dedup.NewEngine(cfg)
+	if err != nil {
+		t.Fatalf("NewEngine: %v", err)
+	}
+	return e
 }

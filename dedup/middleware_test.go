@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,86 +16,22 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
+	"github.com/watermill-dedup/watermill-dedup/internal/faultstore"
 	"github.com/watermill-dedup/watermill-dedup/internal/replay"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
-// faultStore wraps a store and injects errors per operation. It stands in
-// for a store whose server misbehaves; the records themselves live in a real
-// memory.Store.
-type faultStore struct {
-	dedup.Store
-	mu    sync.Mutex
-	fault map[string][]error // op → errors to return, one per call, before passing through
-	calls map[string]int
-}
+// faultStore wraps a store and injects errors per operation (see
+// internal/faultstore).
+type faultStore = faultstore.Store
 
-func newFaultStore(s dedup.Store) *faultStore {
-	return &faultStore{Store: s, fault: map[string][]error{}, calls: map[string]int{}}
-}
+func newFaultStore(s dedup.Store) *faultStore { return faultstore.New(s) }
 
-func (f *faultStore) inject(op string, errs ...error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.fault[op] = append(f.fault[op], errs...)
-}
-
-func (f *faultStore) next(op string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls[op]++
-	if len(f.fault[op]) == 0 {
-		return nil
-	}
-	err := f.fault[op][0]
-	f.fault[op] = f.fault[op][1:]
-	return err
-}
-
-func (f *faultStore) count(op string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.calls[op]
-}
-
-func (f *faultStore) Claim(ctx context.Context, key, fp string, lease time.Duration) (dedup.ClaimResult, error) {
-	if err := f.next("claim"); err != nil {
-		return dedup.ClaimResult{}, err
-	}
-	return f.Store.Claim(ctx, key, fp, lease)
-}
-
-// errReplyLost makes the faultStore perform the operation and then report a
-// network error, as when the reply is lost on the way back.
-var errReplyLost = errors.New("reply lost")
-
-func (f *faultStore) Complete(ctx context.Context, c dedup.Claim, r []byte, ret time.Duration) error {
-	if err := f.next("complete"); err != nil {
-		if err == errReplyLost {
-			_ = f.Store.Complete(ctx, c, r, ret)
-			return errNetwork
-		}
-		return err
-	}
-	return f.Store.Complete(ctx, c, r, ret)
-}
-
-func (f *faultStore) Release(ctx context.Context, c dedup.Claim) error {
-	if err := f.next("release"); err != nil {
-		return err
-	}
-	return f.Store.Release(ctx, c)
-}
-
-func (f *faultStore) Extend(ctx context.Context, c dedup.Claim, l time.Duration) error {
-	if err := f.next("extend"); err != nil {
-		return err
-	}
-	return f.Store.Extend(ctx, c, l)
-}
-
-var errNetwork = errors.New("connection refused")
+var (
+	errReplyLost = faultstore.ErrReplyLost
+	errNetwork   = faultstore.ErrNetwork
+)
 
 // recv receives from ch within a minute, or fails the test naming what it
 // awaited: no wait in a test is unbounded.
@@ -372,7 +307,7 @@ func TestReplayReturnsStoredOutput(t *testing.T) {
 
 func TestStoreErrorsFailClosed(t *testing.T) {
 	store := newFaultStore(memory.New(nil))
-	store.inject("claim", errNetwork)
+	store.Inject("claim", errNetwork)
 	d := newDedup(t, dedup.Config{Store: store})
 	var calls atomic.Int32
 	h := d.Middleware(func(*message.Message) ([]*message.Message, error) { calls.Add(1); return nil, nil })
@@ -391,7 +326,7 @@ func TestStoreErrorsFailClosed(t *testing.T) {
 
 func TestFailOpenRunsHandlerAndSaysSo(t *testing.T) {
 	store := newFaultStore(memory.New(nil))
-	store.inject("claim", errNetwork)
+	store.Inject("claim", errNetwork)
 	logs := watermill.NewCaptureLogger()
 	d := newDedup(t, dedup.Config{Store: store, FailOpen: true, Logger: logs})
 	var calls atomic.Int32
@@ -410,18 +345,18 @@ func TestCompleteIsRetriedThenAckedAnyway(t *testing.T) {
 	d := newDedup(t, dedup.Config{Store: store, Logger: logs, CompleteRetries: 2, CompleteBackoff: time.Millisecond})
 	h := d.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })
 
-	store.inject("complete", errNetwork, errNetwork) // two failures, third attempt works
+	store.Inject("complete", errNetwork, errNetwork) // two failures, third attempt works
 	if _, err := h(order("ORDER-1")); err != nil {
 		t.Fatalf("got %v, want ack", err)
 	}
-	if n := store.count("complete"); n != 3 {
+	if n := store.Count("complete"); n != 3 {
 		t.Fatalf("complete called %d times, want 3", n)
 	}
 	if _, err := h(order("ORDER-1")); err != nil {
 		t.Fatal(err)
 	}
 
-	store.inject("complete", errNetwork, errNetwork, errNetwork) // all attempts fail
+	store.Inject("complete", errNetwork, errNetwork, errNetwork) // all attempts fail
 	if _, err := h(order("ORDER-2")); err != nil {
 		t.Fatalf("got %v, want ack even though Complete failed", err)
 	}
@@ -536,8 +471,8 @@ func TestLostClaimCancelsHandler(t *testing.T) {
 		cause = context.Cause(m.Context())
 		return nil, nil // a handler that ignores the cancellation and reports success
 	})
-	store.inject("extend", dedup.ErrClaimLost)
-	store.inject("complete", dedup.ErrClaimLost)
+	store.Inject("extend", dedup.ErrClaimLost)
+	store.Inject("complete", dedup.ErrClaimLost)
 	done := runHandler(h, order("ORDER-1"))
 	if err := clock.WaitForTimers(ctx, 1); err != nil {
 		t.Fatal(err)
@@ -570,7 +505,7 @@ func TestHeartbeatGivesUpWhenStoreUnreachablePastLease(t *testing.T) {
 		<-m.Context().Done()
 		return nil, context.Cause(m.Context())
 	})
-	store.inject("extend", errNetwork, errNetwork, errNetwork)
+	store.Inject("extend", errNetwork, errNetwork, errNetwork)
 	done := runHandler(h, order("ORDER-1"))
 	for range 3 {
 		if err := clock.WaitForTimers(ctx, 1); err != nil {
@@ -612,10 +547,10 @@ func TestHandlerCanStopHeartbeatAndCompleteItself(t *testing.T) {
 	if _, err := h(order("ORDER-1")); err != nil {
 		t.Fatal(err)
 	}
-	if n := store.count("complete"); n != 1 {
+	if n := store.Count("complete"); n != 1 {
 		t.Fatalf("Complete called %d times, want once (by the handler)", n)
 	}
-	if n := store.count("extend"); n != 0 {
+	if n := store.Count("extend"); n != 0 {
 		t.Fatalf("Extend called %d times after the heartbeat stopped", n)
 	}
 	replayed, err := h(order("ORDER-1"))
@@ -633,11 +568,11 @@ func TestResultTooLargeCompletesWithoutReplay(t *testing.T) {
 		calls.Add(1)
 		return []*message.Message{message.NewMessage("out", make([]byte, 1<<20))}, nil
 	})
-	store.inject("complete", fmt.Errorf("item too big: %w", dedup.ErrResultTooLarge))
+	store.Inject("complete", fmt.Errorf("item too big: %w", dedup.ErrResultTooLarge))
 	if _, err := h(order("ORDER-1")); err != nil {
 		t.Fatal(err)
 	}
-	if n := store.count("complete"); n != 2 {
+	if n := store.Count("complete"); n != 2 {
 		t.Fatalf("Complete called %d times, want 2 (with the result, then without)", n)
 	}
 	out, err := h(order("ORDER-1"))
@@ -654,11 +589,11 @@ func TestCompleteWhoseReplyWasLostCountsAsCompleted(t *testing.T) {
 	logs := watermill.NewCaptureLogger()
 	d := newDedup(t, dedup.Config{Store: store, Logger: logs, CompleteBackoff: time.Millisecond})
 	h := d.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })
-	store.inject("complete", errReplyLost)
+	store.Inject("complete", errReplyLost)
 	if _, err := h(order("ORDER-1")); err != nil {
 		t.Fatal(err)
 	}
-	if n := store.count("complete"); n != 2 {
+	if n := store.Count("complete"); n != 2 {
 		t.Fatalf("Complete called %d times, want 2", n)
 	}
 	if hasEvent(logs, watermill.ErrorLogLevel, dedup.EventClaimLost) {

@@ -28,7 +28,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/routerbench"
+	"github.com/watermill-dedup/watermill-dedup/internal/harness/routerbench"
 )
 
 func main() {

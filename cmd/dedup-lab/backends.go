@@ -13,12 +13,12 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/awsbroker"
-	"github.com/watermill-dedup/watermill-dedup/internal/awsenv"
-	"github.com/watermill-dedup/watermill-dedup/internal/embedded"
-	"github.com/watermill-dedup/watermill-dedup/internal/kafkabroker"
-	"github.com/watermill-dedup/watermill-dedup/internal/lab"
-	"github.com/watermill-dedup/watermill-dedup/internal/redisaddr"
+	"github.com/watermill-dedup/watermill-dedup/internal/harness/awsbroker"
+	"github.com/watermill-dedup/watermill-dedup/internal/cmdenv/awsenv"
+	"github.com/watermill-dedup/watermill-dedup/internal/harness/embedded"
+	"github.com/watermill-dedup/watermill-dedup/internal/harness/kafkabroker"
+	"github.com/watermill-dedup/watermill-dedup/internal/harness/lab"
+	"github.com/watermill-dedup/watermill-dedup/internal/cmdenv/redisaddr"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )

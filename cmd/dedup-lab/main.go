@@ -42,9 +42,9 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/kafkabroker"
-	"github.com/watermill-dedup/watermill-dedup/internal/lab"
-	"github.com/watermill-dedup/watermill-dedup/internal/redisaddr"
+	"github.com/watermill-dedup/watermill-dedup/internal/harness/kafkabroker"
+	"github.com/watermill-dedup/watermill-dedup/internal/harness/lab"
+	"github.com/watermill-dedup/watermill-dedup/internal/cmdenv/redisaddr"
 )
 
 func main() {

@@ -31,7 +31,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
-	"github.com/watermill-dedup/watermill-dedup/internal/redisaddr"
+	"github.com/watermill-dedup/watermill-dedup/internal/cmdenv/redisaddr"
 	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 )
 

@@ -40,7 +40,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/lambdadedup"
-	"github.com/watermill-dedup/watermill-dedup/lambdadedup/esm"
+	"github.com/watermill-dedup/watermill-dedup/examples/lambda/esm"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )

@@ -260,20 +260,26 @@ func lookPath(prog, fix string) (string, error) {
 	return p, nil
 }
 
-// RepoRoot returns the directory containing go.mod, walking up from the
-// working directory (the package directory under `go test`).
+// rootModule is the first line of the repository root's go.mod: the
+// repository holds several modules, and only the root's go.mod names it.
+const rootModule = "module github.com/watermill-dedup/watermill-dedup\n"
+
+// RepoRoot returns the repository's root directory (the one whose go.mod
+// declares the root module), walking up from the working directory (the
+// package directory under `go test`) past the go.mod of the store, adapter
+// and tooling modules.
 func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.HasPrefix(string(b), rootModule) {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("testserver: no go.mod found above the working directory")
+			return "", errors.New("testserver: no go.mod of module github.com/watermill-dedup/watermill-dedup above the working directory")
 		}
 		dir = parent
 	}

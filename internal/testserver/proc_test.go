@@ -98,8 +98,8 @@ func TestRepoRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(root + "/go.mod"); err != nil {
-		t.Fatal(err)
+	if _, err := os.Stat(root + "/go.work"); err != nil {
+		t.Fatalf("RepoRoot %s: %v", root, err)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -37,12 +38,39 @@ const maxConns = 12
 func TestMain(m *testing.M) {
 	testserver.Main(m, func() (func(), error) {
 		var (
-			closeAll func()
-			err      error
+			stop func()
+			err  error
 		)
-		pool, dsn, closeAll, err = pgtest.Connect(envChildDSN, maxConns)
-		return closeAll, err
+		if dsn, stop, err = pgtest.Server(envChildDSN); err != nil {
+			return nil, err
+		}
+		if pool, err = openPool(dsn, maxConns); err != nil {
+			stop()
+			return nil, err
+		}
+		return func() { pool.Close(); stop() }, nil
 	})
+}
+
+// openPool connects a pool of at most maxConns connections to dsn.
+func openPool(dsn string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = maxConns
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err == nil {
+		if err = p.Ping(ctx); err != nil {
+			p.Close()
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("connecting to %s: %w", dsn, err)
+	}
+	return p, nil
 }
 
 func randomHex(n int) string {
@@ -66,7 +94,7 @@ func testCtx(t testing.TB) context.Context {
 // The server may be shared: nothing outside this schema is touched.
 func newSchema(t testing.TB) string {
 	t.Helper()
-	return pgtest.Schema(t, pool, "dedup_pgtest_")
+	return pgtest.Schema(t, pool.Exec, "dedup_pgtest_")
 }
 
 // newStore returns a migrated store in a fresh schema.

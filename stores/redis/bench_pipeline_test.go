@@ -11,7 +11,6 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
-	"github.com/redis/rueidis"
 
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
@@ -33,8 +32,6 @@ return 0
 //   - pair: the two commands unpipelined (go-redis Process);
 //   - batcher: the store's Config.AutoPipeline batcher (go-redis pipelines);
 //   - goredis-ap: go-redis' own AutoPipeliner (v9.23, blocking face);
-//   - rueidis: rueidis, which pipelines concurrent calls on a shared
-//     connection by default;
 //   - store-ap: the store's Claim+Complete with Config.AutoPipeline.
 //
 // It prints ops/s (pairs/s) at c=16 and 64 with the ratio to the baseline,
@@ -55,11 +52,6 @@ func BenchmarkAutoPipeline(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{server.Addr}, DisableCache: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(rc.Close)
 	store := newStore(b, client, redis.Config{KeyPrefix: "bench-ap:", AutoPipeline: true})
 
 	const token, done = "0123456789abcdef0123", "1234567890"
@@ -85,17 +77,6 @@ func BenchmarkAutoPipeline(b *testing.B) {
 		{"pair", pair(client.Process)},
 		{"batcher", pair(batcher.Process)},
 		{"goredis-ap", pair(ap.Process)},
-		{"rueidis", func(ctx context.Context, key string) error {
-			err := rc.Do(ctx, rc.B().Arbitrary("SET").Keys(key).Args(token, "NX", "PX", lease, "GET").Build()).Error()
-			if err != nil && !rueidis.IsRedisNil(err) {
-				return err
-			}
-			n, err := rc.Do(ctx, rc.B().Evalsha().Sha1(sha).Numkeys(1).Key(key).Arg(token, done, lease).Build()).AsInt64()
-			if err != nil || n != 0 {
-				return fmt.Errorf("compare-and-set of %q: %d %v", key, n, err)
-			}
-			return nil
-		}},
 		{"store-ap", claimComplete(store)},
 	}
 	concurrencies := []int{16, 64}

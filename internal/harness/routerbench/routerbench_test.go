@@ -1,0 +1,116 @@
+package routerbench_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/watermill-dedup/watermill-dedup/internal/harness/routerbench"
+)
+
+// TestRunMemory runs the whole harness once, tiny, on the memory store, so
+// that `make test` proves `make bench` still works. It checks what was
+// printed, never how fast anything was.
+func TestRunMemory(t *testing.T) {
+	got := tinyRun(t, 2*time.Minute, []string{routerbench.StoreMemory}, 1, 3)
+	printed(t, got,
+		"/proc/loadavg at start", "nproc ",
+		"throughput:", "CPU time of this process", "ratios:", "allocations per message:",
+		"router+dedup/raw", "dup/raw", "router/raw", "claim+complete/raw", "dedup/wm-dedup",
+		"router+wm-dedup dup",
+	)
+	rows(t, got, "memory  1  ", "memory  3  ")
+}
+
+// tinyRun runs the harness once on stores at concurrencies, for 20 ms a
+// variant, with 50-message allocation samples and no used_memory steps,
+// and returns what it printed.
+func tinyRun(t *testing.T, timeout time.Duration, stores []string, concurrencies ...int) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var out bytes.Buffer
+	err := routerbench.Run(ctx, routerbench.Options{
+		Stores:           stores,
+		Concurrency:      concurrencies,
+		Repetitions:      1,
+		Duration:         20 * time.Millisecond,
+		Warmup:           -1,
+		AllocMessages:    50,
+		AllocConcurrency: 2,
+		RedisRecords:     []int{},
+		Out:              &out,
+	})
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, out.String())
+	}
+	return out.String()
+}
+
+// printed checks that got contains every one of wants.
+func printed(t *testing.T, got string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+// rows checks that each prefix starts one row in each of the three per-c
+// tables (throughput, CPU, ratios).
+func rows(t *testing.T, got string, prefixes ...string) {
+	t.Helper()
+	for _, p := range prefixes {
+		if n := strings.Count(got, p); n != 3 {
+			t.Errorf("%d rows start with %q, want 3 (throughput, CPU, ratios):\n%s", n, p, got)
+		}
+	}
+}
+
+// TestRunFloors runs the harness once, tiny, on the stores that have a
+// raw pair (the floor of claim+complete) and, on Redis, a router+raw pair
+// lane (the floor of router+dedup), with and without AutoPipeline, so
+// that the floors' variants, ratios and allocation columns are printed. It
+// checks what was printed, never how fast anything was.
+func TestRunFloors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server, dynalite and PostgreSQL")
+	}
+	got := tinyRun(t, 3*time.Minute, []string{routerbench.StoreRedis, routerbench.StoreRedisPipelined, routerbench.StoreDynamo, routerbench.StorePostgres}, 3)
+	printed(t, got,
+		"raw pair/raw", "claim+complete/raw pair", "router+raw pair/raw", "router+dedup/router+raw pair",
+		"raw CAS pair/raw", "claim+complete/raw CAS pair",
+		"+raw pair allocs", "raw pair allocs", "raw CAS pair allocs",
+		"raw pair: SET key value NX PX 30000 then SET key value2 XX PX 86400000, unpipelined",
+		"raw pair: SET key value NX PX 30000 then SET key value2 XX PX 86400000, through a pipeline shared",
+		"raw CAS pair: the same SET NX PX then EVALSHA",
+		"raw pair: the same PutItem then UpdateItem", "raw CAS pair: the same PutItem (with a state)",
+		"raw pair: the same INSERT",
+	)
+	rows(t, got, "redis  3  ", "redis-ap  3  ", "dynamo  3  ", "postgres  3  ")
+}
+
+func TestOptionsValidate(t *testing.T) {
+	bad := routerbench.Options{
+		Stores:       []string{"memory", "mongo"},
+		Concurrency:  []int{0},
+		Repetitions:  -1,
+		Duration:     -time.Second,
+		RedisRecords: []int{0},
+	}
+	err := bad.Validate()
+	if err == nil {
+		t.Fatal("Validate accepted bad options")
+	}
+	for _, want := range []string{`"mongo"`, "concurrency", "repetitions", "duration", "record counts"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate error lacks %q: %v", want, err)
+		}
+	}
+	if err := (routerbench.Options{}).Validate(); err != nil {
+		t.Errorf("Validate of the zero Options (all defaults): %v", err)
+	}
+}
