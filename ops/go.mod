@@ -1,0 +1,5 @@
+module github.com/watermill-dedup/watermill-dedup/ops
+
+go 1.26.0
+
+replace github.com/watermill-dedup/watermill-dedup => ../
