@@ -138,7 +138,7 @@ func layout() []row {
 			{title: "Claim admission in use", unit: "percentunit", max: 1, threshold: 0.9, width: 12,
 				description: "Per instance: the share of the admission bound that claims keep busy (1: every slot all the time).",
 				queries: []query{{
-					fmt.Sprintf(`sum by (instance) (rate(dedup_store_operation_duration_seconds_sum{%s,op="claim"}%s)) / sum by (instance) (dedup_claim_admission_limit{%s})`, jobSel, rate, jobSel),
+					fmt.Sprintf(`sum by (instance) (rate(dedup_store_operation_duration_seconds_sum{%s,op="claim"}%s)) / sum by (instance) (rate(dedup_claim_admission_capacity_seconds_total{%s}%s))`, jobSel, rate, jobSel, rate),
 					"{{instance}}"}}},
 		}},
 	}
