@@ -1,9 +1,14 @@
-// Command dedupctl inspects, evicts and lists the records of a dedup store
-// (Redis, DynamoDB or PostgreSQL), for operators.
+// Command dedupctl inspects, evicts, lists and summarizes the records of a
+// dedup store (Redis, DynamoDB or PostgreSQL), for operators.
 //
 //	dedupctl [flags] inspect [-scope S] KEY
 //	dedupctl [flags] evict   [-scope S] KEY
 //	dedupctl [flags] list    [-scope S] [-prefix P] [-limit N] [-cursor C] [-all]
+//	dedupctl [flags] summary [-scope S] [-prefix P] [-all-scopes] [-page N] [-pace D]
+//
+// summary reads the whole store (no store has an index on key prefixes),
+// one request per -pace, and refuses to start without -scope, -prefix or
+// -all-scopes.
 //
 // KEY is a scoped key ("charge-orders:ORDER-003"), or with -scope a
 // business key whose scoped key is admin.ScopedKey(scope, KEY). The stores
