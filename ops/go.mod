@@ -2,13 +2,12 @@ module github.com/watermill-dedup/watermill-dedup/ops
 
 go 1.26.0
 
-replace github.com/watermill-dedup/watermill-dedup => ../
-
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/grafana/grafana-foundation-sdk/go v0.0.22
 	github.com/prometheus/client_golang v1.25.0
 	github.com/watermill-dedup/watermill-dedup v0.0.0-00010101000000-000000000000
+	github.com/watermill-dedup/watermill-dedup/metrics v0.0.0-00010101000000-000000000000
 )
 
 require (
@@ -27,4 +26,10 @@ require (
 	github.com/tidwall/pretty v1.3.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
+)
+
+// The modules of this repository, from this checkout.
+replace (
+	github.com/watermill-dedup/watermill-dedup => ..
+	github.com/watermill-dedup/watermill-dedup/metrics => ../metrics
 )
