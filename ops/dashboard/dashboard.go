@@ -1,8 +1,9 @@
 // Package dashboard builds the Grafana dashboard of watermill-dedup's
 // Prometheus metrics (package metrics) as code, with the Grafana Foundation
 // SDK. The generated file dedup-dashboard.json, committed beside this file,
-// is what a team imports into Grafana; `go generate ./...` in this module
-// (or `go run ./dashboard/gen`) writes it again after a change here.
+// is what a team imports into Grafana; `go generate ./dashboard/` in the
+// ops module (it runs gen in this folder) writes it again after a change
+// here.
 //
 // The panels answer the operators' questions, per handler where the metric
 // has a handler label (a template variable picks handlers; another picks the

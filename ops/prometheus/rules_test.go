@@ -1,6 +1,7 @@
-// Package prometheus holds the Prometheus rules shipped for watermill-dedup
+// This folder holds the Prometheus rules shipped for watermill-dedup
 // (dedup-rules.yml) and their tests: promtool's unit tests, and a run of
 // every rule against a real Prometheus server scraping a router under load.
+
 package prometheus_test
 
 import (
