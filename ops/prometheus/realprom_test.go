@@ -136,10 +136,15 @@ func (p promAPI) get(ctx context.Context, path string, params url.Values) (json.
 		return nil, fmt.Errorf("%s: %s: %w", path, resp.Status, err)
 	}
 	if r.Status != "success" {
-		return nil, fmt.Errorf("%s: %s: %s", path, r.ErrorType, r.Error)
+		return nil, &apiError{path: path, typ: r.ErrorType, msg: r.Error}
 	}
 	return r.Data, nil
 }
+
+// apiError is an error answer of the API.
+type apiError struct{ path, typ, msg string }
+
+func (e *apiError) Error() string { return fmt.Sprintf("%s: %s: %s", e.path, e.typ, e.msg) }
 
 // series is one element of an instant vector.
 type series struct {
@@ -173,10 +178,11 @@ var errBadQuery = errors.New("query refused")
 // vector, or that the server refuses, gives an error wrapping errBadQuery.
 func (p promAPI) query(ctx context.Context, expr string) ([]series, error) {
 	data, err := p.get(ctx, "/api/v1/query", url.Values{"query": {expr}})
+	var refused *apiError
+	if errors.As(err, &refused) && (refused.typ == "bad_data" || refused.typ == "execution") {
+		return nil, fmt.Errorf("%w: %w", errBadQuery, err)
+	}
 	if err != nil {
-		if strings.Contains(err.Error(), "bad_data") || strings.Contains(err.Error(), "execution") {
-			return nil, fmt.Errorf("%w: %w", errBadQuery, err)
-		}
 		return nil, err
 	}
 	var v struct {
