@@ -12,6 +12,8 @@
 //	dedup_in_progress_wait_seconds{handler,event}     histogram: waits for another claim (Config.InProgressWait), by the decision they ended in
 //	dedup_store_operation_duration_seconds{op,result} histogram: claim/complete/release/extend latency; result ok, claim_lost or error
 //	dedup_claims_in_flight{handler}                   gauge: claims won whose handler has not finished
+//	dedup_claim_admission_limit                       gauge: Config.MaxClaimsInFlight, only with RegisterAdmissionLimit
+//	dedup_claim_admission_capacity_seconds_total      counter: MaxClaimsInFlight × seconds, only with RegisterAdmissionLimit
 //
 // Fresh runs are decisions{event="completed"}, duplicates
 // decisions{event="skip_duplicate"} (of which replays_total returned a

@@ -7,6 +7,9 @@
 #   exist), spin (model checking), nodejs/npm (only if node is missing),
 #   rabbitmq-server (RabbitMQ 3.10 and Erlang, for the AMQP broker tests;
 #   the tests run their own node, never the service the package starts).
+#   prometheus (the server and promtool, for the ops/ rules tests; the tests
+#   run their own server on a free loopback port, never the service the
+#   package sets up).
 #   npm packages:    tools/ (dynalite, fauxqs) via `npm ci --prefix tools`
 #                    when tools/node_modules is missing or older than
 #                    tools/package-lock.json.
@@ -59,6 +62,9 @@ if ! have node || ! have npm; then
 fi
 if [[ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]] && ! have rabbitmq-server; then
 	pkgs+=(rabbitmq-server)
+fi
+if ! have prometheus || ! have promtool; then
+	pkgs+=(prometheus)
 fi
 
 if ((${#pkgs[@]})); then

@@ -1,9 +1,14 @@
-// Command dedupctl inspects, evicts and lists the records of a dedup store
-// (Redis, DynamoDB or PostgreSQL), for operators.
+// Command dedupctl inspects, evicts, lists and summarizes the records of a
+// dedup store (Redis, DynamoDB or PostgreSQL), for operators.
 //
 //	dedupctl [flags] inspect [-scope S] KEY
 //	dedupctl [flags] evict   [-scope S] KEY
 //	dedupctl [flags] list    [-scope S] [-prefix P] [-limit N] [-cursor C] [-all]
+//	dedupctl [flags] summary [-scope S] [-prefix P] [-all-scopes] [-page N] [-pace D]
+//
+// summary reads the whole store (no store has an index on key prefixes),
+// one request per -pace, and refuses to start without -scope, -prefix or
+// -all-scopes.
 //
 // KEY is a scoped key ("charge-orders:ORDER-003"), or with -scope a
 // business key whose scoped key is admin.ScopedKey(scope, KEY). The stores
@@ -70,6 +75,10 @@ type options struct {
 	pgDSN       string
 	pgTable     string
 	pgSchema    string
+
+	// pace (summary only) is the least time between two requests that
+	// read records: SCAN, DynamoDB Scan, a PostgreSQL page.
+	pace time.Duration
 }
 
 func (o *options) register(fs *flag.FlagSet) {
@@ -110,6 +119,18 @@ Commands:
                   -limit N    records per page, 1..1000 (default 20)
                   -cursor C   continue a listing where its last page ended
                   -all        follow the cursors to the end
+  summary       count the records of a scope: by state, the oldest in
+                progress, the abandoned ones (lease passed, still in progress)
+                  -scope S    the scope to count (or -prefix P)
+                  -all-scopes every scope of the store, one line each
+                  -page N     records per request, 1..1000 (default 1000)
+                  -pace D     at least D between two requests (default 100ms)
+                Cost: a full read of the store's keyspace, whatever the scope
+                (no store has an index on key prefixes): Redis SCANs every key
+                of the database, DynamoDB Scans (and bills) every item of the
+                table, PostgreSQL reads every live row per page. -pace bounds
+                the rate: one SCAN, one Scan request (up to 1000 items, 0.5
+                read unit per 4 KB each) or one SELECT per D.
 
 KEY is a scoped key, "<scope>:<business key>" (e.g. charge-orders:ORDER-003),
 or a business key with -scope.
@@ -150,19 +171,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		limit  = fs.Int("limit", 20, "list: records per page (1..1000)")
 		cursor = fs.String("cursor", "", "list: cursor printed by the previous page")
 		all    = fs.Bool("all", false, "list: follow the cursors to the end")
+		every  = fs.Bool("all-scopes", false, "summary: count every scope (reads the whole store, as any summary does)")
+		page   = fs.Int("page", admin.MaxListLimit, "summary: records per request (1..1000)")
 	)
+	if command == "summary" {
+		opts.pace = 100 * time.Millisecond
+		fs.DurationVar(&opts.pace, "pace", opts.pace, "summary: least time between two requests that read the store")
+	}
 	var wantArgs int
 	switch command {
 	case "inspect", "evict":
 		wantArgs = 1
-	case "list":
+	case "list", "summary":
 		wantArgs = 0
 	case "help":
 		global.SetOutput(stdout)
 		global.Usage()
 		return exitOK
 	default:
-		fmt.Fprintf(stderr, "dedupctl: unknown command %q (inspect, evict or list)\n", command)
+		fmt.Fprintf(stderr, "dedupctl: unknown command %q (inspect, evict, list or summary)\n", command)
 		return exitUsage
 	}
 	positional, err := parseInterleaved(fs, rest)
@@ -187,6 +214,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		if *all && *cursor != "" {
 			fmt.Fprintln(stderr, "dedupctl list: -all starts from the beginning; drop -cursor")
+			return exitUsage
+		}
+	}
+	if command == "summary" {
+		if err := summaryUsage(opts, *prefix, *every, *page); err != nil {
+			fmt.Fprintf(stderr, "dedupctl summary: %v\n", err)
 			return exitUsage
 		}
 	}
@@ -226,6 +259,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return inspect(ctx, store, key, out, stderr)
 	case "evict":
 		return evict(ctx, store, key, out, stderr)
+	case "summary":
+		p := *prefix
+		if opts.scope != "" {
+			p = admin.ScopePrefix(opts.scope) + p
+		}
+		sopts := admin.SummaryOptions{PageSize: *page}
+		if opts.store == "postgres" { // Redis and DynamoDB pace each SCAN or Scan request (openStore)
+			sopts.Pace = opts.pace
+		}
+		return summarize(ctx, store, p, opts.store, sopts, out, stderr)
 	default:
 		p := *prefix
 		if opts.scope != "" {

@@ -60,6 +60,9 @@ func openRedis(ctx context.Context, opts options) (admin.Interface, string, func
 		_ = client.Close()
 		return nil, "", nil, &usageError{"-redis-prefix must not be empty (the store's default is dedup:)"}
 	}
+	if opts.pace > 0 {
+		paceRedis(client, &pacer{every: opts.pace})
+	}
 	store, err := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: opts.redisPrefix})
 	if err != nil {
 		_ = client.Close()
@@ -73,7 +76,11 @@ func openDynamo(ctx context.Context, opts options) (admin.Interface, string, fun
 	if err != nil {
 		return nil, "", nil, err
 	}
-	store, err := dynamo.New(dynamo.Config{Client: a.DynamoDB(), Table: opts.dynamoTable})
+	var client dynamo.Client = a.DynamoDB()
+	if opts.pace > 0 {
+		client = pacedDynamo{Client: a.DynamoDB(), p: &pacer{every: opts.pace}}
+	}
+	store, err := dynamo.New(dynamo.Config{Client: client, Table: opts.dynamoTable})
 	if err != nil {
 		return nil, "", nil, &usageError{err.Error()}
 	}

@@ -1,5 +1,6 @@
 // Package admin is the operator's view of a dedup store: look at one
-// record, delete one, list records by key prefix. It is optional and
+// record, delete one, list records by key prefix, summarize a scope
+// (Summarize). It is optional and
 // separate from dedup.Store: the middleware never uses it. The stores of
 // this module implement Interface (the memory store too); cmd/dedupctl
 // drives it from the command line.

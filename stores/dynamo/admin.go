@@ -166,6 +166,20 @@ func prefixHash(prefix string) uint32 {
 // passed are skipped (they are read and paid for); items this store cannot
 // read are listed as admin.StateUnreadable.
 func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]admin.Record, string, error) {
+	return s.list(ctx, prefix, cursor, limit, false)
+}
+
+var _ admin.AbandonedLister = (*Store)(nil)
+
+// ListWithAbandoned implements admin.AbandonedLister: List, plus the items
+// in progress whose lease deadline has passed (by the store's Clock) and
+// that no claim has taken over or released yet; DynamoDB TTL deletes them
+// days later. Same Scan requests, cost and cursor as List.
+func (s *Store) ListWithAbandoned(ctx context.Context, prefix, cursor string, limit int) ([]admin.Record, string, error) {
+	return s.list(ctx, prefix, cursor, limit, true)
+}
+
+func (s *Store) list(ctx context.Context, prefix, cursor string, limit int, withAbandoned bool) ([]admin.Record, string, error) {
 	if err := storekit.CheckListLimit(limit); err != nil {
 		return nil, "", err
 	}
@@ -221,8 +235,8 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]a
 			rec, err := s.decode(item)
 			if err != nil {
 				records = append(records, admin.Record{Key: pkv.Value, State: admin.StateUnreadable, Problem: err.Error()})
-			} else if info, live := s.info(pkv.Value, rec, now); live {
-				records = append(records, info)
+			} else if info, live := s.info(pkv.Value, rec, now); live || withAbandoned && rec.state == stateInProgress {
+				records = append(records, info) // in progress and not live: abandoned
 			}
 			if len(records) == limit {
 				// Continue right after this item next time, even if the

@@ -58,6 +58,26 @@ func (s *Store) Evict(ctx context.Context, key string) (bool, error) {
 // last key returned. Cost: every call visits and sorts every record under
 // the store's mutex, O(n log n): fine for tests and small stores.
 func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]admin.Record, string, error) {
+	return s.list(ctx, prefix, cursor, limit, false)
+}
+
+var _ admin.AbandonedLister = (*Store)(nil)
+
+// ListWithAbandoned implements [admin.AbandonedLister]: List, plus the
+// in-progress records whose lease has ended (neither released nor taken
+// over), until a claim of the key or the store's sweep removes them. Cost
+// as List.
+func (s *Store) ListWithAbandoned(ctx context.Context, prefix, cursor string, limit int) ([]admin.Record, string, error) {
+	return s.list(ctx, prefix, cursor, limit, true)
+}
+
+// abandoned reports whether r is an in-progress record whose lease has
+// ended at now, neither released nor taken over.
+func (r *memRecord) abandoned(now time.Time) bool {
+	return !r.completed && !r.released && !now.Before(r.deadline)
+}
+
+func (s *Store) list(ctx context.Context, prefix, cursor string, limit int, withAbandoned bool) ([]admin.Record, string, error) {
 	if err := storekit.CheckListLimit(limit); err != nil {
 		return nil, "", err
 	}
@@ -77,7 +97,7 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]a
 	defer s.mu.Unlock()
 	keys := make([]string, 0, len(s.records))
 	for k, r := range s.records {
-		if strings.HasPrefix(k, prefix) && k > after && r.isLive(now) {
+		if strings.HasPrefix(k, prefix) && k > after && (r.isLive(now) || withAbandoned && r.abandoned(now)) {
 			keys = append(keys, k)
 		}
 	}
