@@ -138,6 +138,16 @@ type Features struct {
 	// TestRouterEffectInTransaction.
 	Transactions *Transactions
 
+	// Batch: the store implements dedup.BatchStore. RunBatch's cases run
+	// only then.
+	Batch bool
+
+	// BatchRequestSize is the most records one request of the store's
+	// batch methods carries (a pipeline or statement chunk, the requests
+	// in flight); TestBatchLargerThanOneRequest claims more than twice as
+	// many. 0: no limit; the case then claims 1000.
+	BatchRequestSize int
+
 	// Skip names cases (as Run, RunAdmin and RunRouter name their subtests,
 	// e.g. "ResultTooLarge") that are skipped with the given reason. It is
 	// for a server's known deviation that the store cannot help (an
