@@ -23,6 +23,7 @@ var batchCases = []suiteCase{
 	{"BatchLargerThanOneRequest", TestBatchLargerThanOneRequest},
 	{"BatchCompleteAndReleaseCheckTokens", TestBatchCompleteAndReleaseCheckTokens},
 	{"BatchOrigin", TestBatchOrigin},
+	{"BatchOneRequest", TestBatchOneRequest},
 }
 
 // RunBatch runs every case of the batch capability (dedup.BatchStore:
@@ -387,4 +388,51 @@ func TestBatchOrigin(t *testing.T, newStore Constructor, features Features) {
 			t.Fatalf("record %.40q: origin %q/%q, %d claims; want %q/%q, 1", r.Key, rec.TransportID, rec.MessageID, rec.Claims, r.Origin.TransportID, r.Origin.MessageID)
 		}
 	}
+}
+
+// TestBatchOneRequest: with Features.OneRequestBatch, a ClaimBatch of ten
+// new keys is one request, and so are the CompleteBatch of five of them
+// and the ReleaseBatch of the other five (the store must implement
+// RequestCounter and be the case's own).
+func TestBatchOneRequest(t *testing.T, newStore Constructor, features Features) {
+	if !features.OneRequestBatch {
+		t.Skip("storetest: the store does not promise one request per batch (Features.OneRequestBatch)")
+	}
+	e := newBatchEnv(t, "BatchOneRequest", newStore, features)
+	counter, ok := e.store.(RequestCounter)
+	if !ok {
+		t.Fatalf("storetest: Features.OneRequestBatch needs a store that implements storetest.RequestCounter; %T does not", e.store)
+	}
+	reqs := make([]dedup.ClaimRequest, 10)
+	for i := range reqs {
+		reqs[i] = req(e.key(fmt.Sprint(i)), "fp")
+	}
+	measure := func(what string, f func()) {
+		t.Helper()
+		before := counter.Requests()
+		f()
+		if n := counter.Requests() - before; n != 1 {
+			t.Fatalf("%s took %d requests, want 1", what, n)
+		}
+	}
+	// A first batch may open a connection (the client's handshake), and
+	// load a script the server did not know: warm up.
+	warm := e.expectBatch([]dedup.ClaimRequest{req(e.key("warm-up"), ""), req(e.key("warm-up-2"), "")}, dedup.Acquired, dedup.Acquired)
+	e.completeAll([]dedup.Claim{warm[0].Claim}, [][]byte{nil})
+	e.releaseAll([]dedup.Claim{warm[1].Claim})
+	var res []dedup.ClaimResult
+	measure("ClaimBatch of 10 new keys", func() { res = e.expectBatch(reqs, outcomes(10, dedup.Acquired)...) })
+	var done, released []dedup.Claim
+	for i, r := range res {
+		if i < 5 {
+			done = append(done, r.Claim)
+		} else {
+			released = append(released, r.Claim)
+		}
+	}
+	measure("CompleteBatch of 5", func() { e.completeAll(done, make([][]byte, 5)) })
+	measure("ReleaseBatch of 5", func() { e.releaseAll(released) })
+	measure("ClaimBatch of 5 duplicates and 5 live", func() {
+		e.expectBatch(append(reqs[:5:5], req(e.key("live"), ""), req(e.key("live"), "")), append(outcomes(5, dedup.Duplicate), dedup.Acquired, dedup.InProgress)...)
+	})
 }

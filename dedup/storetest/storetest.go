@@ -148,6 +148,13 @@ type Features struct {
 	// many. 0: no limit; the case then claims 1000.
 	BatchRequestSize int
 
+	// OneRequestBatch: a ClaimBatch of new keys, a CompleteBatch and a
+	// ReleaseBatch of at most BatchRequestSize records are one request to
+	// the server each (Redis: one pipeline; PostgreSQL: one batch of
+	// statements). TestBatchOneRequest checks it on a store that
+	// implements [RequestCounter].
+	OneRequestBatch bool
+
 	// Skip names cases (as Run, RunAdmin and RunRouter name their subtests,
 	// e.g. "ResultTooLarge") that are skipped with the given reason. It is
 	// for a server's known deviation that the store cannot help (an

@@ -29,3 +29,25 @@ func Each(n, limit int, fn func(i int)) {
 	}
 	wg.Wait()
 }
+
+// EachInKeyOrder is Each for requests on keys (keys[i] is request i's):
+// requests on distinct keys run concurrently, at most limit at once, and
+// a request on a key that an earlier request also names starts only
+// after that one returned, so that the requests of one key run in their
+// order. It runs in waves: the first request of every key, then the
+// second of every key named twice, and so on.
+func EachInKeyOrder(keys []string, limit int, fn func(i int)) {
+	seen := make(map[string]int, len(keys))
+	var waves [][]int
+	for i, k := range keys {
+		w := seen[k]
+		seen[k] = w + 1
+		if w == len(waves) {
+			waves = append(waves, nil)
+		}
+		waves[w] = append(waves[w], i)
+	}
+	for _, wave := range waves {
+		Each(len(wave), limit, func(j int) { fn(wave[j]) })
+	}
+}
