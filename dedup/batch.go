@@ -22,6 +22,11 @@ type BatchCall struct {
 	// batch's other releases. A FIFO queue's message group, a stream's
 	// shard. Calls without a Group are independent.
 	Group string
+	// Err, when not nil, is the call's end: it is not claimed, ends with
+	// Err at its turn (stopping its group as any failure does) and is not
+	// decided by the engine. For an entry point that could not build the
+	// call (no key in the record): it keeps its place in its group's order.
+	Err error
 }
 
 // Batch is what Engine.DoBatch runs.
@@ -73,12 +78,15 @@ const batchFallbackConcurrency = 16
 // the calls that failed or did not start are released together.
 //
 // A key that appears more than once in the batch (same scope) is claimed
-// once, by its first call; a later copy is decided without running fn: a
+// once, by its first call; a later copy does not run fn: it is a
 // Duplicate with the first call's result once that call has succeeded,
-// ErrKeyReuse when both carry fingerprints that differ, ErrInProgress
-// while the first call runs or when it failed. Only a copy whose first
-// call met a record of another owner under another fingerprint (or a
-// store error) is claimed on its own when its turn comes. Unusable keys and
+// ErrKeyReuse when both carry fingerprints that differ, ErrInProgress when
+// the first call failed. A copy whose turn comes while its first call runs
+// (another group's) claims on its own, as Do would, and finds the key in
+// progress (with Config.InProgressWait it waits for the first call's end,
+// and is its Duplicate when it succeeded). A copy whose first call met a
+// record of another owner under another fingerprint (or a store error) is
+// claimed on its own too. Unusable keys and
 // scopes are refused as Do refuses them, before anything is claimed.
 //
 // Leases: each won claim's lease runs from the batch's claim, and is kept
@@ -155,9 +163,11 @@ type batchSlot struct {
 	elapsed time.Duration
 	won     bool // holds a claim (set before its turn, or during it under mu)
 
-	// Under batchRun.mu, for its copies: the call's end.
+	// Under batchRun.mu, for its copies: the call's end, and a channel
+	// closed then.
 	done, ok bool
 	out      []byte
+	ended    chan struct{}
 
 	result     []byte // to complete with
 	cause      error  // to release with
@@ -172,6 +182,7 @@ func (r *batchRun) prepare() {
 	for i := range r.slots {
 		s := &r.slots[i]
 		s.r, s.i, s.first, s.ctx = r, i, -1, r.ctx
+		s.ended = make(chan struct{})
 		call := r.b.Calls[i].Call
 		call.trace = nil
 		if e.cfg.Tracer != nil {
@@ -184,6 +195,10 @@ func (r *batchRun) prepare() {
 			call.trace, s.ctx, s.trace = trace, ctx, trace
 		}
 		s.f = &flight{e: e, call: call}
+		if err := r.b.Calls[i].Err; err != nil {
+			s.preset = err
+			continue
+		}
 		if call.Scope == "" {
 			s.preset = ErrNoScope
 			continue
@@ -352,9 +367,7 @@ func (r *batchRun) turns(results []BatchResult) {
 			}
 			res, err := r.turn(s)
 			results[i] = BatchResult{ClaimResult: res, Err: err}
-			r.mu.Lock()
-			s.done, s.ok, s.out = true, err == nil && res.Outcome == Acquired, res.Result
-			r.mu.Unlock()
+			r.end(s, err == nil && res.Outcome == Acquired, res.Result)
 			if r.b.Stops != nil {
 				stopped = r.b.Stops(i, res, err)
 			} else {
@@ -371,10 +384,16 @@ func (r *batchRun) notStarted(s *batchSlot) error {
 		s.f.claimEvent(EventClaimWon, s.res, s.elapsed, 0)
 		s.release(err)
 	}
-	r.mu.Lock()
-	s.done = true
-	r.mu.Unlock()
+	r.end(s, false, nil)
 	return err
+}
+
+// end records the end of a call's turn, for its copies.
+func (r *batchRun) end(s *batchSlot, ok bool, out []byte) {
+	r.mu.Lock()
+	s.done, s.ok, s.out = true, ok, out
+	r.mu.Unlock()
+	close(s.ended)
 }
 
 // turn decides one call, as Do decides it after its claim, and runs its
@@ -447,8 +466,10 @@ func (r *batchRun) copyTurn(s *batchSlot, w worker) (ClaimResult, error) {
 		res.Outcome = Conflict
 	case won && done && ok:
 		res = ClaimResult{Outcome: Duplicate, Result: out}
+	case won && done:
+		res.Outcome = InProgress // it failed: no second run in this batch
 	case won:
-		res.Outcome = InProgress
+		return r.copyWhileFirstRuns(s, first, w)
 	case first.sent && first.err == nil && fp == firstFP && !(first.res.Outcome == InProgress && e.cfg.InProgressWait > 0):
 		// The first call met a record of another claim: so does this one.
 		res = first.res
@@ -462,6 +483,83 @@ func (r *batchRun) copyTurn(s *batchSlot, w worker) (ClaimResult, error) {
 		return res, nil
 	}
 	return f.refused(s.ctx, res, 0, 0, w)
+}
+
+// copyWhileFirstRuns decides a copy whose first call holds the key and
+// has not ended: the copy claims on its own, as Do would (the store
+// answers InProgress while the first call holds it), and with
+// Config.InProgressWait waits for the first call's end, bounded as Do's
+// wait is: a Duplicate of its result when it succeeded. (Polling the
+// store could not see it: the batch completes its records after every
+// call's turn.)
+func (r *batchRun) copyWhileFirstRuns(s, first *batchSlot, w worker) (ClaimResult, error) {
+	e, f, ctx := r.e, s.f, s.ctx
+	lease, err := e.callLease(&f.call)
+	if err != nil {
+		return ClaimResult{}, err
+	}
+	f.newWorkContext(ctx)
+	start := time.Now()
+	res, err := f.claim(ctx, lease)
+	elapsed := time.Since(start)
+	if err == nil && (res.Outcome < Acquired || res.Outcome > Conflict) {
+		err = fmt.Errorf("unknown outcome %v", res.Outcome)
+	}
+	if err != nil {
+		if errors.Is(err, errCallDeadline) {
+			return ClaimResult{}, err
+		}
+		return f.claimFailed(ctx, w, elapsed, 0, err)
+	}
+	var waited time.Duration
+	switch res.Outcome {
+	case Acquired: // the first call's claim was lost meanwhile
+		f.claimEvent(EventClaimWon, res, elapsed, 0)
+		return f.run(ctx, res.Claim, w)
+	case InProgress:
+		if e.cfg.InProgressWait > 0 && !e.cfg.Shadow {
+			var ok bool
+			var out []byte
+			ok, out, waited = r.awaitFirst(ctx, f, first)
+			if ok {
+				res = ClaimResult{Outcome: Duplicate, Result: out}
+				f.claimEvent(EventSkipDuplicate, res, elapsed, waited)
+				return res, nil
+			}
+		}
+	case Duplicate:
+		if !e.cfg.Shadow {
+			f.claimEvent(EventSkipDuplicate, res, elapsed, 0)
+			return res, nil
+		}
+	}
+	return f.refused(ctx, res, elapsed, waited, w)
+}
+
+// awaitFirst waits for the first call's end, at most Config.InProgressWait
+// and not past the copy's Deadline, and reports whether it succeeded (its
+// result) and how long the wait took on the clock.
+func (r *batchRun) awaitFirst(ctx context.Context, f *flight, first *batchSlot) (ok bool, out []byte, waited time.Duration) {
+	clock := r.e.cfg.Clock
+	start := clock.Now()
+	left := r.e.cfg.InProgressWait
+	if d := f.call.Deadline; !d.IsZero() {
+		left = min(left, d.Sub(start))
+	}
+	if left > 0 {
+		timeout := make(chan struct{})
+		stop := clock.AfterFunc(left, func() { close(timeout) })
+		select {
+		case <-first.ended:
+		case <-timeout:
+		case <-ctx.Done():
+		}
+		stop()
+	}
+	r.mu.Lock()
+	ok, out = first.done && first.ok, first.out
+	r.mu.Unlock()
+	return ok, out, clock.Now().Sub(start)
 }
 
 // batchWorker is the work of call i: the batch's function, its panic
