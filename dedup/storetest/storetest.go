@@ -15,7 +15,8 @@
 //
 // [Run] runs the store contract (Claim, Complete, Release, Extend),
 // [RunAdmin] the operator's contract of dedup/admin (Inspect, Evict, List),
-// [RunRouter] the middleware end to end through a real Watermill router.
+// [RunRouter] the middleware end to end through a real Watermill router,
+// [RunBatch] the optional batch capability (dedup.BatchStore).
 // Every case is also exported on its own (TestDuplicateAfterComplete,
 // TestAdminList, TestRouterReplay, …) with the same arguments, so a store
 // can run one case, or a case again under other conditions.
