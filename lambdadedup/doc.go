@@ -28,7 +28,7 @@
 //	key held by another consumer              failure       ErrInProgress: never acked (Dedup.InProgressWait: waits for it first, up to the deadline)
 //	no key, transport id as key, key reused   failure       to the DLQ by the redrive policy (DropPermanent: success, error log)
 //	store unreachable                         failure       fail closed (Dedup.FailOpen: handler runs unclaimed)
-//	less than DeadlineMargin left             failure       not claimed, not started
+//	less than DeadlineMargin left             failure       not started; its claim released (none at all when the invocation starts so)
 //	FIFO: after a failure in its group        failure       not started (the group's order holds)
 //
 // # Batches
