@@ -180,7 +180,7 @@ func TestDoBatchWithoutBatchStore(t *testing.T) {
 	mem := memory.New(clock)
 	cs := &countingStore{Store: mem, mem: mem}
 	e := newBatchEngine(t, cs, clock)
-	res := e.DoBatch(ctx, dedup.Batch{Calls: calls("s", "a", "b", "a"), Concurrency: 2}, func(ctx context.Context, i int) ([]byte, error) {
+	res := e.DoBatch(ctx, dedup.Batch{Calls: calls("s", "a", "b", "a")}, func(ctx context.Context, i int) ([]byte, error) {
 		if i == 1 {
 			return nil, errors.New("fails")
 		}
