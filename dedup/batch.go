@@ -102,6 +102,13 @@ const batchFallbackConcurrency = 16
 // left do not start (ErrNotStarted), the batch's completions and releases
 // are sent, and the panic goes on from DoBatch.
 //
+// Every call is decided and observed as Do's: its log events, and with
+// Config.Tracer a trace of its own (Tracer.StartCall for each call before
+// the claims, EndCall when the batch returns); Observer.ObserveStoreOp
+// gets each record's claim, completion and release with the round trip of
+// the batch request that carried it. The batch's claim request takes one
+// admission of Config.MaxClaimsInFlight.
+//
 // Cost with a BatchStore: one claim request for the batch (plus a second
 // for records that take over released ones, depending on the store), one
 // completion request, one release request when a call failed or did not
