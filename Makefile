@@ -6,6 +6,8 @@
 #             with medians and ratios, allocations and Redis used_memory per record
 #             (BENCHFLAGS passes flags, e.g. BENCHFLAGS='-stores redis,redis-ap -reps 3'
 #             or '-redis-records none')
+# make bench-batch  batch claims: per-record Engine.Do against Engine.DoBatch and
+#             the raw floor, for batches of 1, 10, 100 new keys on every store
 # make bench-stores  the older per-store go test benchmarks
 
 GO ?= go
@@ -17,7 +19,7 @@ TEST_TIMEOUT ?= 20m
 # `go vet` and one `go test` run them all, in parallel.
 ALL := github.com/watermill-dedup/watermill-dedup/...
 
-.PHONY: test deps vet modules api lab bench bench-stores fuzz
+.PHONY: test deps vet modules api lab bench bench-batch bench-stores fuzz
 
 test: deps vet modules
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(ALL)
@@ -45,6 +47,9 @@ BENCHFLAGS ?=
 bench: deps
 	$(GO) run ./cmd/dedup-bench $(BENCHFLAGS)
 	$(GO) test -run '^$$' -bench WaitReplicas -benchtime 3000x ./stores/redis/
+
+bench-batch: deps
+	$(GO) run ./cmd/dedup-bench -batch 1,10,100 $(BENCHFLAGS)
 
 bench-stores: deps
 	$(GO) test -run '^$$' -bench Store -benchtime 2s ./stores/redis/

@@ -13,7 +13,8 @@
 // work's context at the lease deadline, Complete with retries or Release,
 // one [Decision] per outcome. The Deduplicator, package httpdedup and the
 // Lambda adapter are entry points on it; plain Go code calls [Engine.Do]
-// to run a function at most once per key.
+// to run a function at most once per key, and [Engine.DoBatch] to claim a
+// whole batch in one store request (stores that implement [BatchStore]).
 //
 // The package imports no store and no broker. Stores live in their own
 // packages (stores/memory for tests and single-process use, stores/redis,

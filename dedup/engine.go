@@ -366,10 +366,22 @@ func checkKey(key, transportID string, maxKeyLength int) error {
 
 // run does the work of an acquired claim and ends the claim exactly once.
 func (f *flight) run(ctx context.Context, claim Claim, w worker) (ClaimResult, error) {
-	e := f.e
-	f.hc.Key, f.hc.Token, f.hc.Retention = claim.Key, claim.Token, e.cfg.Retention
-	keeper := f.keepLease()
-	f.hc.SetStopper(keeper)
+	f.hold(claim)
+	return f.runHeld(ctx, w, nil)
+}
+
+// hold starts keeping an acquired claim: the work's context carries it,
+// and the lease keeper extends it (see leaseKeeper).
+func (f *flight) hold(claim Claim) {
+	f.hc.Key, f.hc.Token, f.hc.Retention = claim.Key, claim.Token, f.e.cfg.Retention
+	f.hc.SetStopper(f.keepLease())
+}
+
+// runHeld does the work of a held claim and ends the claim exactly once:
+// at once, or, in a batch (b not nil), with the batch's completions and
+// releases.
+func (f *flight) runHeld(ctx context.Context, w worker, b *batchSlot) (ClaimResult, error) {
+	claim := f.keeper.claim()
 	acquired := ClaimResult{Outcome: Acquired, Claim: claim}
 
 	panicked := true
@@ -400,8 +412,14 @@ func (f *flight) run(ctx context.Context, claim Claim, w worker) (ClaimResult, e
 			return acquired, err
 		}
 	case err != nil:
-		f.release(ctx, err)
+		if b != nil {
+			b.release(err)
+		} else {
+			f.release(ctx, err)
+		}
 		return acquired, err
+	case b != nil:
+		b.complete(result)
 	default:
 		f.complete(ctx, result)
 	}
@@ -417,12 +435,19 @@ func (f *flight) completedInWork(claim Claim) {
 
 // release releases the claim's record so that a retry can run the work again.
 func (f *flight) release(ctx context.Context, cause error) {
-	e, call, keeper := f.e, &f.call, &f.keeper
+	e, keeper := f.e, &f.keeper
 	keeper.finish()
 	defer keeper.stop() // also when the store or the Observer panics
 	claim := keeper.claim()
 	err := f.finishOp(ctx, "release", func(ctx context.Context) error { return e.cfg.Store.Release(ctx, claim) })
+	f.released(err, cause)
+}
+
+// released stops the keeper and decides a release's answer err.
+func (f *flight) released(err, cause error) {
+	e, call, keeper := f.e, &f.call, &f.keeper
 	keeper.stop()
+	claim := keeper.claim()
 	elapsed := e.cfg.Clock.Now().Sub(keeper.claimedAt)
 	switch {
 	case err == nil:
@@ -439,7 +464,7 @@ func (f *flight) release(ctx context.Context, cause error) {
 // complete records the work as done, retrying store errors with backoff
 // while the heartbeat keeps the lease alive.
 func (f *flight) complete(ctx context.Context, result []byte) {
-	e, call, keeper := f.e, &f.call, &f.keeper
+	e, keeper := f.e, &f.keeper
 	keeper.finish()
 	defer keeper.stop() // also when the store or the Observer panics
 	claim := keeper.claim()
@@ -449,22 +474,42 @@ func (f *flight) complete(ctx context.Context, result []byte) {
 		err = f.finishOp(ctx, "complete", func(ctx context.Context) error {
 			return e.cfg.Store.Complete(ctx, claim, result, e.cfg.Retention)
 		})
-		if errors.Is(err, ErrResultTooLarge) && result != nil {
-			// Record the effect without its result rather than leave the
-			// key in progress (which would run the effect again after the
-			// lease): the replay is lost, the effect is not repeated. Op is
-			// empty: the claim is not over yet.
-			e.event(call, EventStoreError, "", claim.Key, 0, fmt.Errorf("storing the result for replay (%d bytes); completing without it: %w", len(result), err))
-			result = nil
-			continue
-		}
-		if err == nil || errors.Is(err, ErrClaimLost) || errors.Is(err, ErrInvalidDuration) || attempt >= e.cfg.CompleteRetries {
+		again, pause := f.completeAgain(err, &result, attempt)
+		if !again {
 			break
 		}
-		sleep(e.cfg.Clock, backoff)
-		backoff *= 2
+		if pause {
+			sleep(e.cfg.Clock, backoff)
+			backoff *= 2
+		}
 	}
+	f.completed(err)
+}
+
+// completeAgain decides on a Complete's answer err, the attempt-th (from
+// 0): whether to send it again, and whether to pause first (a store
+// error; not a result too large, sent again at once without it).
+func (f *flight) completeAgain(err error, result *[]byte, attempt int) (again, pause bool) {
+	if errors.Is(err, ErrResultTooLarge) && *result != nil {
+		// Record the effect without its result rather than leave the
+		// key in progress (which would run the effect again after the
+		// lease): the replay is lost, the effect is not repeated. Op is
+		// empty: the claim is not over yet.
+		f.e.event(&f.call, EventStoreError, "", f.hc.Key, 0, fmt.Errorf("storing the result for replay (%d bytes); completing without it: %w", len(*result), err))
+		*result = nil
+		return true, false
+	}
+	if err == nil || errors.Is(err, ErrClaimLost) || errors.Is(err, ErrInvalidDuration) || attempt >= f.e.cfg.CompleteRetries {
+		return false, false
+	}
+	return true, true
+}
+
+// completed stops the keeper and decides a completion's last answer err.
+func (f *flight) completed(err error) {
+	e, call, keeper := f.e, &f.call, &f.keeper
 	keeper.stop()
+	claim := keeper.claim()
 	elapsed := e.cfg.Clock.Now().Sub(keeper.claimedAt)
 	switch {
 	case err == nil || errors.Is(err, ErrAlreadyCompleted):

@@ -97,6 +97,17 @@ var harnesses = map[blockKey]harness{
 		after:   "_, _ = d, err",
 	},
 
+	// docs/batches.md
+	{"docs/batches.md", "calls := make([]dedup.BatchCall, len(orderIDs))"}: {
+		imports: []string{"context", "github.com/watermill-dedup/watermill-dedup/dedup"},
+		names:   "engine *dedup.Engine\nctx context.Context\norderIDs []string\ncharge func(context.Context, string) error\nretryLater func(string)",
+	},
+	{"docs/batches.md", "func TestBatchConformance(t *testing.T) {"}: {
+		imports:  []string{"testing", "github.com/watermill-dedup/watermill-dedup/dedup/storetest"},
+		topLevel: true,
+		names:    "newStore storetest.Constructor",
+	},
+
 	// cmd/dedupctl/README.md
 	{"cmd/dedupctl/README.md", "type Interface interface {"}: {
 		imports:  []string{"context", "time"},

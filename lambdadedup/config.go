@@ -48,9 +48,11 @@ type Config struct {
 
 	// DeadlineMargin is the least remaining invocation time (the context's
 	// deadline) for a record to be started; a record reached later is
-	// listed as a failure without being claimed, and comes back after the
-	// queue's visibility timeout. Set it above the handler's longest run
-	// plus two store round trips. Defaults to 2s; negative is an error.
+	// listed as a failure, not started (its claim, made with the batch's,
+	// is released; an invocation that starts with less claims nothing),
+	// and comes back after the queue's visibility timeout. Set it above
+	// the handler's longest run plus two store round trips. Defaults to
+	// 2s; negative is an error.
 	DeadlineMargin time.Duration
 
 	// Concurrency is how many records of one batch run at once. Records of

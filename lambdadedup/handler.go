@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -15,7 +13,6 @@ import (
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 )
 
 // Events of the adapter itself, logged and passed to Dedup.Observer like
@@ -99,144 +96,44 @@ func New(config Config, handler message.NoPublishHandlerFunc) (*Handler, error) 
 // failed invocation would retry every record of the batch, and count a
 // receive against each of them.
 //
-// Cost: per record, the store round trips of dedup.Engine.Do (two for a
-// new key, one for a duplicate), plus one per heartbeat.
+// The batch is claimed at once (dedup.Engine.DoBatch): every record's
+// claim goes to the store before any handler runs, and the completions,
+// then the releases (failed records, a FIFO group's records after a
+// failure, records reached with less than DeadlineMargin left), go
+// together after the last handler.
+//
+// Cost: one claim request for the batch, one completion request and one
+// release request when some record needs it, on a store with the batch
+// capability (dedup.BatchStore: every store of this module); one request
+// per record and operation on another store. A lease that ends at the
+// deadline needs no heartbeat.
 func (h *Handler) Handle(ctx context.Context, event events.SQSEvent) (events.SQSEventResponse, error) {
 	records := event.Records
-	failed := make([]bool, len(records))
-	units := orderedUnits(records)
-
-	next := make(chan []int)
-	var wg sync.WaitGroup
-	for range min(h.cfg.Concurrency, len(units)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for unit := range next {
-				h.runUnit(ctx, records, unit, failed)
-			}
-		}()
+	items := make([]item, len(records))
+	for i := range records {
+		rec := &records[i]
+		// The store keeps the message's UUID (the Watermill UUID of a
+		// message Watermill published, else the SQS MessageId) as the
+		// first claim's transport id and the SQS MessageId as its message
+		// id, as a router on the same queue does (msg.UUID and
+		// sqs_message_id): a record reads the same whichever entry point
+		// claimed it.
+		items[i] = item{
+			topic: queueName(rec.EventSourceARN), uuid: messageUUID(rec), messageID: rec.MessageId, keyID: rec.MessageId,
+			message: func() (*message.Message, error) { return Message(*rec), nil },
+			with:    func(ctx context.Context) context.Context { return context.WithValue(ctx, recordKey{}, rec) },
+		}
+		if g := rec.Attributes["MessageGroupId"]; g != "" && strings.HasSuffix(rec.EventSourceARN, ".fifo") {
+			items[i].group, items[i].fifoGroup = rec.EventSourceARN+"\x00"+g, g
+		}
 	}
-	for _, u := range units {
-		next <- u
-	}
-	close(next)
-	wg.Wait()
-
 	var resp events.SQSEventResponse
-	for i, f := range failed {
-		if f {
+	for i, err := range h.batch(ctx, items, h.cfg.Concurrency) {
+		if err != nil {
 			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: records[i].MessageId})
 		}
 	}
 	return resp, nil
-}
-
-// runUnit runs the records of one unit (one record, or one FIFO message
-// group) in order; after a failure the rest of the unit fails unstarted.
-// Each goroutine writes only its own unit's entries of failed.
-func (h *Handler) runUnit(ctx context.Context, records []events.SQSMessage, unit []int, failed []bool) {
-	for n, i := range unit {
-		if n > 0 && failed[unit[n-1]] {
-			failed[i] = true
-			h.decide(&records[i], dedup.Decision{Event: EventGroupSkipped,
-				Err: fmt.Errorf("lambdadedup: message group %q: an earlier record of the batch failed", records[i].Attributes["MessageGroupId"])})
-			continue
-		}
-		failed[i] = !h.record(ctx, &records[i])
-	}
-}
-
-// orderedUnits groups the records that must run in order: on a FIFO queue
-// (an event source ARN ending in ".fifo"), the records of one message
-// group, in batch order; every other record is a unit of its own.
-func orderedUnits(records []events.SQSMessage) [][]int {
-	var units [][]int
-	group := map[string]int{} // FIFO message group -> index in units
-	for i, r := range records {
-		g, fifo := r.Attributes["MessageGroupId"], strings.HasSuffix(r.EventSourceARN, ".fifo")
-		if !fifo || g == "" {
-			units = append(units, []int{i})
-			continue
-		}
-		key := r.EventSourceARN + "\x00" + g
-		if u, ok := group[key]; ok {
-			units[u] = append(units[u], i)
-			continue
-		}
-		group[key] = len(units)
-		units = append(units, []int{i})
-	}
-	return units
-}
-
-// record claims and handles one record; it reports whether SQS may delete
-// it.
-func (h *Handler) record(ctx context.Context, rec *events.SQSMessage) (ok bool) {
-	// The store keeps the message's UUID (the Watermill UUID of a message
-	// Watermill published, else the SQS MessageId) as the first claim's
-	// transport id and the SQS MessageId as its message id, as a router on
-	// the same queue does (msg.UUID and sqs_message_id): a record reads the
-	// same whichever entry point claimed it. Set once the message is built.
-	call := dedup.Call{Scope: h.cfg.Scope, Handler: functionName(h.cfg.Scope), Topic: queueName(rec.EventSourceARN), MessageUUID: rec.MessageId,
-		MessageID: rec.MessageId}
-	if err := ctx.Err(); err != nil {
-		h.decide(rec, dedup.Decision{Event: EventDeadline, Err: fmt.Errorf("lambdadedup: the invocation ended: %w", context.Cause(ctx))})
-		return false
-	}
-	if deadline, has := ctx.Deadline(); has {
-		left := deadline.Sub(h.now())
-		if left < h.cfg.DeadlineMargin {
-			h.decide(rec, dedup.Decision{Event: EventDeadline,
-				Err: fmt.Errorf("lambdadedup: %v left in the invocation, less than DeadlineMargin %v", left, h.cfg.DeadlineMargin)})
-			return false
-		}
-		call.Deadline = deadline
-	}
-	recCtx := context.WithValue(ctx, recordKey{}, rec)
-	msg := Message(*rec)
-	msg.SetContext(recCtx)
-	call.MessageUUID = msg.UUID // the engine refuses it as a key; businessKey the MessageId
-
-	defer func() {
-		if p := recover(); p != nil {
-			// The engine released the claim before the panic reached here.
-			// Only this record fails: a panicking invocation would fail the
-			// whole batch and move its other records towards the DLQ too.
-			h.decide(rec, dedup.Decision{Event: EventHandlerPanic, Key: admin.ScopedKey(call.Scope, call.Key),
-				Err: fmt.Errorf("lambdadedup: handler panicked: %v\n%s", p, debug.Stack())})
-			ok = false
-		}
-	}()
-
-	var err error
-	if call.Key, call.Fingerprint, err = h.identify(msg, rec.MessageId, nil); err != nil {
-		h.decide(rec, dedup.Decision{Event: dedup.EventKeyMissing, Err: err})
-		return h.permanent(rec, err)
-	}
-	_, err = h.engine.Do(recCtx, call, func(workCtx context.Context) ([]byte, error) {
-		msg.SetContext(workCtx)
-		defer msg.SetContext(recCtx)
-		return nil, h.handler(msg)
-	})
-	switch {
-	case err == nil:
-		return true
-	case dedup.IsPermanent(err):
-		return h.permanent(rec, err)
-	default:
-		return false
-	}
-}
-
-// permanent decides on a record that can never succeed (the engine or
-// businessKey has logged why).
-func (h *Handler) permanent(rec *events.SQSMessage, err error) bool {
-	if !h.cfg.DropPermanent {
-		return false
-	}
-	h.decide(rec, dedup.Decision{Event: EventDropped, Err: fmt.Errorf("lambdadedup: record dropped (DropPermanent): %w", err)})
-	return true
 }
 
 // identify takes the record's key (see businessKey), refuses one equal to
@@ -279,30 +176,6 @@ func (h *Handler) businessKey(msg *message.Message, messageID string) (key strin
 		return "", fmt.Errorf("%w: key %q is the record's SQS MessageId; take the key from the business payload", dedup.ErrTransportKey, key)
 	}
 	return key, nil
-}
-
-// decide logs an adapter decision and passes it to the Observer, as the
-// engine does with its own.
-func (h *Handler) decide(rec *events.SQSMessage, d dedup.Decision) {
-	d.Handler, d.Topic, d.MessageUUID = functionName(h.cfg.Scope), queueName(rec.EventSourceARN), messageUUID(rec)
-	if o := h.cfg.Dedup.Observer; o != nil {
-		o.ObserveDecision(d)
-	}
-	l := h.cfg.Dedup.Logger
-	if _, nop := l.(watermill.NopLogger); nop {
-		return
-	}
-	f := watermill.LogFields{"dedup_event": string(d.Event), "handler": d.Handler, "topic": d.Topic, "message_uuid": d.MessageUUID}
-	if d.Key != "" {
-		f["key"] = d.Key
-	}
-	switch d.Event {
-	case EventDeadline, EventGroupSkipped:
-		f["err"] = d.Err.Error()
-		l.Info("dedup: "+string(d.Event), f)
-	default:
-		l.Error("dedup: "+string(d.Event), d.Err, f)
-	}
 }
 
 // functionName names the handler in decisions: the Lambda function's name

@@ -3,7 +3,6 @@ package lambdadedup
 import (
 	"context"
 	"fmt"
-	"runtime/debug"
 	"strings"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -11,22 +10,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 )
-
-// item is one record of any event source, as the shared per-record path
-// (Handler.one) sees it.
-type item struct {
-	topic string // stream, table or event source: Decision.Topic
-	// uuid is the record's transport id: the message's UUID and
-	// Call.MessageUUID, refused as a key by the engine.
-	uuid string
-	// others are further transport ids (a sequence number, an event id)
-	// refused as a key.
-	others  []string
-	message func() (*message.Message, error)
-	with    func(context.Context) context.Context // puts the record in the context
-}
 
 // HandleKinesis processes a batch of a Kinesis stream (an event source
 // mapping with ReportBatchItemFailures) and reports where to resume. It has
@@ -46,22 +30,31 @@ type item struct {
 // the payload is the record's data. A key equal to the sequence number or
 // the event id is refused (dedup.ErrTransportKey). The error is always nil.
 func (h *Handler) HandleKinesis(ctx context.Context, event events.KinesisEvent) (events.KinesisEventResponse, error) {
-	var resp events.KinesisEventResponse
+	items := make([]item, len(event.Records))
 	for i := range event.Records {
 		r := &event.Records[i]
-		it := item{
-			topic:   streamName(r.EventSourceArn),
-			uuid:    r.Kinesis.SequenceNumber,
-			others:  []string{r.EventID},
+		items[i] = item{
+			topic: streamName(r.EventSourceArn), uuid: r.Kinesis.SequenceNumber, messageID: r.EventID, keyID: r.Kinesis.SequenceNumber,
+			others: []string{r.EventID}, group: "shard",
 			message: func() (*message.Message, error) { return KinesisMessage(*r), nil },
 			with:    func(ctx context.Context) context.Context { return context.WithValue(ctx, kinesisKey{}, r) },
 		}
-		if err := h.one(ctx, it); err != nil {
-			resp.BatchItemFailures = []events.KinesisBatchItemFailure{{ItemIdentifier: r.Kinesis.SequenceNumber}}
-			break
-		}
+	}
+	var resp events.KinesisEventResponse
+	if i := firstFailure(h.batch(ctx, items, 1)); i >= 0 {
+		resp.BatchItemFailures = []events.KinesisBatchItemFailure{{ItemIdentifier: event.Records[i].Kinesis.SequenceNumber}}
 	}
 	return resp, nil
+}
+
+// firstFailure is the index of the first record that failed, or -1.
+func firstFailure(errs []error) int {
+	for i, err := range errs {
+		if err != nil {
+			return i
+		}
+	}
+	return -1
 }
 
 // HandleDynamoDB processes a batch of a DynamoDB stream (an event source
@@ -75,20 +68,19 @@ func (h *Handler) HandleKinesis(ctx context.Context, event events.KinesisEvent) 
 // equal to the event id or the sequence number is refused
 // (dedup.ErrTransportKey). The error is always nil.
 func (h *Handler) HandleDynamoDB(ctx context.Context, event events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
-	var resp events.DynamoDBEventResponse
+	items := make([]item, len(event.Records))
 	for i := range event.Records {
 		r := &event.Records[i]
-		it := item{
-			topic:   streamName(r.EventSourceArn),
-			uuid:    r.EventID,
-			others:  []string{r.Change.SequenceNumber},
+		items[i] = item{
+			topic: streamName(r.EventSourceArn), uuid: r.EventID, messageID: r.Change.SequenceNumber, keyID: r.EventID,
+			others: []string{r.Change.SequenceNumber}, group: "shard",
 			message: func() (*message.Message, error) { return DynamoDBMessage(*r) },
 			with:    func(ctx context.Context) context.Context { return context.WithValue(ctx, dynamoDBKey{}, r) },
 		}
-		if err := h.one(ctx, it); err != nil {
-			resp.BatchItemFailures = []events.DynamoDBBatchItemFailure{{ItemIdentifier: r.Change.SequenceNumber}}
-			break
-		}
+	}
+	var resp events.DynamoDBEventResponse
+	if i := firstFailure(h.batch(ctx, items, 1)); i >= 0 {
+		resp.BatchItemFailures = []events.DynamoDBBatchItemFailure{{ItemIdentifier: event.Records[i].Change.SequenceNumber}}
 	}
 	return resp, nil
 }
@@ -106,65 +98,11 @@ func (h *Handler) HandleDynamoDB(ctx context.Context, event events.DynamoDBEvent
 // The message is EventBridgeMessage's: the payload is the event's detail.
 // A key equal to the event id is refused (dedup.ErrTransportKey).
 func (h *Handler) HandleEventBridge(ctx context.Context, event events.EventBridgeEvent) error {
-	return h.one(ctx, item{
-		topic:   event.Source,
-		uuid:    event.ID,
+	return h.batch(ctx, []item{{
+		topic: event.Source, uuid: event.ID, keyID: event.ID,
 		message: func() (*message.Message, error) { return EventBridgeMessage(event), nil },
 		with:    func(ctx context.Context) context.Context { return context.WithValue(ctx, eventBridgeKey{}, &event) },
-	})
-}
-
-// one claims and handles one record of any source, as Handle's record does
-// an SQS record; nil means the source may consider it processed.
-func (h *Handler) one(ctx context.Context, it item) (err error) {
-	call := dedup.Call{Scope: h.cfg.Scope, Handler: functionName(h.cfg.Scope), Topic: it.topic, MessageUUID: it.uuid}
-	if len(it.others) > 0 { // the event id (Kinesis), the sequence number (DynamoDB)
-		call.MessageID = it.others[0]
-	}
-	if err := ctx.Err(); err != nil {
-		err = fmt.Errorf("lambdadedup: the invocation ended: %w", context.Cause(ctx))
-		h.decideItem(it, dedup.Decision{Event: EventDeadline, Err: err})
-		return err
-	}
-	if deadline, has := ctx.Deadline(); has {
-		left := deadline.Sub(h.now())
-		if left < h.cfg.DeadlineMargin {
-			err := fmt.Errorf("lambdadedup: %v left in the invocation, less than DeadlineMargin %v", left, h.cfg.DeadlineMargin)
-			h.decideItem(it, dedup.Decision{Event: EventDeadline, Err: err})
-			return err
-		}
-		call.Deadline = deadline
-	}
-	msg, err := it.message()
-	if err != nil {
-		err = &dedup.KeyError{Reason: "the record cannot be converted to a message", MessageUUID: it.uuid, Err: err}
-		h.decideItem(it, dedup.Decision{Event: dedup.EventKeyMissing, Err: err})
-		return h.permanentItem(it, err)
-	}
-	recCtx := it.with(ctx)
-	msg.SetContext(recCtx)
-
-	defer func() {
-		if p := recover(); p != nil {
-			// The engine released the claim before the panic reached here.
-			err = fmt.Errorf("lambdadedup: handler panicked: %v\n%s", p, debug.Stack())
-			h.decideItem(it, dedup.Decision{Event: EventHandlerPanic, Key: admin.ScopedKey(call.Scope, call.Key), Err: err})
-		}
-	}()
-
-	if call.Key, call.Fingerprint, err = h.identify(msg, it.uuid, it.others); err != nil {
-		h.decideItem(it, dedup.Decision{Event: dedup.EventKeyMissing, Err: err})
-		return h.permanentItem(it, err)
-	}
-	_, err = h.engine.Do(recCtx, call, func(workCtx context.Context) ([]byte, error) {
-		msg.SetContext(workCtx)
-		defer msg.SetContext(recCtx)
-		return nil, h.handler(msg)
-	})
-	if err != nil && dedup.IsPermanent(err) {
-		return h.permanentItem(it, err)
-	}
-	return err
+	}}, 1)[0]
 }
 
 // permanentItem decides on a record that can never succeed: nil (dropped)
@@ -191,7 +129,7 @@ func (h *Handler) decideItem(it item, d dedup.Decision) {
 	if d.Key != "" {
 		f["key"] = d.Key
 	}
-	if d.Event == EventDeadline {
+	if d.Event == EventDeadline || d.Event == EventGroupSkipped {
 		f["err"] = d.Err.Error()
 		l.Info("dedup: "+string(d.Event), f)
 		return

@@ -11,6 +11,7 @@
 //	go run ./cmd/dedup-bench -redis-records 10000,100000,1000000
 //	go run ./cmd/dedup-bench -cpuprofile redis-happy.pprof
 //	go run ./cmd/dedup-bench -memprofile redis-allocs.pprof -profile-store memory
+//	go run ./cmd/dedup-bench -batch 1,10,100                # batch claims (make bench-batch)
 //
 // Exit status 1 when a run fails (a server does not start, a handler errs
 // or a path does not deduplicate), 2 on bad flags.
@@ -57,6 +58,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		profileConc = fs.Int("profile-c", 0, "concurrency of -cpuprofile (default 16)")
 		maxClaims   = fs.Int("max-claims-in-flight", 0, "dedup.Config.MaxClaimsInFlight of the router+dedup lanes (default: the field's default, 16)")
 		quiet       = fs.Bool("q", false, "no progress lines on stderr")
+		batch       = fs.String("batch", "", "measure batch claims instead, for these batch sizes, comma-separated (e.g. 1,10,100): per-record Engine.Do against Engine.DoBatch and the raw floor, per store of -stores (default memory,redis,postgres,dynamo)")
 	)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -70,6 +72,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if *reps < 1 { // Options would take 0 for its default
 		return usage(fmt.Errorf("-reps must be at least 1, got %d", *reps))
+	}
+	if *batch != "" {
+		return runBatch(ctx, *batch, *stores, *reps, stdout, stderr, *quiet, fs)
 	}
 	cs, err := ints(*conc)
 	if err != nil {

@@ -15,7 +15,8 @@
 //
 // [Run] runs the store contract (Claim, Complete, Release, Extend),
 // [RunAdmin] the operator's contract of dedup/admin (Inspect, Evict, List),
-// [RunRouter] the middleware end to end through a real Watermill router.
+// [RunRouter] the middleware end to end through a real Watermill router,
+// [RunBatch] the optional batch capability (dedup.BatchStore).
 // Every case is also exported on its own (TestDuplicateAfterComplete,
 // TestAdminList, TestRouterReplay, …) with the same arguments, so a store
 // can run one case, or a case again under other conditions.
@@ -137,6 +138,23 @@ type Features struct {
 	// handler's own transaction; RunRouter then runs
 	// TestRouterEffectInTransaction.
 	Transactions *Transactions
+
+	// Batch: the store implements dedup.BatchStore. RunBatch's cases run
+	// only then.
+	Batch bool
+
+	// BatchRequestSize is the most records one request of the store's
+	// batch methods carries (a pipeline or statement chunk, the requests
+	// in flight); TestBatchLargerThanOneRequest claims more than twice as
+	// many. 0: no limit; the case then claims 1000.
+	BatchRequestSize int
+
+	// OneRequestBatch: a ClaimBatch of new keys, a CompleteBatch and a
+	// ReleaseBatch of at most BatchRequestSize records are one request to
+	// the server each (Redis: one pipeline; PostgreSQL: one batch of
+	// statements). TestBatchOneRequest checks it on a store that
+	// implements [RequestCounter].
+	OneRequestBatch bool
 
 	// Skip names cases (as Run, RunAdmin and RunRouter name their subtests,
 	// e.g. "ResultTooLarge") that are skipped with the given reason. It is

@@ -82,9 +82,15 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 	if err := ctx.Err(); err != nil {
 		return dedup.ClaimResult{}, err
 	}
+	origin, _ := dedup.OriginFromContext(ctx)
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.claimLocked(key, fingerprint, lease, origin, now), nil
+}
+
+// claimLocked is Claim, with s.mu held.
+func (s *Store) claimLocked(key, fingerprint string, lease time.Duration, origin dedup.Origin, now time.Time) dedup.ClaimResult {
 	s.claims++
 	if s.claims >= sweepEvery {
 		s.claims = 0
@@ -93,12 +99,12 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 	old := s.records[key]
 	if r := s.live(key, now); r != nil {
 		if fingerprint != "" && r.fingerprint != "" && fingerprint != r.fingerprint {
-			return dedup.ClaimResult{Outcome: dedup.Conflict}, nil
+			return dedup.ClaimResult{Outcome: dedup.Conflict}
 		}
 		if r.completed {
-			return dedup.ClaimResult{Outcome: dedup.Duplicate, Result: bytes.Clone(r.result)}, nil
+			return dedup.ClaimResult{Outcome: dedup.Duplicate, Result: bytes.Clone(r.result)}
 		}
-		return dedup.ClaimResult{Outcome: dedup.InProgress}, nil
+		return dedup.ClaimResult{Outcome: dedup.InProgress}
 	}
 	raw := storekit.RawToken()
 	token := string(raw[:]) // 16 bytes; tokens never leave the process
@@ -106,10 +112,10 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 	if old != nil && !old.completed { // released, or its lease ended: one more claim
 		r.origin, r.claimedAt, r.claims = old.origin, old.claimedAt, old.claims+1
 	} else {
-		r.origin, _ = dedup.OriginFromContext(ctx)
+		r.origin = origin
 	}
 	s.records[key] = r
-	return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil
+	return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}
 }
 
 // owned returns the claim's live in-progress record, or nil.
@@ -132,6 +138,11 @@ func (s *Store) Complete(ctx context.Context, c dedup.Claim, result []byte, rete
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.completeLocked(c, result, retention, now)
+}
+
+// completeLocked is Complete, with s.mu held.
+func (s *Store) completeLocked(c dedup.Claim, result []byte, retention time.Duration, now time.Time) error {
 	r := s.owned(c, now)
 	if r == nil {
 		if r := s.live(c.Key, now); r != nil && r.completed && r.token == c.Token {
@@ -154,6 +165,11 @@ func (s *Store) Release(ctx context.Context, c dedup.Claim) error {
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.releaseLocked(c, now)
+}
+
+// releaseLocked is Release, with s.mu held.
+func (s *Store) releaseLocked(c dedup.Claim, now time.Time) error {
 	r := s.owned(c, now)
 	if r == nil {
 		return dedup.ErrClaimLost

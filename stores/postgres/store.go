@@ -275,18 +275,7 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 	if err != nil {
 		return dedup.ClaimResult{}, fmt.Errorf("postgres: claim: %w", err)
 	}
-	switch {
-	case gotToken == token:
-		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil
-	case fingerprint != "" && gotFingerprint != "" && fingerprint != gotFingerprint:
-		return dedup.ClaimResult{Outcome: dedup.Conflict}, nil
-	case state == stateCompleted:
-		return dedup.ClaimResult{Outcome: dedup.Duplicate, Result: result}, nil
-	case state == stateInProgress:
-		return dedup.ClaimResult{Outcome: dedup.InProgress}, nil
-	default:
-		return dedup.ClaimResult{}, fmt.Errorf("postgres: claim: record has unknown state %q", state)
-	}
+	return claimOutcome(key, token, fingerprint, gotToken, state, gotFingerprint, result)
 }
 
 // Complete implements dedup.Store.Complete: one UPDATE conditioned on the

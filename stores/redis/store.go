@@ -464,18 +464,9 @@ var (
 // ARGV[2] the claim's compact completed record, then ms (when positive)
 // and result (Complete), and maps its reply.
 func (s *Store) run(ctx context.Context, op string, script *ownedScript, claim dedup.Claim, ms int64, result []byte) error {
-	var raw [tokenLen]byte
-	token := claim.Token
-	switch len(token) {
-	case tokenLen:
-		copy(raw[:], token)
-	case 2 * tokenLen: // the hex form of earlier versions and of storekit.NewToken
-		var ok bool
-		if token, ok = decodeHexToken(token, &raw); !ok {
-			return lost(op, claim.Key, ErrNotOwner, "the token was not issued by this store")
-		}
-	default:
-		return lost(op, claim.Key, ErrNotOwner, "the token was not issued by this store")
+	token, raw, err := rawToken(op, claim)
+	if err != nil {
+		return err
 	}
 	a := scriptArgsPool.Get().(*scriptArgs)
 	a.key, a.token, a.ms = s.prefix+claim.Key, token, ms

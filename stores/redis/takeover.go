@@ -30,17 +30,11 @@ const maxTakeovers = 4
 //go:noinline
 func (s *Store) takeOver(ctx context.Context, key string, old []byte, raw [tokenLen]byte, fp []byte, token string, lease time.Duration) (dedup.ClaimResult, error) {
 	for attempt := 1; ; attempt++ {
-		r, err := decodeRecord(old)
+		origin, _ := dedup.OriginFromContext(ctx)
+		value, err := takeoverValue(old, &raw, fp, origin)
 		if err != nil {
-			return dedup.ClaimResult{}, fmt.Errorf("dedup/redis: claim: %w", err)
+			return dedup.ClaimResult{}, err
 		}
-		p, ok := decodeProvenance(r.prov)
-		if ok {
-			p.claims++
-		} else { // released by this version from a record of an earlier one
-			p = firstClaim(ctx)
-		}
-		value := appendInProgress(nil, &raw, fp, &p)
 		reply, err := s.casReleased(ctx, key, old, value, &raw, lease)
 		if errors.Is(err, goredis.Nil) {
 			return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil

@@ -1,0 +1,138 @@
+package lambdadedup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
+)
+
+// item is one record of any event source, as the shared batch path
+// (Handler.batch) sees it.
+type item struct {
+	topic string // queue, stream, table or event source: Decision.Topic
+	// uuid is the record's transport id: the message's UUID,
+	// Call.MessageUUID and Decision.MessageUUID, refused as a key by the
+	// engine.
+	uuid string
+	// messageID is Call.MessageID: the SQS MessageId, the event id
+	// (Kinesis), the sequence number (DynamoDB).
+	messageID string
+	// keyID is the id a key must not equal (the SQS MessageId, a stream
+	// record's uuid), named in a *dedup.KeyError.
+	keyID string
+	// others are further transport ids (a sequence number, an event id)
+	// refused as a key.
+	others []string
+	// group orders records: a FIFO message group, a stream's batch.
+	group string
+	// fifoGroup names the FIFO message group in the group_skipped
+	// decision of a record that did not start; empty for streams.
+	fifoGroup string
+	message   func() (*message.Message, error)
+	with      func(context.Context) context.Context // puts the record in the context
+}
+
+// batch claims every record of an invocation's batch at once
+// (dedup.Engine.DoBatch: one claim request for the batch, one completion
+// request, one release request), runs the handler for each record won,
+// and returns each record's end: nil when the source may consider it
+// processed. Records of one group run in order and stop at the group's
+// first failure (a dropped permanent error is no failure); records run
+// concurrency at a time. Every lease ends at the invocation's deadline.
+// With less than DeadlineMargin left nothing is claimed; a won record
+// reached with less than that left is not started, and its claim is
+// released with the batch's other releases.
+func (h *Handler) batch(ctx context.Context, items []item, concurrency int) []error {
+	errs := make([]error, len(items))
+	if err := h.timeLeft(ctx); err != nil {
+		for i, it := range items {
+			h.decideItem(it, dedup.Decision{Event: EventDeadline, Err: err})
+			errs[i] = err
+		}
+		return errs
+	}
+	deadline, hasDeadline := ctx.Deadline()
+	calls := make([]dedup.BatchCall, len(items))
+	msgs := make([]*message.Message, len(items))
+	for i, it := range items {
+		c := dedup.BatchCall{Group: it.group, Call: dedup.Call{Scope: h.cfg.Scope, Handler: functionName(h.cfg.Scope), Topic: it.topic,
+			MessageUUID: it.uuid, MessageID: it.messageID}}
+		if hasDeadline {
+			c.Deadline = deadline
+		}
+		msg, err := it.message()
+		if err != nil {
+			err = &dedup.KeyError{Reason: "the record cannot be converted to a message", MessageUUID: it.uuid, Err: err}
+		} else {
+			msg.SetContext(it.with(ctx))
+			msgs[i] = msg
+			c.Key, c.Fingerprint, err = h.identify(msg, it.keyID, it.others)
+		}
+		if err != nil {
+			h.decideItem(it, dedup.Decision{Event: dedup.EventKeyMissing, Err: err})
+			c.Err = err
+		}
+		calls[i] = c
+	}
+	run := func(workCtx context.Context, i int) (_ []byte, err error) {
+		it, msg := items[i], msgs[i]
+		if err := h.timeLeft(ctx); err != nil {
+			h.decideItem(it, dedup.Decision{Event: EventDeadline, Err: err})
+			return nil, err
+		}
+		recCtx := it.with(ctx)
+		msg.SetContext(it.with(workCtx))
+		defer msg.SetContext(recCtx)
+		defer func() {
+			if p := recover(); p != nil {
+				// Only this record fails (its claim is released): a
+				// panicking invocation would fail the whole batch.
+				err = fmt.Errorf("lambdadedup: handler panicked: %v\n%s", p, debug.Stack())
+				h.decideItem(it, dedup.Decision{Event: EventHandlerPanic, Key: admin.ScopedKey(h.cfg.Scope, calls[i].Key), Err: err})
+			}
+		}()
+		return nil, h.handler(msg)
+	}
+	results := h.engine.DoBatch(ctx, dedup.Batch{Calls: calls, Concurrency: concurrency,
+		Stops: func(_ int, _ dedup.ClaimResult, err error) bool {
+			return err != nil && !(h.cfg.DropPermanent && dedup.IsPermanent(err))
+		},
+	}, run)
+	for i, r := range results {
+		it := items[i]
+		switch err := r.Err; {
+		case err == nil:
+		case errors.Is(err, dedup.ErrNotStarted):
+			if it.fifoGroup != "" {
+				h.decideItem(it, dedup.Decision{Event: EventGroupSkipped,
+					Err: fmt.Errorf("lambdadedup: message group %q: an earlier record of the batch failed", it.fifoGroup)})
+			}
+			errs[i] = err
+		case dedup.IsPermanent(err):
+			errs[i] = h.permanentItem(it, err)
+		default:
+			errs[i] = err
+		}
+	}
+	return errs
+}
+
+// timeLeft is nil while the invocation has at least DeadlineMargin left,
+// else the error that says why a record is not started.
+func (h *Handler) timeLeft(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("lambdadedup: the invocation ended: %w", context.Cause(ctx))
+	}
+	if deadline, has := ctx.Deadline(); has {
+		if left := deadline.Sub(h.now()); left < h.cfg.DeadlineMargin {
+			return fmt.Errorf("lambdadedup: %v left in the invocation, less than DeadlineMargin %v", left, h.cfg.DeadlineMargin)
+		}
+	}
+	return nil
+}
