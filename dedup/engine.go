@@ -46,8 +46,9 @@ func newEngine(config Config) *Engine {
 }
 
 // NewEngine validates config, applies its defaults and returns an Engine.
-// Config.Key, Scope, Fingerprint and Replay are not used: Do takes the scope,
-// key and fingerprint of each call, and the result bytes from the work.
+// Config.Key, Fingerprint and Replay are not used: Do takes the key and
+// fingerprint of each call, and the result bytes from the work;
+// Config.Scope is the scope of the calls that name none.
 func NewEngine(config Config) (*Engine, error) {
 	if err := config.validate(false); err != nil {
 		return nil, err
@@ -60,7 +61,8 @@ func NewEngine(config Config) (*Engine, error) {
 // for, and what its decisions are logged with.
 type Call struct {
 	// Scope namespaces Key (see ScopedKey): a handler name, an HTTP caller
-	// and route. Required.
+	// and route. Defaults to Config.Scope; with neither, Do returns
+	// ErrNoScope.
 	Scope string
 	// Key is the business key. Required: blank keys, invalid UTF-8, control
 	// characters and keys longer than Config.MaxKeyLength are refused with
@@ -124,6 +126,9 @@ type Call struct {
 // its lease ends. Cost: two store round trips (claim, complete) for work
 // that runs, one for a duplicate or a refusal, plus one per heartbeat.
 func (e *Engine) Do(ctx context.Context, call Call, fn func(ctx context.Context) ([]byte, error)) (ClaimResult, error) {
+	if call.Scope == "" {
+		call.Scope = e.cfg.Scope
+	}
 	if e.cfg.Tracer != nil && call.trace == nil {
 		return e.doTraced(ctx, call, fn)
 	}

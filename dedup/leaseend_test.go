@@ -140,8 +140,11 @@ func TestNoDecisionAfterDoReturned(t *testing.T) {
 			store := &hangingExtendStore{Store: memory.New(clock), sent: make(chan struct{}, 1)}
 			obs := &blockingObserver{entered: make(chan struct{}), proceed: make(chan struct{})}
 			trace := &endedTrace{ended: make(chan struct{}), lost: make(chan struct{})}
-			e, err := dedup.NewEngine(dedup.Config{Store: store, Clock: clock, Lease: lease, Heartbeat: heartbeat,
-				DisableHeartbeat: !tc.heartbeat, Observer: obs, Tracer: trace})
+			cfg := dedup.Config{Store: store, Clock: clock, Lease: lease, Heartbeat: heartbeat, Observer: obs, Tracer: trace}
+			if !tc.heartbeat {
+				cfg.Heartbeat, cfg.DisableHeartbeat = 0, true
+			}
+			e, err := dedup.NewEngine(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}

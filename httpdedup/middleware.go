@@ -28,15 +28,7 @@ func New(config Config) (*Middleware, error) {
 		return nil, err
 	}
 	config.setDefaults()
-	engine, err := dedup.NewEngine(dedup.Config{
-		Store: config.Store, Lease: config.Lease, Retention: config.Retention,
-		Heartbeat: config.Heartbeat, DisableHeartbeat: config.DisableHeartbeat,
-		StoreTimeout: config.StoreTimeout, CompleteRetries: config.CompleteRetries,
-		CompleteBackoff: config.CompleteBackoff, MaxKeyLength: config.MaxKeyLength,
-		Logger: engineLogger(config.Logger), Observer: config.Observer, Clock: config.Clock,
-		InProgressWait: config.InProgressWait, InProgressPoll: config.InProgressPoll,
-		Shadow: config.Shadow, Tracer: config.Tracer,
-	})
+	engine, err := dedup.NewEngine(config.engineConfig())
 	if err != nil {
 		return nil, err
 	}
