@@ -174,8 +174,9 @@ type Config struct {
 	// (up to 1s): once the holder completes it is a duplicate (acked, with
 	// the stored result for replay); once the holder releases the key (its
 	// handler failed) or its lease ends, the copy wins the claim and runs
-	// the handler. When the wait ends without either, or the context ends,
-	// it fails with ErrInProgress as without the option. Cost: a blocked
+	// the handler. When the wait ends without either, the context ends, or
+	// a claim of the wait fails (the holder is known to exist: never a
+	// fail-open run), it fails with ErrInProgress as without the option. Cost: a blocked
 	// handler goroutine and one claim round trip per pause, for copies in
 	// flight only. Keep it well below the broker's redelivery timeout (SQS
 	// visibility timeout, ack deadline). Defaults to 0: no wait.

@@ -90,9 +90,34 @@ type Call struct {
 	// Origin that Do's context carries (WithOrigin), if any, is kept
 	// instead. Optional.
 	MessageID string
+	// StartBy, when set, is the latest time the work may start (a Lambda
+	// invocation's deadline less the time a record needs): an
+	// InProgressWait ends by then, and a claim acquired later is released
+	// without running the work, Do returning ErrStartDeadline. Optional.
+	StartBy time.Time
 
 	// trace follows the call when Config.Tracer is set (see doTraced).
 	trace CallTrace
+	// keyErr: the caller could not take the key (Unkeyed).
+	keyErr error
+}
+
+// Unkeyed decides a call whose key the caller could not take (keyErr,
+// which should match ErrNoKey or ErrTransportKey: the key function or the
+// fingerprint failed, the key is a transport id): nothing is claimed.
+// Without Config.Shadow it decides key_missing (transport_key for
+// ErrTransportKey) and returns keyErr; with Config.Shadow it decides
+// would_reject and runs fn without a claim, returning fn's result and
+// error, as Do does for a key it refuses itself. call.Key, if set, names
+// the record in the decision. Entry points that take keys themselves (the
+// Lambda adapter) call it, so that every refusal is decided, traced and
+// shadowed alike. Cost: no store round trip.
+func (e *Engine) Unkeyed(ctx context.Context, call Call, keyErr error, fn func(ctx context.Context) ([]byte, error)) (ClaimResult, error) {
+	if keyErr == nil {
+		keyErr = &KeyError{Reason: "no key"}
+	}
+	call.keyErr = keyErr
+	return e.Do(ctx, call, fn)
 }
 
 // Do runs fn at most once for (call.Scope, call.Key) across every process
@@ -110,7 +135,9 @@ type Call struct {
 //     with the stored result (nil when none was stored).
 //   - another call holds the key: an error wrapping ErrInProgress. With
 //     Config.InProgressWait, Do first claims again until that call ends or
-//     the wait does (see there), and answers as above for what it finds.
+//     the wait does (see there), and answers as above for what it finds; a
+//     store error during the wait ends it with ErrInProgress too (wrapping
+//     the store's error), never with a fail-open run.
 //   - the key was completed with another fingerprint: ErrKeyReuse.
 //   - the key or scope is unusable: a *KeyError (ErrNoKey) or ErrNoScope.
 //   - the store failed: a *StoreError; with Config.FailOpen, fn runs
@@ -141,6 +168,12 @@ func (f *flight) do(ctx context.Context, w worker) (ClaimResult, error) {
 	e, call := f.e, &f.call
 	if call.Scope == "" {
 		return ClaimResult{}, ErrNoScope
+	}
+	if call.keyErr != nil { // Unkeyed
+		if call.Key != "" {
+			f.hc.Key = scopedkey.Of(call.Scope, call.Key)
+		}
+		return f.keyMissing(ctx, call.keyErr, w)
 	}
 	if err := e.checkKey(call.Key, call.MessageUUID); err != nil {
 		return f.keyMissing(ctx, err, w)
@@ -197,9 +230,9 @@ func (f *flight) do(ctx context.Context, w worker) (ClaimResult, error) {
 //go:noinline
 func (f *flight) keyMissing(ctx context.Context, err error, w worker) (ClaimResult, error) {
 	if f.e.cfg.Shadow {
-		return f.runShadow(ctx, Decision{Event: EventKeyMissing, Err: err}, w)
+		return f.runShadow(ctx, Decision{Event: keyEvent(err), Key: f.hc.Key, Err: err}, w)
 	}
-	f.e.event(&f.call, EventKeyMissing, "", "", 0, err)
+	f.e.event(&f.call, keyEvent(err), "", f.hc.Key, 0, err)
 	return ClaimResult{}, err
 }
 
@@ -247,6 +280,9 @@ func (f *flight) refused(ctx context.Context, res ClaimResult, elapsed, waited t
 		dec.Event = EventSkipDuplicate
 	case InProgress:
 		dec.Event, dec.Err = EventInProgress, fmt.Errorf("%w: %q", ErrInProgress, key)
+		if f.waitErr != nil {
+			dec.Err = fmt.Errorf("%w: %q; the wait for it ended on a store error: %w", ErrInProgress, key, f.waitErr)
+		}
 	default: // Conflict
 		dec.Event, dec.Err = EventKeyReuse, fmt.Errorf("%w: %q", ErrKeyReuse, key)
 	}
@@ -376,6 +412,13 @@ func (f *flight) run(ctx context.Context, claim Claim, w worker) (ClaimResult, e
 	keeper := f.keepLease()
 	f.hc.SetStopper(keeper)
 	acquired := ClaimResult{Outcome: Acquired, Claim: claim}
+	if sb := f.call.StartBy; !sb.IsZero() && !e.cfg.Clock.Now().Before(sb) {
+		// Won too late (after an InProgressWait, or a slow claim): the
+		// work would not have the time it needs.
+		err := fmt.Errorf("%w (%s): the key %q is released unworked", ErrStartDeadline, sb.Format(time.RFC3339Nano), claim.Key)
+		f.release(ctx, err)
+		return acquired, err
+	}
 
 	panicked := true
 	defer func() {

@@ -12,7 +12,8 @@ import (
 // (Config.InProgressWait): after InProgressPoll, then after pauses doubling
 // up to maxInProgressPoll, until a claim finds something else than
 // InProgress (the holder completed or released the key, or its lease
-// ended), the wait's bound or the call's Deadline is reached, or ctx ends.
+// ended), the wait's bound or the call's Deadline is reached, ctx ends, or
+// a claim fails (the wait then ends as InProgress, the error in f.waitErr).
 // The bound is checked by one last claim at the bound itself. It returns
 // the last claim's answer (its lease and time are the keeper's, as claim
 // sets them), its round trip (elapsed, the first claim's, when it made no
@@ -31,6 +32,9 @@ func (f *flight) awaitHolder(ctx context.Context, elapsed time.Duration) (res Cl
 		if !call.Deadline.IsZero() {
 			left = min(left, call.Deadline.Sub(now))
 		}
+		if !call.StartBy.IsZero() {
+			left = min(left, call.StartBy.Sub(now))
+		}
 		if left <= 0 || !pauseOn(ctx, clock, min(pause, left)) {
 			return res, elapsed, clock.Now().Sub(start), nil
 		}
@@ -46,8 +50,15 @@ func (f *flight) awaitHolder(ctx context.Context, elapsed time.Duration) (res Cl
 			// It passed while waiting for admission: still in progress.
 			return ClaimResult{Outcome: InProgress}, elapsed, clock.Now().Sub(start), nil
 		}
-		if err != nil || res.Outcome != InProgress {
-			return res, elapsed, clock.Now().Sub(start), err
+		if err != nil {
+			// Another consumer is known to hold the key: the wait ends as
+			// in progress, never as a failed claim (which FailOpen would run
+			// the work on). The store's error goes with ErrInProgress.
+			f.waitErr = err
+			return ClaimResult{Outcome: InProgress}, elapsed, clock.Now().Sub(start), nil
+		}
+		if res.Outcome != InProgress {
+			return res, elapsed, clock.Now().Sub(start), nil
 		}
 		pause = min(2*pause, max(maxInProgressPoll, e.cfg.InProgressPoll))
 	}

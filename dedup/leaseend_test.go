@@ -163,7 +163,13 @@ func TestNoDecisionAfterDoReturned(t *testing.T) {
 			} else {
 				clock.Advance(lease - deadlineMarginOf(lease))
 			}
-			recv(t, "the deadline's claim_lost to reach the Observer", obs.entered)
+			// The deadline cancels the work; claim_lost is decided at the
+			// lease's end, a margin later, on a timer of its own.
+			if err := clock.WaitForTimerAt(ctx, epoch.Add(lease)); err != nil {
+				t.Fatal(err)
+			}
+			clock.Advance(deadlineMarginOf(lease))
+			recv(t, "the lease end's claim_lost to reach the Observer", obs.entered)
 			close(workGo) // the work ends (it ignores its context), Do completes
 			waitDoReturnedOrStopWaiting(ctx, t, trace.ended)
 			close(obs.proceed)
