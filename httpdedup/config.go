@@ -218,8 +218,11 @@ type Config struct {
 
 	// MaxResponseBytes bounds the response body, buffered in memory until
 	// the handler returns. A handler writing more gets ErrNotStorable from
-	// Write, and the client 500 (response-not-storable). Defaults to 256
-	// KiB; stay below what the store holds per record (DynamoDB: 400 KB).
+	// Write; its effect is recorded (the record completed without the
+	// response, as when the store cannot hold it), and the client and every
+	// retry get 409 (response-not-stored): the handler does not run again.
+	// Defaults to 256 KiB; stay below what the store holds per record
+	// (DynamoDB: 400 KB).
 	MaxResponseBytes int
 
 	// Lease is how long a claim holds a key before it counts as abandoned
