@@ -381,7 +381,11 @@ func (e *Engine) checkKey(key, transportID string) error {
 
 // CheckKey reports whether an Engine with the default MaxKeyLength accepts
 // key as a business key: nil, or a *KeyError (matching ErrNoKey) saying
-// why not (empty or blank, not UTF-8, a control character, too long). A
+// why not (empty or blank, not UTF-8, a control character, too long).
+// This is the engine's key rule, stated once: valid UTF-8 without control
+// characters, not blank, up to 1024 bytes (Config.MaxKeyLength); an HTTP
+// Idempotency-Key has a stricter rule of its own (httpdedup.CheckKey:
+// printable ASCII up to 255 bytes). A
 // producer that stamps keys (package producerkey) checks them with it, so
 // that a message its consumers would refuse for good is refused at
 // publish time instead, while it can still be fixed.

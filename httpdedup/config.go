@@ -51,8 +51,8 @@ type BodyFunc func() ([]byte, error)
 // (preferably matching ErrKeyInvalid) when the key is malformed. body reads
 // the request body; a KeyFunc that looks only at headers never calls it, so
 // requests without a key on Optional routes pass through with their body
-// unread. The middleware checks every key it returns: not blank, printable
-// ASCII (0x20-0x7E), at most Config.MaxKeyLength bytes.
+// unread. The middleware checks every key it returns by the rule of
+// CheckKey (printable ASCII, at most Config.MaxKeyLength bytes).
 type KeyFunc func(r *http.Request, body BodyFunc) (string, error)
 
 // FingerprintFunc returns a digest of what the request asks for. A key
@@ -208,7 +208,7 @@ type Config struct {
 	ReplayedHeader string
 
 	// MaxKeyLength bounds keys in bytes; longer keys get 400 (key-invalid).
-	// Defaults to 255.
+	// Defaults to 255 (DefaultMaxKeyLength, the bound of CheckKey).
 	MaxKeyLength int
 
 	// MaxBodyBytes bounds the request body, read into memory once for the
