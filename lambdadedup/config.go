@@ -43,13 +43,19 @@ type Config struct {
 	// to the dead-letter queue after maxReceiveCount receives (a queue
 	// without a redrive policy keeps it until its retention ends). True:
 	// the record is reported processed (SQS deletes it) and an error is
-	// logged: the message is lost, on purpose.
+	// logged: the message is lost, on purpose. On a stream (HandleKinesis,
+	// HandleDynamoDB) such a record blocks its shard until the mapping's
+	// retry limits (MaximumRetryAttempts, MaximumRecordAgeInSeconds, with an
+	// OnFailure destination) end it: the first stream batch of a Handler
+	// without DropPermanent logs a warning saying so.
 	DropPermanent bool
 
 	// DeadlineMargin is the least remaining invocation time (the context's
 	// deadline) for a record to be started; a record reached later is
 	// listed as a failure without being claimed, and comes back after the
-	// queue's visibility timeout. Set it above the handler's longest run
+	// queue's visibility timeout. A Dedup.InProgressWait ends by the
+	// deadline less DeadlineMargin, and a claim won after that is released
+	// unstarted (dedup.Call.StartBy). Set it above the handler's longest run
 	// plus two store round trips. Defaults to 2s; negative is an error.
 	DeadlineMargin time.Duration
 

@@ -46,7 +46,17 @@ type Handler struct {
 	cfg     Config
 	engine  *dedup.Engine
 	handler message.NoPublishHandlerFunc
+	// streamWarning: the warning about DropPermanent on a stream was
+	// logged (see warnStream).
+	streamWarning sync.Once
 }
+
+// ErrBatchFailed is the error Handle returns when every record of an SQS
+// batch failed. With ReportBatchItemFailures on the event source mapping
+// it changes nothing: Lambda retries the same records. Without it, a nil
+// error would have Lambda delete every record of the batch, those that
+// failed included: the error keeps them. Retryable.
+var ErrBatchFailed = errors.New("lambdadedup: every record of the batch failed")
 
 // New validates config, applies its defaults and returns a Handler that
 // calls handler for each record it wins. handler has the signature of a
@@ -95,9 +105,12 @@ func New(config Config, handler message.NoPublishHandlerFunc) (*Handler, error) 
 //
 // The lease of each claim ends at the invocation's deadline at the latest,
 // heartbeats included, so a timed-out invocation leaves no record in
-// progress past the time it could have run. The error is always nil: a
-// failed invocation would retry every record of the batch, and count a
-// receive against each of them.
+// progress past the time it could have run. The error is nil unless every
+// record failed: then it is ErrBatchFailed (Lambda retries every record
+// of the batch either way), so that a mapping without
+// ReportBatchItemFailures does not delete them; with some records
+// processed, an error would retry those too, and count a receive against
+// each of them.
 //
 // Cost: per record, the store round trips of dedup.Engine.Do (two for a
 // new key, one for a duplicate), plus one per heartbeat.
@@ -128,6 +141,9 @@ func (h *Handler) Handle(ctx context.Context, event events.SQSEvent) (events.SQS
 		if f {
 			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: records[i].MessageId})
 		}
+	}
+	if len(records) > 0 && len(resp.BatchItemFailures) == len(records) {
+		return resp, fmt.Errorf("%w: %d records", ErrBatchFailed, len(records))
 	}
 	return resp, nil
 }
@@ -191,7 +207,7 @@ func (h *Handler) record(ctx context.Context, rec *events.SQSMessage) (ok bool) 
 				Err: fmt.Errorf("lambdadedup: %v left in the invocation, less than DeadlineMargin %v", left, h.cfg.DeadlineMargin)})
 			return false
 		}
-		call.Deadline = deadline
+		call.Deadline, call.StartBy = deadline, h.startBy(deadline)
 	}
 	recCtx := context.WithValue(ctx, recordKey{}, rec)
 	msg := Message(*rec)
@@ -209,16 +225,7 @@ func (h *Handler) record(ctx context.Context, rec *events.SQSMessage) (ok bool) 
 		}
 	}()
 
-	var err error
-	if call.Key, call.Fingerprint, err = h.identify(msg, rec.MessageId, nil); err != nil {
-		h.decide(rec, dedup.Decision{Event: dedup.EventKeyMissing, Err: err})
-		return h.permanent(rec, err)
-	}
-	_, err = h.engine.Do(recCtx, call, func(workCtx context.Context) ([]byte, error) {
-		msg.SetContext(workCtx)
-		defer msg.SetContext(recCtx)
-		return nil, h.handler(msg)
-	})
+	err := h.claimAndRun(recCtx, &call, msg, rec.MessageId, nil)
 	switch {
 	case err == nil:
 		return true
@@ -227,6 +234,33 @@ func (h *Handler) record(ctx context.Context, rec *events.SQSMessage) (ok bool) 
 	default:
 		return false
 	}
+}
+
+// claimAndRun takes the record's key (see identify) and runs the handler
+// through the engine: under a claim (Engine.Do), or, when no key can be
+// taken, as the engine decides for an unusable key (Engine.Unkeyed:
+// refused, or run without a claim in shadow mode). msg's context is the
+// record's; the handler gets the engine's.
+func (h *Handler) claimAndRun(recCtx context.Context, call *dedup.Call, msg *message.Message, messageID string, others []string) error {
+	work := func(workCtx context.Context) ([]byte, error) {
+		msg.SetContext(workCtx)
+		defer msg.SetContext(recCtx)
+		return nil, h.handler(msg)
+	}
+	var err error
+	if call.Key, call.Fingerprint, err = h.identify(msg, messageID, others); err != nil {
+		_, err = h.engine.Unkeyed(recCtx, *call, err, work)
+		return err
+	}
+	_, err = h.engine.Do(recCtx, *call, work)
+	return err
+}
+
+// startBy is the latest start of a record in an invocation ending at
+// deadline: DeadlineMargin before it (Call.StartBy bounds an
+// InProgressWait and is checked again once the claim is won).
+func (h *Handler) startBy(deadline time.Time) time.Time {
+	return deadline.Add(-h.cfg.DeadlineMargin)
 }
 
 // permanent decides on a record that can never succeed (the engine or
@@ -240,15 +274,26 @@ func (h *Handler) permanent(rec *events.SQSMessage, err error) bool {
 }
 
 // identify takes the record's key (see businessKey), refuses one equal to
-// another of the record's ids (others: a sequence number, an event id), and
-// takes its fingerprint: what the record is claimed under.
+// another of the record's ids (others: a sequence number, an event id) or
+// to one of Dedup.TransportIDs, and takes its fingerprint: what the record
+// is claimed under. A panicking TransportIDs or Fingerprint is a
+// *dedup.KeyError of the record (permanent), as a panicking key function
+// is.
 func (h *Handler) identify(msg *message.Message, messageID string, others []string) (key, fingerprint string, err error) {
 	if key, err = h.businessKey(msg, messageID); err != nil {
 		return "", "", err
 	}
+	defer func() {
+		if p := recover(); p != nil {
+			key, fingerprint, err = "", "", &dedup.KeyError{Field: "fingerprint", Reason: fmt.Sprintf("Fingerprint or TransportIDs panicked: %v", p), MessageUUID: messageID}
+		}
+	}()
+	if ids := h.cfg.Dedup.TransportIDs; ids != nil {
+		others = append(others[:len(others):len(others)], ids(msg)...)
+	}
 	for _, id := range others {
 		if id != "" && key == id {
-			return "", "", fmt.Errorf("%w: key %q is the record's sequence number or event id; take the key from the business payload", dedup.ErrTransportKey, key)
+			return "", "", fmt.Errorf("%w: key %q is a transport id of the record (its sequence number, event id or one of Dedup.TransportIDs); take the key from the business payload", dedup.ErrTransportKey, key)
 		}
 	}
 	if h.cfg.Dedup.Fingerprint != nil {

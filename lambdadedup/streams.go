@@ -46,6 +46,7 @@ type item struct {
 // the payload is the record's data. A key equal to the sequence number or
 // the event id is refused (dedup.ErrTransportKey). The error is always nil.
 func (h *Handler) HandleKinesis(ctx context.Context, event events.KinesisEvent) (events.KinesisEventResponse, error) {
+	h.warnStream()
 	var resp events.KinesisEventResponse
 	for i := range event.Records {
 		r := &event.Records[i]
@@ -64,6 +65,20 @@ func (h *Handler) HandleKinesis(ctx context.Context, event events.KinesisEvent) 
 	return resp, nil
 }
 
+// warnStream logs once per Handler, at its first stream batch, that a
+// record failing permanently blocks its shard unless DropPermanent is set
+// or the mapping's retry limits end it.
+func (h *Handler) warnStream() {
+	if h.cfg.DropPermanent {
+		return
+	}
+	h.streamWarning.Do(func() {
+		h.cfg.Dedup.Logger.Info("lambdadedup: warning: DropPermanent is off on a stream: a record that fails for good (no usable key, transport id as key, key reused) "+
+			"blocks its shard until the event source mapping's retry limits end it; set MaximumRetryAttempts, MaximumRecordAgeInSeconds and "+
+			"BisectBatchOnFunctionError with an OnFailure destination on the mapping, or set lambdadedup.Config.DropPermanent", nil)
+	})
+}
+
 // HandleDynamoDB processes a batch of a DynamoDB stream (an event source
 // mapping with ReportBatchItemFailures), as HandleKinesis does a Kinesis
 // batch: in order, stopping at the first failure, whose sequence number
@@ -75,6 +90,7 @@ func (h *Handler) HandleKinesis(ctx context.Context, event events.KinesisEvent) 
 // equal to the event id or the sequence number is refused
 // (dedup.ErrTransportKey). The error is always nil.
 func (h *Handler) HandleDynamoDB(ctx context.Context, event events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+	h.warnStream()
 	var resp events.DynamoDBEventResponse
 	for i := range event.Records {
 		r := &event.Records[i]
@@ -133,7 +149,7 @@ func (h *Handler) one(ctx context.Context, it item) (err error) {
 			h.decideItem(it, dedup.Decision{Event: EventDeadline, Err: err})
 			return err
 		}
-		call.Deadline = deadline
+		call.Deadline, call.StartBy = deadline, h.startBy(deadline)
 	}
 	msg, err := it.message()
 	if err != nil {
@@ -152,15 +168,7 @@ func (h *Handler) one(ctx context.Context, it item) (err error) {
 		}
 	}()
 
-	if call.Key, call.Fingerprint, err = h.identify(msg, it.uuid, it.others); err != nil {
-		h.decideItem(it, dedup.Decision{Event: dedup.EventKeyMissing, Err: err})
-		return h.permanentItem(it, err)
-	}
-	_, err = h.engine.Do(recCtx, call, func(workCtx context.Context) ([]byte, error) {
-		msg.SetContext(workCtx)
-		defer msg.SetContext(recCtx)
-		return nil, h.handler(msg)
-	})
+	err = h.claimAndRun(recCtx, &call, msg, it.uuid, it.others)
 	if err != nil && dedup.IsPermanent(err) {
 		return h.permanentItem(it, err)
 	}
