@@ -80,9 +80,13 @@ func openDynamo(ctx context.Context, opts options) (admin.Interface, string, fun
 	if opts.pace > 0 {
 		client = pacedDynamo{Client: a.DynamoDB(), p: &pacer{every: opts.pace}}
 	}
-	store, err := dynamo.New(dynamo.Config{Client: client, Table: opts.dynamoTable})
+	// SkipTTL: an operator's view needs the table, not its TTL.
+	store, err := dynamo.New(ctx, dynamo.Config{Client: client, Table: opts.dynamoTable, SkipTTL: true})
 	if err != nil {
-		return nil, "", nil, &usageError{err.Error()}
+		if errors.Is(err, dynamo.ErrTableNotFound) || errors.Is(err, dynamo.ErrTableSchema) || errors.Is(err, dynamo.ErrAWSConfig) {
+			return nil, "", nil, &usageError{fmt.Sprintf("DynamoDB at %s: %v", a.Describe("dynamodb"), err)}
+		}
+		return nil, "", nil, fmt.Errorf("DynamoDB at %s: %w", a.Describe("dynamodb"), err)
 	}
 	return store, fmt.Sprintf("DynamoDB at %s, table %s", a.Describe("dynamodb"), opts.dynamoTable), func() {}, nil
 }
