@@ -75,9 +75,11 @@ type options struct {
 	redisPrefix   string
 	allowEviction bool
 	dynamoTable   string
-	pgDSN         string
-	pgTable       string
-	pgSchema      string
+	// warnings receives warnings (stderr); not a flag.
+	warnings io.Writer
+	pgDSN    string
+	pgTable  string
+	pgSchema string
 
 	// pace (summary only) is the least time between two requests that
 	// read records: SCAN, DynamoDB Scan, a PostgreSQL page.
@@ -245,7 +247,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	ctx, cancel := context.WithTimeout(ctx, opts.timeout)
 	defer cancel()
-	store, about, closeStore, err := openStore(ctx, opts, stderr)
+	opts.warnings = stderr
+	store, about, closeStore, err := openStore(ctx, opts)
 	if err != nil {
 		var u *usageError
 		if errors.As(err, &u) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 
 	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
@@ -25,10 +24,10 @@ func (e *usageError) Error() string { return e.msg }
 
 // openStore connects to the store named by opts.store and returns its Admin,
 // a description of where it is, and a function that closes the connection.
-func openStore(ctx context.Context, opts options, stderr io.Writer) (admin.Interface, string, func(), error) {
+func openStore(ctx context.Context, opts options) (admin.Interface, string, func(), error) {
 	switch opts.store {
 	case "redis":
-		return openRedis(ctx, opts, stderr)
+		return openRedis(ctx, opts)
 	case "dynamo":
 		return openDynamo(ctx, opts)
 	case "postgres":
@@ -54,9 +53,9 @@ func redisClient(addr string) (goredis.UniversalClient, error) {
 
 // openRedis opens the Redis store. A server whose maxmemory-policy evicts
 // keys, which the consumers' store refuses, is opened with -allow-eviction
-// only, with a warning on stderr: an operator on managed Redis defaults
-// can still inspect and evict.
-func openRedis(ctx context.Context, opts options, stderr io.Writer) (admin.Interface, string, func(), error) {
+// only, with a warning to opts.warnings: an operator on managed Redis
+// defaults can still inspect and evict.
+func openRedis(ctx context.Context, opts options) (admin.Interface, string, func(), error) {
 	client, err := redisClient(opts.redisAddr)
 	if err != nil {
 		return nil, "", nil, err
@@ -74,7 +73,9 @@ func openRedis(ctx context.Context, opts options, stderr io.Writer) (admin.Inter
 			_ = client.Close()
 			return nil, "", nil, &usageError{fmt.Sprintf("Redis at %s: %v; pass -allow-eviction to inspect, list and evict its records anyway", redisaddr.Describe(client), err)}
 		}
-		fmt.Fprintf(stderr, "dedupctl: warning: %v\n", err)
+		if opts.warnings != nil {
+			fmt.Fprintf(opts.warnings, "dedupctl: warning: %v\n", err)
+		}
 		store, err = dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: opts.redisPrefix, AllowEviction: true})
 	}
 	if err != nil {

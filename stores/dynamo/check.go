@@ -138,6 +138,9 @@ var credentialCodes = map[string]bool{
 // or DynamoDB refused them; else err, wrapped with the operation (and,
 // when access was denied, how to skip the check).
 func (s *Store) requestError(ctx context.Context, op string, opts *dynamodb.Options, err error) error {
+	if ctx.Err() != nil { // New's context ended: nothing to tell about the configuration
+		return fmt.Errorf("dynamo: %s of table %q: %w", op, s.table, err)
+	}
 	var apiErr smithy.APIError
 	if errors.As(err, &apiErr) && credentialCodes[apiErr.ErrorCode()] {
 		return &AWSConfigError{What: "credentials", Err: err}
@@ -146,7 +149,7 @@ func (s *Store) requestError(ctx context.Context, op string, opts *dynamodb.Opti
 		return &AWSConfigError{What: "region", Err: err}
 	}
 	if opts != nil && opts.Credentials != nil {
-		if _, cerr := opts.Credentials.Retrieve(ctx); cerr != nil {
+		if _, cerr := opts.Credentials.Retrieve(ctx); cerr != nil && ctx.Err() == nil {
 			return &AWSConfigError{What: "credentials", Err: cerr}
 		}
 	}

@@ -166,7 +166,7 @@ func (a *AWS) Unreachable(service, hint string, err error) error {
 	if a.Config.Credentials != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), PingTimeout)
 		defer cancel()
-		if _, cerr := a.Config.Credentials.Retrieve(ctx); cerr != nil {
+		if _, cerr := a.Config.Credentials.Retrieve(ctx); cerr != nil && ctx.Err() == nil {
 			return &ConfigError{What: "credentials", Err: cerr}
 		}
 	}
