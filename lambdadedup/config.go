@@ -84,7 +84,11 @@ func (c Config) Validate() error {
 	c.setDefaults()
 	var errs []error
 	if err := c.Dedup.Validate(); err != nil {
-		errs = append(errs, err)
+		if joined, ok := err.(interface{ Unwrap() []error }); ok {
+			errs = append(errs, joined.Unwrap()...) // one list of problems
+		} else {
+			errs = append(errs, err)
+		}
 	}
 	if c.Scope == "" {
 		errs = append(errs, fmt.Errorf("lambdadedup: Config.Scope is required: %w", dedup.ErrNoScope))
