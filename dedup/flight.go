@@ -27,6 +27,9 @@ type flight struct {
 	workCtx0 workCtx
 	hc       claimctx.Claim // hc.Key is the scoped key from the start
 	keeper   leaseKeeper
+	// waitErr is the store error that ended an InProgressWait (see
+	// awaitHolder): the call ends as InProgress, with it.
+	waitErr error
 
 	// claimCtx and endCtx are the contexts of the claim and of the first
 	// Complete or Release; later attempts get their own. They are never
