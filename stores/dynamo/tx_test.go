@@ -26,6 +26,9 @@ type txClient struct {
 	*dynamodb.Client
 	updates, transacts atomic.Int64
 	conflicts          atomic.Int64 // cancel this many more calls
+	// lostAnswer: send the next call twice and answer the second's
+	// outcome, as if the first's answer was lost and the call made again.
+	lostAnswer atomic.Bool
 }
 
 func (c *txClient) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
@@ -42,6 +45,12 @@ func (c *txClient) TransactWriteItems(ctx context.Context, in *dynamodb.Transact
 		}
 		reasons[len(reasons)-1].Code = aws.String("TransactionConflict")
 		return nil, &types.TransactionCanceledException{Message: aws.String("Transaction cancelled"), CancellationReasons: reasons}
+	}
+	if c.lostAnswer.CompareAndSwap(true, false) {
+		if _, err := c.Client.TransactWriteItems(ctx, in, opts...); err != nil {
+			return nil, err
+		}
+		in.ClientRequestToken = nil // a new request, not the SDK's retry
 	}
 	return c.Client.TransactWriteItems(ctx, in, opts...)
 }
@@ -209,6 +218,49 @@ func TestRunInTxMoto(t *testing.T) {
 		res, err := e.Do(ctx, dedup.Call{Scope: "tx", Key: "conflicts"}, func(context.Context) ([]byte, error) { return nil, nil })
 		if err != nil || res.Outcome != dedup.Acquired {
 			t.Fatalf("retry: %v, %v; want Acquired (the claim released)", res.Outcome, err)
+		}
+	})
+
+	// The transaction committed but its answer was lost, and it was sent
+	// again: the record's condition fails on the record this very claim
+	// completed (the old item comes back with the reason), which is the
+	// commit of the first: success, the charge once.
+	t.Run("answer-lost", func(t *testing.T) {
+		c.lostAnswer.Store(true)
+		res, err := e.Do(ctx, dedup.Call{Scope: "tx", Key: "lost-answer"}, func(ctx context.Context) ([]byte, error) {
+			return s.RunInTx(ctx, func(ctx context.Context) ([]byte, error) {
+				tx, _ := dynamo.TxFromContext(ctx)
+				w := charge("lost-answer", 9)
+				w.Put.ConditionExpression = aws.String("attribute_not_exists(pk)")
+				return nil, tx.Add(w)
+			})
+		})
+		if err != nil || res.Outcome != dedup.Acquired {
+			t.Fatalf("Do: %v, %v; want success (the first send committed)", res.Outcome, err)
+		}
+		if got := chargeOf(t, c.Client, "lost-answer"); got != 9 {
+			t.Fatalf("charge = %d; want 9", got)
+		}
+	})
+
+	// A run dedup.Config.Shadow lets through without a claim sends the
+	// handler's writes alone and completes nothing.
+	t.Run("shadow", func(t *testing.T) {
+		shadow, err := dedup.NewEngine(dedup.Config{Store: s, Lease: time.Minute, Retention: time.Hour, Shadow: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := shadow.Do(ctx, dedup.Call{Scope: "tx", Key: "commit"}, func(ctx context.Context) ([]byte, error) {
+			return s.RunInTx(ctx, func(ctx context.Context) ([]byte, error) {
+				tx, _ := dynamo.TxFromContext(ctx)
+				return nil, tx.Add(charge("shadow", 4))
+			})
+		})
+		if err != nil || res.Outcome != 0 {
+			t.Fatalf("shadow Do of a completed key: %v, %v; want an unclaimed run", res.Outcome, err)
+		}
+		if got := chargeOf(t, c.Client, "shadow"); got != 4 {
+			t.Fatalf("charge = %d; want 4", got)
 		}
 	})
 
