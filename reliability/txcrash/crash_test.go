@@ -165,7 +165,7 @@ func run(t *testing.T, b backend, withHelper bool) result {
 			res.doubled++
 		}
 	}
-	t.Logf("%s, helper %v: %d keys, %d kills, %d claims found in progress after them, %d effects found without their record after a kill; %d doubled, %d lost",
+	t.Logf("FIGURES %s, helper %v: %d keys, %d kills, %d claims found in progress after them, %d effects found without their record after a kill; %d doubled, %d lost",
 		b.name, withHelper, b.keys, res.kills, res.interrupted, res.orphans, res.doubled, res.lost)
 	return res
 }
