@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/httpdedup"
 	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
@@ -261,6 +266,52 @@ func TestRunInTxMoto(t *testing.T) {
 		}
 		if got := chargeOf(t, c.Client, "shadow"); got != 4 {
 			t.Fatalf("charge = %d; want 4", got)
+		}
+	})
+
+	// httpdedup with InTransaction: store.RunInTx: the handler's write,
+	// the stored response and the completed key in one transaction; the
+	// retry gets the stored response.
+	t.Run("http", func(t *testing.T) {
+		idem, err := httpdedup.New(httpdedup.Config{Store: s, InTransaction: s.RunInTx,
+			Identity: httpdedup.StaticIdentity("acct_42"), Lease: time.Minute, Retention: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var calls atomic.Int64
+		srv := httptest.NewServer(idem.Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			calls.Add(1)
+			tx, ok := dynamo.TxFromContext(r.Context())
+			if !ok {
+				http.Error(w, "no transaction", http.StatusInternalServerError)
+				return
+			}
+			if err := tx.Add(charge("http", 6)); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			w.WriteHeader(http.StatusCreated)
+			_, _ = io.WriteString(w, `{"payment":"p-1"}`)
+		})))
+		defer srv.Close()
+		for i := range 2 {
+			req, _ := http.NewRequest(http.MethodPost, srv.URL+"/payments", strings.NewReader(`{"amount":6}`))
+			req.Header.Set("Idempotency-Key", "key-1")
+			resp, err := srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusCreated || string(body) != `{"payment":"p-1"}` {
+				t.Fatalf("request %d: %d %s", i, resp.StatusCode, body)
+			}
+		}
+		if n := calls.Load(); n != 1 {
+			t.Fatalf("the handler ran %d times; want once", n)
+		}
+		if got := chargeOf(t, c.Client, "http"); got != 6 {
+			t.Fatalf("charge = %d; want 6", got)
 		}
 	})
 

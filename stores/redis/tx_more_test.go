@@ -3,12 +3,18 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/httpdedup"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
@@ -69,5 +75,59 @@ func TestRunInTxShadow(t *testing.T) {
 	}
 	if v, err := cmd.Int64(); v != 11 || err != nil {
 		t.Fatalf("the queued INCRBY replied %d, %v; want 11", v, err)
+	}
+}
+
+// httpdedup with InTransaction: store.RunInTx: the handler's queued INCR,
+// the stored response and the completed key in one script; the retry with
+// the same key gets the stored response, and the INCR ran once.
+func TestRunInTxHTTP(t *testing.T) {
+	client := newClient(t)
+	s := newStore(t, client, redis.Config{KeyPrefix: "tx-http:"})
+	idem, err := httpdedup.New(httpdedup.Config{Store: s, InTransaction: s.RunInTx,
+		Identity: httpdedup.StaticIdentity("acct_42"), Lease: time.Minute, Retention: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	h := idem.Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		tx, ok := redis.TxFromContext(r.Context())
+		if !ok {
+			http.Error(w, "no transaction", http.StatusInternalServerError)
+			return
+		}
+		k := tx.HashTag() + ":paid"
+		if _, err := tx.Queue([]string{k}, "incr", k); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, `{"payment":"p-1"}`)
+	}))
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	for i := range 2 {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/payments", strings.NewReader(`{"amount":5}`))
+		req.Header.Set("Idempotency-Key", "key-1")
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated || string(body) != `{"payment":"p-1"}` {
+			t.Fatalf("request %d: %d %s", i, resp.StatusCode, body)
+		}
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times; want once", n)
+	}
+	keys, err := client.Keys(context.Background(), "{tx-http:*}:paid").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("paid keys %v, %v; want one", keys, err)
+	}
+	if v, _ := client.Get(context.Background(), keys[0]).Int(); v != 1 {
+		t.Fatalf("paid = %d; want 1", v)
 	}
 }
