@@ -104,6 +104,9 @@ type store struct {
 	store func(ctx context.Context) (dedup.Store, error)
 	about string // empty for the memory store
 	close func()
+	// txCharges gives -effect-in-tx its charges table; nil where the store
+	// has no transaction of its own (memory).
+	txCharges func(ctx context.Context) (lab.TxCharges, error)
 }
 
 // setupError is a backend that cannot be reached, with a one-line hint on
@@ -274,8 +277,13 @@ func newRedisStore(ctx context.Context, o options) (*store, error) {
 		return nil, &setupError{err: err, hint: redisHint}
 	}
 	about := o.redis.describe() + ", key prefix " + labKeyPrefix
-	return &store{store: func(context.Context) (dedup.Store, error) { return s, nil }, about: about, close: func() {}}, nil
+	return &store{store: func(context.Context) (dedup.Store, error) { return s, nil }, about: about, close: func() {},
+		txCharges: func(context.Context) (lab.TxCharges, error) { return lab.RedisTxCharges(s, client), nil }}, nil
 }
+
+// motoHint says how to get a DynamoDB emulator with transactions.
+const motoHint = "-effect-in-tx needs TransactWriteItems, which dynalite lacks: run moto's server " +
+	"(`python3 -m pip install 'moto[server]'` then `moto_server -H 127.0.0.1 -p 5000`) and set AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:5000, or use AWS"
 
 func newDynamoStore(ctx context.Context, o options) (*store, error) {
 	a, err := loadAWS(ctx, awsenv.DynaliteHint, "dynamodb")
@@ -290,5 +298,12 @@ func newDynamoStore(ctx context.Context, o options) (*store, error) {
 		store: func(context.Context) (dedup.Store, error) { return s, nil },
 		about: fmt.Sprintf("DynamoDB at %s, table %s", a.Describe("dynamodb"), o.dynamoTable),
 		close: func() {},
+		txCharges: func(ctx context.Context) (lab.TxCharges, error) {
+			tc, err := lab.DynamoTxCharges(ctx, s, a.DynamoDB(), o.dynamoTable+"-charges")
+			if err != nil {
+				return nil, &setupError{err: err, hint: motoHint}
+			}
+			return tc, nil
+		},
 	}, nil
 }
