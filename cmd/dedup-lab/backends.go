@@ -13,12 +13,12 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/harness/awsbroker"
 	"github.com/watermill-dedup/watermill-dedup/internal/cmdenv/awsenv"
+	"github.com/watermill-dedup/watermill-dedup/internal/cmdenv/redisaddr"
+	"github.com/watermill-dedup/watermill-dedup/internal/harness/awsbroker"
 	"github.com/watermill-dedup/watermill-dedup/internal/harness/embedded"
 	"github.com/watermill-dedup/watermill-dedup/internal/harness/kafkabroker"
 	"github.com/watermill-dedup/watermill-dedup/internal/harness/lab"
-	"github.com/watermill-dedup/watermill-dedup/internal/cmdenv/redisaddr"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
@@ -107,6 +107,9 @@ type store struct {
 	// what an idempotent run on scope left in it; nil otherwise.
 	leaves func(scope string, records int) string
 	close  func()
+	// txCharges gives -effect-in-tx its charges table; nil where the store
+	// has no transaction of its own (memory).
+	txCharges func(ctx context.Context) (lab.TxCharges, error)
 }
 
 // setupError is a backend that cannot be reached, with a one-line hint on
@@ -277,7 +280,8 @@ func newRedisStore(ctx context.Context, o options) (*store, error) {
 		return nil, &setupError{err: err, hint: redisHint}
 	}
 	about := o.redis.describe() + ", key prefix " + labKeyPrefix
-	st := &store{store: func(context.Context) (dedup.Store, error) { return s, nil }, about: about, close: func() {}}
+	st := &store{store: func(context.Context) (dedup.Store, error) { return s, nil }, about: about, close: func() {},
+		txCharges: func(context.Context) (lab.TxCharges, error) { return lab.RedisTxCharges(s, client), nil }}
 	if o.redis.mini == nil { // a real server: the records outlive the run
 		st.leaves = func(scope string, records int) string {
 			return fmt.Sprintf("%d records, keys %s%s:ORDER-…, each kept for its retention (%v) unless evicted: dedupctl -redis-addr %s -redis-prefix %s list -scope %s",
@@ -286,6 +290,10 @@ func newRedisStore(ctx context.Context, o options) (*store, error) {
 	}
 	return st, nil
 }
+
+// motoHint says how to get a DynamoDB emulator with transactions.
+const motoHint = "-effect-in-tx needs TransactWriteItems, which dynalite lacks: run moto's server " +
+	"(`python3 -m pip install 'moto[server]'` then `moto_server -H 127.0.0.1 -p 5000`) and set AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:5000, or use AWS"
 
 func newDynamoStore(ctx context.Context, o options) (*store, error) {
 	a, err := loadAWS(ctx, awsenv.DynaliteHint, "dynamodb")
@@ -304,5 +312,12 @@ func newDynamoStore(ctx context.Context, o options) (*store, error) {
 				records, o.dynamoTable, scope, lab.Retention, o.dynamoTable, scope)
 		},
 		close: func() {},
+		txCharges: func(ctx context.Context) (lab.TxCharges, error) {
+			tc, err := lab.DynamoTxCharges(ctx, s, a.DynamoDB(), o.dynamoTable+"-charges")
+			if err != nil {
+				return nil, &setupError{err: err, hint: motoHint}
+			}
+			return tc, nil
+		},
 	}, nil
 }

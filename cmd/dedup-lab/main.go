@@ -7,6 +7,12 @@
 //	go run ./cmd/dedup-lab -broker kafka -store redis
 //	AWS_ENDPOINT_URL=http://127.0.0.1:4566 go run ./cmd/dedup-lab -broker sns -store dynamo
 //	go run ./cmd/dedup-lab -runtime lambda
+//	go run ./cmd/dedup-lab -store redis -effect-in-tx
+//
+// -effect-in-tx writes each charge of the idempotent run to the store's own
+// database (a Redis key, a DynamoDB charges table) in the same atomic step
+// that completes the order's record (the store's TxMiddleware), and prints
+// that table.
 //
 // -runtime lambda consumes the orders in AWS Lambda's shape instead of a
 // router: SQS records in batches of up to 10, -concurrency invocations at
@@ -54,7 +60,7 @@ func main() {
 // flags is the parsed command line.
 type flags struct {
 	copies, orders, maxDup, concurrency, loseAcks int
-	off, on, shadow                               bool
+	off, on, shadow, effectInTx                   bool
 	seed                                          uint64
 	effect, timeout                               time.Duration
 	broker, store, runtime                        string
@@ -91,6 +97,7 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	fs.StringVar(&f.amqpURL, "amqp-url", os.Getenv("AMQP_URL"), "RabbitMQ, amqp://user:password@host:port/ (default $AMQP_URL; required for -broker amqp)")
 	fs.StringVar(&f.dynamoTable, "dynamo-table", "dedup-lab", "DynamoDB table (created if missing)")
 	fs.BoolVar(&f.verbose, "v", false, "log Watermill's and the middleware's events to stderr")
+	fs.BoolVar(&f.effectInTx, "effect-in-tx", false, "with idempotency on, write each charge to the store's own charges table in the transaction that completes the order's record (-store redis or dynamo; DynamoDB needs TransactWriteItems, which dynalite lacks: use moto_server), and print that table")
 	fs.StringVar(&f.runtime, "runtime", "router", "consumer runtime: router (a Watermill router on -broker) or lambda (SQS batches through lambdadedup, in process)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: dedup-lab [flags]\n\nPublishes ORDER-003 -copies times plus -orders other orders with random duplicates,\nconsumes them with idempotency off and on, and prints the charges.\n\n")
@@ -136,6 +143,9 @@ func (f flags) check() error {
 	if _, ok := storeNames[f.store]; !ok {
 		return fmt.Errorf("unknown -store %q (have %s)", f.store, strings.Join(names(storeNames), ", "))
 	}
+	if f.effectInTx && (f.store == "memory" || f.runtime != "router" || f.shadow) {
+		return errors.New("-effect-in-tx needs -store redis or dynamo, -runtime router and no -idempotency shadow (a shadow run has no claim to complete)")
+	}
 	return nil
 }
 
@@ -172,13 +182,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return setupFailed(stderr, "store "+f.store, err)
 	}
 	defer store.close()
+	var txCharges lab.TxCharges
+	if f.effectInTx {
+		if txCharges, err = store.txCharges(ctx); err != nil {
+			return setupFailed(stderr, "store "+f.store+" -effect-in-tx", err)
+		}
+	}
 
 	printHeader(stdout, f, broker, store)
 	cfg := lab.Config{
 		Copies: f.copies, Orders: f.orders, MaxDuplicates: f.maxDup, Concurrency: f.concurrency,
 		EffectTime: f.effect, Seed: f.seed, Timeout: f.timeout, Progress: stderr,
 		LoseAcks: f.loseAcks, Broker: f.broker, StoreName: f.store, Logger: logger, Shadow: f.shadow,
-		NewTransport: broker.transport, NewStore: store.store,
+		NewTransport: broker.transport, NewStore: store.store, TxCharges: txCharges,
 	}
 	runLab := lab.Run
 	if f.runtime == "lambda" {
@@ -186,6 +202,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	results, err := runLab(ctx, cfg, f.off, f.on)
 	lab.PrintTable(stdout, results)
+	if cfg.TxCharges != nil {
+		lab.PrintCharges(stdout, cfg.TxCharges.Where(), results)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "dedup-lab: %v\n", err)
 		return 1

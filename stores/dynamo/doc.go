@@ -71,4 +71,14 @@
 // above, so any length works. A result is stored whole or refused with
 // [ErrResultTooLarge] when the item would exceed DynamoDB's 400 KB
 // (Store.MaxResultSize: 408498 bytes with the default attribute names).
+//
+// # The effect and its record in one transaction
+//
+// A handler whose effect is written to DynamoDB can have it written in the
+// same transaction as the completion of its record, and only if its claim
+// is still valid: Store.TxMiddleware (Watermill) and Store.RunInTx
+// (Engine.Do, Lambda) send the writes the handler added to its Tx
+// (TxFromContext, Tx.Add) and the completion in one TransactWriteItems.
+// dynalite has no transactions. The guide docs/effect-in-transaction.md
+// puts it beside Redis and PostgreSQL.
 package dynamo

@@ -10,8 +10,8 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
-	"github.com/watermill-dedup/watermill-dedup/internal/replay"
 	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
+	"github.com/watermill-dedup/watermill-dedup/internal/txrun"
 )
 
 // ErrNoClaim is returned by TxMiddleware for a message that reaches it
@@ -71,27 +71,7 @@ func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 // claims and heartbeats), and adds BEGIN, the completion UPDATE and COMMIT:
 // three round trips, replacing the dedup middleware's separate Complete.
 func (s *Store) TxMiddleware(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) ([]*message.Message, error) {
-		ctx := msg.Context()
-		var out []*message.Message
-		_, err := s.RunInTx(ctx, func(txCtx context.Context) ([]byte, error) {
-			msg.SetContext(txCtx)
-			defer msg.SetContext(ctx)
-			var herr error
-			out, herr = h(msg)
-			if herr != nil {
-				return nil, herr
-			}
-			if hc, ok := claimctx.From(ctx); ok && hc.Replay {
-				return replay.Encode(out), nil
-			}
-			return nil, nil
-		})
-		if err != nil {
-			return nil, err
-		}
-		return out, nil
-	}
+	return txrun.Middleware(h, s.RunInTx)
 }
 
 // RunInTx runs work in a database transaction that also completes the

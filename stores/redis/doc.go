@@ -35,6 +35,17 @@
 // deduplication already calls go-redis as redis in many places and calls
 // this package in one: the alias changes that one line only.
 //
+// # The effect and its record in one step
+//
+// A handler whose effect is written to this Redis can have it run in the
+// same atomic step as the completion of its record, and only if its claim
+// is still valid: Store.TxMiddleware (Watermill) and Store.RunInTx
+// (Engine.Do) run the commands the handler queued on its Tx
+// (TxFromContext, Tx.Queue) and the completion in one Lua script. On a
+// Cluster the commands' keys must be in the record's slot (Tx.HashTag).
+// The guide docs/effect-in-transaction.md puts it beside DynamoDB and
+// PostgreSQL.
+//
 // See README.md in this directory for the key layout, the record encoding,
 // the benchmark figures and how to run Redis for local development.
 package redis

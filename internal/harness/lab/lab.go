@@ -94,6 +94,11 @@ type Config struct {
 	// records are claimed and completed, but every copy is charged; the
 	// copies dedup would have skipped are counted as would_skip.
 	Shadow bool
+	// TxCharges, when set, makes the idempotent run's charge a write to
+	// the store's own charges table, in the transaction that completes the
+	// order's record (the store's TxMiddleware); its Charges are then
+	// counted in that table (Result.Table). Not with Shadow.
+	TxCharges TxCharges
 }
 
 func (c *Config) setDefaults() {
@@ -135,6 +140,9 @@ func (c Config) Validate() error {
 	if c.NewStore == nil {
 		errs = append(errs, errors.New("lab: NewStore is required"))
 	}
+	if c.TxCharges != nil && c.Shadow {
+		errs = append(errs, errors.New("lab: the charge in the record's transaction needs the claim that shadow mode does not take"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -159,6 +167,9 @@ type Result struct {
 	// always 0 without Transport.Pending).
 	Pending int
 	Elapsed time.Duration
+	// Table is the charges table of a run with Config.TxCharges: how many
+	// times each order was charged, as the store holds it; nil otherwise.
+	Table map[string]int
 }
 
 // OK reports whether the run shows what it should: every message acked and
@@ -319,6 +330,13 @@ func runOnce(ctx context.Context, cfg Config, idempotency bool) (Result, error) 
 	}
 	res := r.result(pending)
 	res.Elapsed = elapsed
+	if r.inTx() && waitErr == nil {
+		res.Table, waitErr = r.cfg.TxCharges.Table(ctx, r.scope, r.orders())
+		res.Charges = 0
+		for _, n := range res.Table {
+			res.Charges += n
+		}
+	}
 	return res, waitErr
 }
 
@@ -432,12 +450,19 @@ func (r *run) dedupMiddleware(ctx context.Context, tr *Transport) ([]message.Han
 	if err != nil {
 		return nil, err
 	}
+	if r.inTx() {
+		return []message.HandlerMiddleware{poison, d.Middleware, r.cfg.TxCharges.Middleware}, nil
+	}
 	return []message.HandlerMiddleware{poison, d.Middleware}, nil
 }
 
 // charge is the effect: a call to the payment gateway taking EffectTime.
+// With Config.TxCharges (idempotent run), the charge is then written to
+// the store's charges table in the transaction that completes the order's
+// record, and counted from that table after the run.
 func (r *run) charge(msg *message.Message) error {
-	if _, err := keyfuncs.JSON("order_id")(msg); err != nil {
+	order, err := keyfuncs.JSON("order_id")(msg)
+	if err != nil {
 		return err
 	}
 	select {
@@ -445,8 +470,28 @@ func (r *run) charge(msg *message.Message) error {
 	case <-msg.Context().Done():
 		return msg.Context().Err()
 	}
+	if r.inTx() {
+		return r.cfg.TxCharges.Charge(msg, r.scope, order)
+	}
 	r.charges.Add(1)
 	return nil
+}
+
+// inTx reports whether the run charges in the record's transaction.
+func (r *run) inTx() bool { return r.idempotency && r.cfg.TxCharges != nil }
+
+// orders are the run's distinct order ids.
+func (r *run) orders() []string {
+	seen := map[string]bool{}
+	var ids []string
+	for _, m := range r.msgs {
+		id, err := keyfuncs.JSON("order_id")(m)
+		if err == nil && !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 // startRouter runs router until ctx ends and returns once it is running;

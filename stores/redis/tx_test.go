@@ -1,0 +1,229 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
+	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
+	"github.com/watermill-dedup/watermill-dedup/stores/redis"
+)
+
+// scriptCounter counts the scripts a client runs (EVALSHA and EVAL; not an
+// EVALSHA the server answers NOSCRIPT, which go-redis follows with EVAL).
+type scriptCounter struct{ n atomic.Int64 }
+
+func (h *scriptCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h *scriptCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		err := next(ctx, cmd)
+		if n := cmd.Name(); (n == "evalsha" || n == "eval") && !goredis.HasErrorPrefix(err, "NOSCRIPT") {
+			h.n.Add(1)
+		}
+		return err
+	}
+}
+func (h *scriptCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+
+func newTxEngine(t *testing.T, s *redis.Store) *dedup.Engine {
+	t.Helper()
+	e, err := dedup.NewEngine(dedup.Config{Store: s, Lease: time.Minute, Retention: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// charge runs Do with RunInTx queuing INCRBY amount on chargeKey (the
+// record's hash tag + ":charge" when chargeKey is empty); it returns the
+// queued command.
+func charge(ctx context.Context, e *dedup.Engine, s *redis.Store, key, chargeKey string, amount int, before func(ctx context.Context) error) (*goredis.Cmd, dedup.ClaimResult, error) {
+	var cmd *goredis.Cmd
+	res, err := e.Do(ctx, dedup.Call{Scope: "tx", Key: key}, func(ctx context.Context) ([]byte, error) {
+		return s.RunInTx(ctx, func(ctx context.Context) ([]byte, error) {
+			tx, ok := redis.TxFromContext(ctx)
+			if !ok {
+				return nil, errors.New("no Tx in the work's context")
+			}
+			if before != nil {
+				if err := before(ctx); err != nil {
+					return nil, err
+				}
+			}
+			k := chargeKey
+			if k == "" {
+				k = tx.HashTag() + ":charge"
+			}
+			var err error
+			cmd, err = tx.Queue([]string{k}, "incrby", k, amount)
+			return []byte("receipt"), err
+		})
+	})
+	return cmd, res, err
+}
+
+func TestRunInTx(t *testing.T) {
+	ctx := context.Background()
+	client := newClient(t)
+	scripts := &scriptCounter{}
+	client.AddHook(scripts)
+	s := newStore(t, client, redis.Config{KeyPrefix: "tx-test:"})
+	e := newTxEngine(t, s)
+
+	t.Run("commit", func(t *testing.T) {
+		n0 := scripts.n.Load()
+		cmd, res, err := charge(ctx, e, s, "commit", "tx-test-charge:commit", 42, nil)
+		if err != nil || res.Outcome != dedup.Acquired || string(res.Result) != "receipt" {
+			t.Fatalf("Do: %v, %v, %q", res.Outcome, err, res.Result)
+		}
+		if v, err := cmd.Int64(); v != 42 || err != nil {
+			t.Fatalf("the queued INCRBY replied %d, %v; want 42", v, err)
+		}
+		if n := scripts.n.Load() - n0; n != 1 {
+			t.Fatalf("%d scripts run; want 1 (the engine must not complete again)", n)
+		}
+		if v, _ := client.Get(ctx, "tx-test-charge:commit").Int(); v != 42 {
+			t.Fatalf("charge = %d; want 42", v)
+		}
+		again, err := e.Do(ctx, dedup.Call{Scope: "tx", Key: "commit"}, func(context.Context) ([]byte, error) {
+			t.Error("work ran for a completed key")
+			return nil, nil
+		})
+		if err != nil || again.Outcome != dedup.Duplicate || string(again.Result) != "receipt" {
+			t.Fatalf("second Do: %v, %v, %q; want a duplicate with the receipt", again.Outcome, err, again.Result)
+		}
+	})
+
+	t.Run("claim-lost", func(t *testing.T) {
+		cmd, _, err := charge(ctx, e, s, "lost", "tx-test-charge:lost", 7, func(ctx context.Context) error {
+			// Another consumer takes the record over meanwhile.
+			key := scopedkey.Of("tx", "lost")
+			if _, err := s.Evict(ctx, key); err != nil {
+				return err
+			}
+			if r, err := s.Claim(ctx, key, "", time.Minute); err != nil || r.Outcome != dedup.Acquired {
+				return fmt.Errorf("the other claim: %v, %v", r.Outcome, err)
+			}
+			return nil
+		})
+		if !errors.Is(err, dedup.ErrClaimLost) || !errors.Is(err, redis.ErrNotOwner) {
+			t.Fatalf("Do: %v; want ErrClaimLost, ErrNotOwner", err)
+		}
+		if cmd.Err() == nil {
+			t.Fatalf("the queued command has a reply although it did not run")
+		}
+		if n, _ := client.Exists(ctx, "tx-test-charge:lost").Result(); n != 0 {
+			t.Fatalf("the charge was written although the claim was lost")
+		}
+	})
+
+	t.Run("command-refused", func(t *testing.T) {
+		if err := client.HSet(ctx, "tx-test-hash", "f", "v").Err(); err != nil {
+			t.Fatal(err)
+		}
+		var ok *goredis.Cmd
+		_, err := e.Do(ctx, dedup.Call{Scope: "tx", Key: "refused"}, func(ctx context.Context) ([]byte, error) {
+			return s.RunInTx(ctx, func(ctx context.Context) ([]byte, error) {
+				tx, _ := redis.TxFromContext(ctx)
+				if _, err := tx.Queue([]string{"tx-test-hash"}, "incr", "tx-test-hash"); err != nil {
+					return nil, err
+				}
+				var err error
+				ok, err = tx.Queue([]string{"tx-test-charge:refused"}, "incr", "tx-test-charge:refused")
+				return nil, err
+			})
+		})
+		var ce *redis.CommandError
+		if !errors.Is(err, redis.ErrCommandFailed) || !errors.As(err, &ce) || ce.Index != 0 {
+			t.Fatalf("Do: %v; want a *CommandError for command 0", err)
+		}
+		if v, err := ok.Int64(); v != 1 || err != nil {
+			t.Fatalf("the other command replied %d, %v; want 1", v, err)
+		}
+		res, err := e.Do(ctx, dedup.Call{Scope: "tx", Key: "refused"}, func(context.Context) ([]byte, error) { return nil, nil })
+		if err != nil || res.Outcome != dedup.Duplicate {
+			t.Fatalf("second Do: %v, %v; want a duplicate (completed with the commands that ran)", res.Outcome, err)
+		}
+	})
+
+	t.Run("refused-before-sending", func(t *testing.T) {
+		_, err := e.Do(ctx, dedup.Call{Scope: "tx", Key: "record"}, func(ctx context.Context) ([]byte, error) {
+			return s.RunInTx(ctx, func(ctx context.Context) ([]byte, error) {
+				tx, _ := redis.TxFromContext(ctx)
+				if _, err := tx.Queue(nil); !errors.Is(err, redis.ErrTxKey) {
+					return nil, fmt.Errorf("an empty command: %v; want ErrTxKey", err)
+				}
+				k := s.RedisKey(scopedkey.Of("tx", "record"))
+				_, err := tx.Queue([]string{k}, "del", k)
+				return nil, err
+			})
+		})
+		if !errors.Is(err, redis.ErrTxKey) {
+			t.Fatalf("Do: %v; want ErrTxKey for the record's own key", err)
+		}
+	})
+
+	t.Run("no-claim", func(t *testing.T) {
+		ran := false
+		_, err := s.RunInTx(ctx, func(context.Context) ([]byte, error) { ran = true; return nil, nil })
+		if !errors.Is(err, redis.ErrNoClaim) || ran {
+			t.Fatalf("RunInTx without a claim: %v (work ran: %v); want ErrNoClaim before work", err, ran)
+		}
+	})
+}
+
+// On a Cluster the handler's keys must share the record's slot: a key with
+// the record's hash tag runs with the completion, any other is refused
+// before anything is sent.
+func TestRunInTxCluster(t *testing.T) {
+	cluster, err := testserver.StartRedisCluster(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cluster.Close() })
+	client := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cluster.Addrs})
+	t.Cleanup(func() { _ = client.Close() })
+	s := newStore(t, client, redis.Config{})
+	e := newTxEngine(t, s)
+	ctx := context.Background()
+
+	for _, key := range []string{"order-1", "{account-7}:payment-9"} {
+		cmd, res, err := charge(ctx, e, s, key, "", 5, nil)
+		if err != nil || res.Outcome != dedup.Acquired {
+			t.Fatalf("Do %q: %v, %v", key, res.Outcome, err)
+		}
+		if v, err := cmd.Int64(); v != 5 || err != nil {
+			t.Fatalf("INCRBY of %q replied %d, %v", key, v, err)
+		}
+	}
+	if v, err := client.Get(ctx, "{account-7}:charge").Int(); v != 5 || err != nil {
+		t.Fatalf("the account's charge = %d, %v; want 5 (the business key's own hash tag)", v, err)
+	}
+	_, _, err = charge(ctx, e, s, "order-2", "charges:order-2", 5, nil)
+	if !errors.Is(err, redis.ErrCrossSlot) {
+		t.Fatalf("a key of another slot: %v; want ErrCrossSlot", err)
+	}
+	if n, _ := client.Exists(ctx, "charges:order-2").Result(); n != 0 {
+		t.Fatalf("the key of another slot was written")
+	}
+	var slots []int64
+	for _, k := range []string{"{account-7}:charge", s.RedisKey(scopedkey.Of("tx", "{account-7}:payment-9"))} {
+		n, err := client.ClusterKeySlot(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		slots = append(slots, n)
+	}
+	if slots[0] != slots[1] {
+		t.Fatalf("slots %v: the account's key and its record are not together", slots)
+	}
+}
