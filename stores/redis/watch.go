@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -106,11 +107,23 @@ func (t *subscriber) reload(ctx context.Context) func() {
 	return func() { t.cluster.ReloadState(ctx) }
 }
 
+// reloadSlots reads a Cluster's map of slots again, in the background.
+func (t *subscriber) reloadSlots(ctx context.Context) {
+	if t.cluster != nil {
+		t.cluster.ReloadState(ctx)
+	}
+}
+
 // run subscribes to what h wants, on one subscription group per master.
 func (t *subscriber) run(ctx context.Context, h *keywatch.Hub) {
 	groups := map[string]*subGroup{} // by master address
 	of := map[string]*subGroup{}     // by channel
-	broken := make(chan *subGroup)
+	// moved holds, for a while, the server a channel's slot moved away
+	// from: until the Cluster's map of slots, read again, shows another
+	// master, subscribing there would reach a replica, which does not
+	// hear the new master's announcements.
+	moved := map[string]movedFrom{}
+	broken := make(chan brokenGroup)
 	defer func() {
 		for _, g := range groups {
 			g.close()
@@ -145,10 +158,15 @@ func (t *subscriber) run(ctx context.Context, h *keywatch.Hub) {
 				continue
 			}
 			addr, err := t.route(ctx, name)
+			if m, ok := moved[name]; ok && err == nil && m.addr == addr && time.Now().Before(m.until) {
+				err = errStaleSlots
+				t.reloadSlots(ctx)
+			}
 			if err != nil {
 				failed = true
 				continue
 			}
+			delete(moved, name)
 			g := groups[addr]
 			if g == nil {
 				g = newSubGroup(ctx, addr, t.client.SSubscribe(ctx), t.reload(ctx), h, broken)
@@ -166,10 +184,11 @@ func (t *subscriber) run(ctx context.Context, h *keywatch.Hub) {
 			return
 		case <-h.Changed():
 			idle.Reset(h.Linger())
-		case g := <-broken:
+		case b := <-broken:
 			// Its server dropped or refused a subscription (a slot that
-			// moved, an ACL): subscribe its channels again from scratch,
-			// after the Cluster's map of slots is read again.
+			// moved, an ACL) or went silent: subscribe its channels again
+			// from scratch, after the Cluster's map of slots is read again.
+			g := b.g
 			if groups[g.addr] == g {
 				delete(groups, g.addr)
 			}
@@ -177,11 +196,12 @@ func (t *subscriber) run(ctx context.Context, h *keywatch.Hub) {
 				if of[name] == g {
 					delete(of, name)
 					h.Inactive(name)
+					if b.moved {
+						moved[name] = movedFrom{g.addr, time.Now().Add(movedFor)}
+					}
 				}
 			}
-			if reload := t.reload(ctx); reload != nil {
-				reload()
-			}
+			t.reloadSlots(ctx)
 			retry.Reset(keywatch.Backoff(attempt))
 			attempt++
 		case <-retry.C:
@@ -192,6 +212,26 @@ func (t *subscriber) run(ctx context.Context, h *keywatch.Hub) {
 			idle.Reset(h.Linger())
 		}
 	}
+}
+
+// errStaleSlots: the Cluster's map of slots still shows the master a
+// channel's slot moved away from.
+var errStaleSlots = errors.New("dedup/redis: the map of slots is not read again yet")
+
+// movedFor is how long a slot that moved away from a server is not
+// subscribed there again (unless the map of slots still says so then).
+const movedFor = 10 * time.Second
+
+type movedFrom struct {
+	addr  string
+	until time.Time
+}
+
+// brokenGroup is a group whose subscriptions must start again elsewhere;
+// moved: its server said a slot moved away.
+type brokenGroup struct {
+	g     *subGroup
+	moved bool
 }
 
 // subGroup is one PubSub (one connection, to one master) and the channels
@@ -209,7 +249,7 @@ type subGroup struct {
 	done    chan struct{} // the reading goroutine ended
 }
 
-func newSubGroup(ctx context.Context, addr string, ps *goredis.PubSub, reload func(), h *keywatch.Hub, broken chan<- *subGroup) *subGroup {
+func newSubGroup(ctx context.Context, addr string, ps *goredis.PubSub, reload func(), h *keywatch.Hub, broken chan<- brokenGroup) *subGroup {
 	g := &subGroup{addr: addr, ps: ps, reload: reload, names: map[string]bool{}, unsub: map[string]int{},
 		closing: make(chan struct{}), done: make(chan struct{})}
 	go g.read(ctx, h, broken)
@@ -280,11 +320,11 @@ func (g *subGroup) close() []string {
 
 // read turns what the connection receives into the hub's events until the
 // group is closed or broken.
-func (g *subGroup) read(ctx context.Context, h *keywatch.Hub, broken chan<- *subGroup) {
+func (g *subGroup) read(ctx context.Context, h *keywatch.Hub, broken chan<- brokenGroup) {
 	defer close(g.done)
-	report := func() {
+	report := func(moved bool) {
 		select {
-		case broken <- g:
+		case broken <- brokenGroup{g, moved}:
 		case <-g.closing:
 		}
 	}
@@ -303,14 +343,14 @@ func (g *subGroup) read(ctx context.Context, h *keywatch.Hub, broken chan<- *sub
 			attempt, pinged = 0, false
 		case errors.As(err, &redisErr):
 			// An error reply: a SSUBSCRIBE refused (MOVED, NOPERM).
-			report()
+			report(strings.HasPrefix(err.Error(), "MOVED"))
 			return
 		case errors.As(err, &netErr) && netErr.Timeout() && !pinged:
 			pinged = true
 			_ = g.ps.Ping(ctx)
 			continue
 		case errors.As(err, &netErr) && netErr.Timeout():
-			report() // silent past a ping: start again on a new connection
+			report(false) // silent past a ping: start again on a new connection
 			return
 		default:
 			// The connection broke: go-redis dials again and subscribes
@@ -343,7 +383,7 @@ func (g *subGroup) read(ctx context.Context, h *keywatch.Hub, broken chan<- *sub
 					// The server dropped it: its slot moved away (a
 					// failover); subscribe it again where it now lives.
 					h.Inactive(m.Channel)
-					report()
+					report(true)
 					return
 				}
 			}
