@@ -72,7 +72,7 @@ func TestClusterWaitersSurviveFailovers(t *testing.T) {
 		ReadTimeout: 2 * time.Second,
 	})
 	t.Cleanup(func() { _ = client.Close() })
-	store := newStore(t, client, redis.Config{KeyPrefix: "watch-cl:"})
+	store := newStore(t, client, redis.Config{KeyPrefix: watchPrefix("watch-cl")})
 	masters, err := cluster.Masters()
 	if err != nil {
 		t.Fatal(err)

@@ -32,6 +32,13 @@ func (s *countedStore) Claim(ctx context.Context, key, fp string, lease time.Dur
 	return res, err
 }
 
+// watchRuns numbers the stores of the watch tests, so that a test run
+// again on the shared server (-count) meets none of its earlier keys.
+var watchRuns atomic.Int64
+
+// watchPrefix returns a key prefix of its own for a test's store.
+func watchPrefix(name string) string { return fmt.Sprintf("%s-%d:", name, watchRuns.Add(1)) }
+
 // noFallback is an InProgressFallback no test outlives: a waiter that
 // answers was woken by the store, not by the fallback poll.
 const noFallback = time.Hour
@@ -171,7 +178,7 @@ func noLeaks(t *testing.T, baseline int, addrs ...string) {
 // subscription is in place, then by each announcement.
 func TestWatchWokenByCompleteAndRelease(t *testing.T) {
 	client := newClient(t)
-	store := newStore(t, client, redis.Config{KeyPrefix: "watch-ann:"})
+	store := newStore(t, client, redis.Config{KeyPrefix: watchPrefix("watch-ann")})
 	defer store.Close()
 	ctx := context.Background()
 	for _, op := range []string{"complete", "release"} {
@@ -205,7 +212,7 @@ func TestWatchWokenByCompleteAndRelease(t *testing.T) {
 func TestWaitersWokenByTheCompletion(t *testing.T) {
 	client := newClient(t)
 	client.Ping(context.Background())
-	store := newStore(t, client, redis.Config{KeyPrefix: "watch-ten:"})
+	store := newStore(t, client, redis.Config{KeyPrefix: watchPrefix("watch-ten")})
 	baseline := runtime.NumGoroutine()
 	counted := &countedStore{Store: store}
 	e := waitEngine(t, counted)
@@ -228,7 +235,7 @@ func TestWaitersWokenByTheCompletion(t *testing.T) {
 // then answers the real completion.
 func TestForgedAnnouncementCostsAClaim(t *testing.T) {
 	client := newClient(t)
-	store := newStore(t, client, redis.Config{KeyPrefix: "watch-forged:"})
+	store := newStore(t, client, redis.Config{KeyPrefix: watchPrefix("watch-forged")})
 	defer store.Close()
 	counted := &countedStore{Store: store}
 	e := waitEngine(t, counted)
@@ -266,7 +273,7 @@ func TestWaitersSurviveAKilledSubscription(t *testing.T) {
 		}})
 	t.Cleanup(func() { _ = client.Close() })
 	client.Ping(context.Background())
-	store := newStore(t, client, redis.Config{KeyPrefix: "watch-kill:"})
+	store := newStore(t, client, redis.Config{KeyPrefix: watchPrefix("watch-kill")})
 	baseline := runtime.NumGoroutine()
 	e := waitEngine(t, store)
 	run := holdAndWait(t, e, store, "kill", 3)
@@ -310,7 +317,7 @@ func TestWaitersSurviveARestart(t *testing.T) {
 	if err := client.ConfigSet(ctx, "save", "3600 1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	store := newStore(t, client, redis.Config{KeyPrefix: "watch-restart:"})
+	store := newStore(t, client, redis.Config{KeyPrefix: watchPrefix("watch-restart")})
 	redis.SetWatchLinger(store, 50*time.Millisecond)
 	baseline := runtime.NumGoroutine()
 	e := waitEngine(t, store)
@@ -334,7 +341,7 @@ func TestWaitersSurviveARestart(t *testing.T) {
 func TestRingIsNotWatched(t *testing.T) {
 	ring := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"one": server.Addr}})
 	t.Cleanup(func() { _ = ring.Close() })
-	store := newStore(t, ring, redis.Config{KeyPrefix: "watch-ring:"})
+	store := newStore(t, ring, redis.Config{KeyPrefix: watchPrefix("watch-ring")})
 	if _, _, err := store.WatchKey(context.Background(), "k", time.Now()); !errors.Is(err, redis.ErrWatchUnsupported) {
 		t.Fatalf("WatchKey on a Ring: %v, want ErrWatchUnsupported", err)
 	}
