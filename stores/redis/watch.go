@@ -140,17 +140,18 @@ func (t *subscriber) run(ctx context.Context, h *keywatch.Hub) {
 		for _, name := range h.Wanted() {
 			want[name] = true
 		}
+		for name := range moved {
+			if !want[name] {
+				delete(moved, name)
+			}
+		}
 		for name, g := range of {
 			if want[name] {
 				continue
 			}
-			g.unsubscribe(ctx, name)
+			g.unsubscribe(ctx, name) // the connection stays for the next wait
 			delete(of, name)
 			h.Unsubscribed(name)
-			if g.empty() {
-				g.close()
-				delete(groups, g.addr)
-			}
 		}
 		failed := false
 		for name := range want {
@@ -208,6 +209,12 @@ func (t *subscriber) run(ctx context.Context, h *keywatch.Hub) {
 		case <-idle.C:
 			if h.ExitIfIdle() {
 				return
+			}
+			for addr, g := range groups { // a master no key waits on for a while
+				if g.empty() {
+					g.close()
+					delete(groups, addr)
+				}
 			}
 			idle.Reset(h.Linger())
 		}
