@@ -185,7 +185,7 @@ func TestForgedWakeCostsOneClaimNeverAnEffect(t *testing.T) {
 	store := newWatchedStore(clock)
 	_, release, holder, copyDone, ran := watchSetup(t, store, clock, nil)
 	store.wake(watchKey) // the holder is still running
-	waitFor(t, "the forged wake's claim", func() bool { c, _, _ := store.counts(); return c == 3 })
+	waitForWatch(t, "the forged wake's claim", func() bool { c, _, _ := store.counts(); return c == 3 })
 	waitForTimers(t, clock, 2) // back in its pause
 	select {
 	case got := <-copyDone:
@@ -218,7 +218,7 @@ func TestLostWakeIsCaughtByTheFallbackPoll(t *testing.T) {
 		t.Fatalf("%d claims before the fallback's pause passed, want 2", claims)
 	}
 	clock.Advance(time.Millisecond)
-	waitFor(t, "the fallback claim", func() bool { c, _, _ := store.counts(); return c == 3 })
+	waitForWatch(t, "the fallback claim", func() bool { c, _, _ := store.counts(); return c == 3 })
 	waitForTimers(t, clock, 2)
 	close(release)
 	if err := recv(t, "the holder to complete", holder); err != nil {
@@ -242,7 +242,7 @@ func TestEndedWatchFallsBackToPolling(t *testing.T) {
 	store := newWatchedStore(clock)
 	_, release, holder, copyDone, ran := watchSetup(t, store, clock, errors.New("gateway timeout"))
 	store.end(watchKey)
-	waitFor(t, "the claim after the watch ended", func() bool { c, _, _ := store.counts(); return c == 3 })
+	waitForWatch(t, "the claim after the watch ended", func() bool { c, _, _ := store.counts(); return c == 3 })
 	waitForTimers(t, clock, 2)
 	close(release)
 	if err := recv(t, "the holder to fail", holder); err == nil {
@@ -315,9 +315,9 @@ func TestInProgressFallbackValidated(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds (bounded): it waits for the engine's
+// waitForWatch polls cond until it holds (bounded): it waits for the engine's
 // goroutines, it is not a clock.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitForWatch(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for !cond() {
