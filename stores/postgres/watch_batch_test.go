@@ -38,3 +38,27 @@ func TestBatchCompletionsAndReleasesNotify(t *testing.T) {
 	}
 	recvBounded(t, "the wake of the batch release", wakes[1])
 }
+
+// A completion in the handler's transaction (RunInTx) notifies at its
+// commit, like Complete.
+func TestTxCompletionNotifies(t *testing.T) {
+	store := notifyStore(t)
+	e, err := dedup.NewEngine(dedup.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	wake, stop, err := store.WatchKey(ctx, "tx:k", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	recvBounded(t, "the wake of the LISTEN in place", wake)
+	res, err := e.Do(ctx, dedup.Call{Scope: "tx", Key: "k"}, func(ctx context.Context) ([]byte, error) {
+		return store.RunInTx(ctx, func(context.Context) ([]byte, error) { return []byte("done"), nil })
+	})
+	if err != nil || res.Outcome != dedup.Acquired {
+		t.Fatalf("Do: %v %v", res.Outcome, err)
+	}
+	recvBounded(t, "the wake of the completion at the transaction's commit", wake)
+}

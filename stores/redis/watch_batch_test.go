@@ -40,3 +40,29 @@ func TestBatchCompletionsAndReleasesAreAnnounced(t *testing.T) {
 	}
 	recvWithin(t, "the wake of the batch release", wakes[1])
 }
+
+// A completion written together with the handler's commands (RunInTx, one
+// script built on Complete's) is announced like Complete's.
+func TestTxCompletionIsAnnounced(t *testing.T) {
+	client := newClient(t)
+	store := newStore(t, client, redis.Config{KeyPrefix: watchPrefix("watch-tx")})
+	defer store.Close()
+	e, err := dedup.NewEngine(dedup.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	wake, stop, err := store.WatchKey(ctx, "tx:k", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	recvWithin(t, "the wake of the subscription in place", wake)
+	res, err := e.Do(ctx, dedup.Call{Scope: "tx", Key: "k"}, func(ctx context.Context) ([]byte, error) {
+		return store.RunInTx(ctx, func(context.Context) ([]byte, error) { return []byte("done"), nil })
+	})
+	if err != nil || res.Outcome != dedup.Acquired {
+		t.Fatalf("Do: %v %v", res.Outcome, err)
+	}
+	recvWithin(t, "the wake of the completion in the transaction's script", wake)
+}
