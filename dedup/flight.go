@@ -27,6 +27,9 @@ type flight struct {
 	workCtx0 workCtx
 	hc       claimctx.Claim // hc.Key is the scoped key from the start
 	keeper   leaseKeeper
+	// claimSent is when the last claim was sent (time.Now): an
+	// InProgressWait watches the key for changes since then.
+	claimSent time.Time
 
 	// claimCtx and endCtx are the contexts of the claim and of the first
 	// Complete or Release; later attempts get their own. They are never

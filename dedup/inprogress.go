@@ -19,11 +19,22 @@ import (
 // claim), and how long the wait took on the clock.
 // Cost: one claim round trip per pause; no store support beyond Claim is
 // needed.
+//
+// With a store that is a KeyWatcher, the key is watched before the next
+// claim: a claim follows each wake (the first when the watch is in place,
+// which covers a change between the first claim and the watch) and, as the
+// safety net, every InProgressFallback without one; when the watch ends,
+// the pauses start again from InProgressPoll.
 func (f *flight) awaitHolder(ctx context.Context, elapsed time.Duration) (res ClaimResult, _, waited time.Duration, err error) {
 	e, call := f.e, &f.call
 	clock := e.cfg.Clock
 	start := clock.Now()
 	pause := e.cfg.InProgressPoll
+	wake, unwatch := f.watchHolder(ctx)
+	defer func() { unwatch() }()
+	if wake != nil {
+		pause = e.cfg.InProgressFallback
+	}
 	res = ClaimResult{Outcome: InProgress}
 	for {
 		now := clock.Now()
@@ -31,8 +42,15 @@ func (f *flight) awaitHolder(ctx context.Context, elapsed time.Duration) (res Cl
 		if !call.Deadline.IsZero() {
 			left = min(left, call.Deadline.Sub(now))
 		}
-		if left <= 0 || !pauseOn(ctx, clock, min(pause, left)) {
+		if left <= 0 {
 			return res, elapsed, clock.Now().Sub(start), nil
+		}
+		switch pauseOrWake(ctx, clock, min(pause, left), wake) {
+		case pauseCancelled:
+			return res, elapsed, clock.Now().Sub(start), nil
+		case pauseUnwatched:
+			unwatch()
+			wake, unwatch, pause = nil, func() {}, 0 // InProgressPoll after this claim
 		}
 		lease, lerr := e.callLease(call)
 		if lerr != nil {
@@ -49,20 +67,13 @@ func (f *flight) awaitHolder(ctx context.Context, elapsed time.Duration) (res Cl
 		if err != nil || res.Outcome != InProgress {
 			return res, elapsed, clock.Now().Sub(start), err
 		}
-		pause = min(2*pause, max(maxInProgressPoll, e.cfg.InProgressPoll))
-	}
-}
-
-// pauseOn waits d on clock; it reports false, at once, if ctx ends first.
-func pauseOn(ctx context.Context, clock Clock, d time.Duration) bool {
-	done := make(chan struct{})
-	stop := clock.AfterFunc(d, func() { close(done) })
-	select {
-	case <-done:
-		return true
-	case <-ctx.Done():
-		stop()
-		return false
+		switch {
+		case wake != nil: // the fallback's pause stays
+		case pause == 0:
+			pause = e.cfg.InProgressPoll
+		default:
+			pause = min(2*pause, max(maxInProgressPoll, e.cfg.InProgressPoll))
+		}
 	}
 }
 
