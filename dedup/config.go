@@ -178,13 +178,30 @@ type Config struct {
 	// a claim of the wait fails (the holder is known to exist: never a
 	// fail-open run), it fails with ErrInProgress as without the option. Cost: a blocked
 	// handler goroutine and one claim round trip per pause, for copies in
-	// flight only. Keep it well below the broker's redelivery timeout (SQS
+	// flight only. With a store that wakes waiters (a KeyWatcher, see
+	// InProgressFallback) the copy claims when the holder completes or
+	// releases the key instead, within about one round trip, at about two
+	// claims per wait. Keep it well below the broker's redelivery timeout (SQS
 	// visibility timeout, ack deadline). Defaults to 0: no wait.
 	InProgressWait time.Duration
 
 	// InProgressPoll is the first pause between two claims of an
 	// InProgressWait. Defaults to 20ms.
 	InProgressPoll time.Duration
+
+	// InProgressFallback is, with a store that wakes waiting copies when a
+	// key is completed or released (a dedup.KeyWatcher: stores/redis,
+	// stores/postgres), the pause between the claims of an InProgressWait
+	// that no wake prompted, instead of InProgressPoll's doubling pauses.
+	// The waiting copy watches the key and claims once when the watch is in
+	// place, once per wake, and once per InProgressFallback: about two
+	// claims per wait for a holder that ends within InProgressFallback, one
+	// more per InProgressFallback it takes beyond. It is the safety net for
+	// a change that no wake announces (a holder that crashed, whose lease
+	// ended; a completion by a process that does not announce it): such a
+	// change is noticed up to InProgressFallback late. See docs/waiting.md.
+	// Defaults to 1s.
+	InProgressFallback time.Duration
 
 	// Tracer, when set, follows each call from its start with its context
 	// (see Tracer; package oteldedup makes trace spans). Defaults to nil.
@@ -241,6 +258,9 @@ func (c *Config) setDefaults() {
 	if c.InProgressPoll == 0 {
 		c.InProgressPoll = defaultInProgressPoll
 	}
+	if c.InProgressFallback == 0 {
+		c.InProgressFallback = defaultInProgressFallback
+	}
 	if c.Logger == nil {
 		c.Logger = watermill.NopLogger{}
 	}
@@ -272,6 +292,7 @@ func (c Config) validate(needKey bool) error {
 		{"Lease", c.Lease}, {"Retention", c.Retention}, {"Heartbeat", c.Heartbeat},
 		{"StoreTimeout", c.StoreTimeout}, {"CompleteBackoff", c.CompleteBackoff},
 		{"InProgressWait", c.InProgressWait}, {"InProgressPoll", c.InProgressPoll},
+		{"InProgressFallback", c.InProgressFallback},
 	} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%w: Config.%s must not be negative, got %v (leave it at zero for its default)", ErrInvalidDuration, d.name, d.v))

@@ -365,6 +365,7 @@ func (f *flight) claim(ctx context.Context, lease time.Duration) (res ClaimResul
 	}
 	op.start(f.work, f.work, e.cfg.StoreTimeout)
 	start := time.Now()
+	f.claimSent = start
 	res, err = e.cfg.Store.Claim(op, f.hc.Key, f.call.Fingerprint, lease)
 	elapsed := time.Since(start)
 	timedOut := op.end()

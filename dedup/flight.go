@@ -30,6 +30,9 @@ type flight struct {
 	// waitErr is the store error that ended an InProgressWait (see
 	// awaitHolder): the call ends as InProgress, with it.
 	waitErr error
+	// claimSent is when the last claim was sent (time.Now): an
+	// InProgressWait watches the key for changes since then.
+	claimSent time.Time
 
 	// claimCtx and endCtx are the contexts of the claim and of the first
 	// Complete or Release; later attempts get their own. They are never

@@ -12,25 +12,44 @@ import (
 // (Config.InProgressWait): after InProgressPoll, then after pauses doubling
 // up to maxInProgressPoll, until a claim finds something else than
 // InProgress (the holder completed or released the key, or its lease
-// ended), the wait's bound or the call's Deadline is reached, ctx ends, or
-// a claim fails (the wait then ends as InProgress, the error in f.waitErr).
+// ended), the wait's bound or the call's Deadline or StartBy is reached, ctx
+// ends, or a claim fails (the wait then ends as InProgress, the error in
+// f.waitErr).
 // The bound is checked by one last claim at the bound itself. It returns
 // the last claim's answer (its lease and time are the keeper's, as claim
 // sets them), its round trip (elapsed, the first claim's, when it made no
 // claim), and how long the wait took on the clock.
 // Cost: one claim round trip per pause; no store support beyond Claim is
 // needed.
+//
+// With a store that is a KeyWatcher, the key is watched before the next
+// claim: a claim follows each wake (the first when the watch is in place,
+// which covers a change between the first claim and the watch) and, as the
+// safety net, every InProgressFallback without one; when the watch ends,
+// the pauses start again from InProgressPoll.
 func (f *flight) awaitHolder(ctx context.Context, elapsed time.Duration) (res ClaimResult, _, waited time.Duration, err error) {
 	e, call := f.e, &f.call
 	clock := e.cfg.Clock
 	start := clock.Now()
 	pause := e.cfg.InProgressPoll
+	wake, unwatch := f.watchHolder(ctx)
+	defer func() { unwatch() }()
+	if wake != nil {
+		pause = e.cfg.InProgressFallback
+	}
 	res = ClaimResult{Outcome: InProgress}
 	for {
 		now := clock.Now()
 		left := call.waitLeft(now, e.cfg.InProgressWait-now.Sub(start))
-		if left <= 0 || !pauseOn(ctx, clock, min(pause, left)) {
+		if left <= 0 {
 			return res, elapsed, clock.Now().Sub(start), nil
+		}
+		switch pauseOrWake(ctx, clock, min(pause, left), wake) {
+		case pauseCancelled:
+			return res, elapsed, clock.Now().Sub(start), nil
+		case pauseUnwatched:
+			unwatch()
+			wake, unwatch, pause = nil, func() {}, 0 // InProgressPoll after this claim
 		}
 		lease, lerr := e.callLease(call)
 		if lerr != nil {
@@ -54,7 +73,13 @@ func (f *flight) awaitHolder(ctx context.Context, elapsed time.Duration) (res Cl
 		if res.Outcome != InProgress {
 			return res, elapsed, clock.Now().Sub(start), nil
 		}
-		pause = min(2*pause, max(maxInProgressPoll, e.cfg.InProgressPoll))
+		switch {
+		case wake != nil: // the fallback's pause stays
+		case pause == 0:
+			pause = e.cfg.InProgressPoll
+		default:
+			pause = min(2*pause, max(maxInProgressPoll, e.cfg.InProgressPoll))
+		}
 	}
 }
 
@@ -70,19 +95,6 @@ func (c *Call) waitLeft(now time.Time, left time.Duration) time.Duration {
 		left = min(left, c.StartBy.Sub(now))
 	}
 	return left
-}
-
-// pauseOn waits d on clock; it reports false, at once, if ctx ends first.
-func pauseOn(ctx context.Context, clock Clock, d time.Duration) bool {
-	done := make(chan struct{})
-	stop := clock.AfterFunc(d, func() { close(done) })
-	select {
-	case <-done:
-		return true
-	case <-ctx.Done():
-		stop()
-		return false
-	}
 }
 
 // InProgressAtInfo wraps the logger of a Watermill router (message.NewRouter)

@@ -276,8 +276,11 @@ type Config struct {
 	// the wait, or when the client goes away, 409 as without the option.
 	// The wait claims the key again after InProgressPoll, doubling the pause
 	// (up to 1s): one store round trip per pause, and the waiting request
-	// holds its connection. See dedup.Config.InProgressWait. Defaults to 0:
-	// no wait.
+	// holds its connection. A store that wakes waiters (stores/redis,
+	// stores/postgres with Notify) makes it claim when the first request
+	// completes or releases the key instead, and once per second as the
+	// safety net (see docs/waiting.md). See dedup.Config.InProgressWait.
+	// Defaults to 0: no wait.
 	InProgressWait time.Duration
 
 	// InProgressPoll is the first pause of an InProgressWait. Defaults to

@@ -143,7 +143,9 @@ func TestInProgressWaitTakesOverAReleasedKey(t *testing.T) {
 	forEachStore(t, nil, func(t *testing.T, store dedup.Store) {
 		clock := fakeclock.New(epoch)
 		seen := newDecisions()
-		e := newEngine(t, dedup.Config{Store: store, Clock: clock, InProgressWait: time.Minute, InProgressPoll: 100 * time.Millisecond,
+		// Polling: Redis would wake the copy at the release (see
+		// TestInProgressWaitWokenByRedis).
+		e := newEngine(t, dedup.Config{Store: polling{store}, Clock: clock, InProgressWait: time.Minute, InProgressPoll: 100 * time.Millisecond,
 			DisableHeartbeat: true, Observer: seen})
 		call := dedup.Call{Scope: "charge", Key: "ORDER-003"}
 		release := make(chan struct{})

@@ -51,6 +51,7 @@ func newRedisStore(t *testing.T) dedup.Store {
 	if err != nil {
 		t.Fatalf("dedupredis.New: %v", err)
 	}
+	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
 

@@ -56,6 +56,7 @@ var backends = []backend{
 		if err != nil {
 			t.Fatalf("dedupredis.New: %v", err)
 		}
+		t.Cleanup(func() { _ = s.Close() })
 		return s, client
 	}},
 	{"memory", func(_ *testing.T, clock dedup.Clock) (dedup.Store, *goredis.Client) {

@@ -62,6 +62,26 @@ type Config struct {
 	// even when the message's context was cancelled meanwhile, since the
 	// token check under the row lock keeps them safe. Defaults to 5s.
 	FinishTimeout time.Duration
+
+	// Notify makes the store wake the copies that wait for a held key
+	// (dedup.Config.InProgressWait) instead of letting them poll: the
+	// completing and releasing statements (Complete, Release, and the
+	// completion in TxMiddleware's and RunInTx's transaction, delivered at
+	// its commit) call pg_notify on a channel derived from the key, and
+	// Store.WatchKey listens on one connection per store of its own
+	// (LISTEN, opened with the pool's configuration, not taken from the
+	// pool). Set it on every process that shares the table: a completion
+	// by a process without it is seen by the waiters' fallback poll
+	// (dedup.Config.InProgressFallback, 1s) only.
+	//
+	// Cost: PostgreSQL serializes the commits of every transaction that
+	// notified, database-wide, on one lock held until the commit is
+	// flushed: with synchronous_commit on, completions then commit one
+	// WAL flush after another instead of sharing flushes. Measure it at
+	// your completion rate (docs/waiting.md has the figure measured here).
+	// New refuses it with a DB that is not a *pgxpool.Pool. Defaults to
+	// false: waiters poll.
+	Notify bool
 }
 
 func (c *Config) setDefaults() {

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/keywatch"
 	"github.com/watermill-dedup/watermill-dedup/internal/recordinfo"
 	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
 	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
@@ -36,6 +37,9 @@ type Store struct {
 	sql   statements
 
 	fallbacks atomic.Int64 // claims that needed claimLockedSQL, for tests and benchmarks
+
+	// watch keeps the key watches of WatchKey (Config.Notify); nil: none.
+	watch *keywatch.Hub
 }
 
 type statements struct {
@@ -64,7 +68,14 @@ func New(db DB, config Config) (*Store, error) {
 	}
 	config.setDefaults()
 	s := &Store{db: db, cfg: config, table: quoteTable(config.Schema, config.Table)}
-	s.sql = buildStatements(s.table)
+	s.sql = buildStatements(s.table, config.Notify)
+	if config.Notify {
+		listen, err := newListener(db)
+		if err != nil {
+			return nil, err
+		}
+		s.watch = keywatch.New(listen.run, watchLinger)
+	}
 	return s, nil
 }
 
@@ -184,7 +195,7 @@ WITH u AS (
     expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond',
     completed_at = clock_timestamp(), response_status = $5::smallint
   WHERE key_hash = $1 AND token = $2 AND state = 'in_progress' AND expires_at > clock_timestamp()
-  RETURNING 1
+  RETURNING {announce}
 )
 SELECT EXISTS (SELECT FROM u),
        EXISTS (SELECT FROM {table} WHERE key_hash = $1 AND token = $2 AND state = 'completed' AND expires_at > clock_timestamp())`
@@ -195,7 +206,8 @@ SELECT EXISTS (SELECT FROM u),
 const releaseSQL = `
 UPDATE {table} AS r SET lease_until = d.at, expires_at = d.at
 FROM (SELECT clock_timestamp() AS at) AS d
-WHERE r.key_hash = $1 AND r.token = $2 AND r.state = 'in_progress' AND r.expires_at > d.at`
+WHERE r.key_hash = $1 AND r.token = $2 AND r.state = 'in_progress' AND r.expires_at > d.at
+RETURNING {announce}`
 
 const extendSQL = `
 UPDATE {table} AS r SET lease_until = d.at, expires_at = d.at
@@ -212,8 +224,12 @@ WHERE key_hash IN (
   LIMIT $1 FOR UPDATE SKIP LOCKED)
 AND expires_at <= clock_timestamp()`
 
-func buildStatements(table string) statements {
-	r := strings.NewReplacer("{table}", table)
+func buildStatements(table string, notify bool) statements {
+	announce := "1"
+	if notify {
+		announce = announceSQL
+	}
+	r := strings.NewReplacer("{table}", table, "{announce}", announce)
 	return statements{
 		claim:         r.Replace(claimSQL),
 		claimLocked:   r.Replace(claimLockedSQL),

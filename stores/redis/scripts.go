@@ -87,6 +87,7 @@ if fields == '' and ARGV[4] == '' then
 else
   redis.call('SET', KEYS[1], '\2C' .. string.sub(v, 3, 10) .. string.char(string.len(fields)) .. fields .. ARGV[4], 'PX', ARGV[3])
 end
+` + announce + `
 return 0
 `
 
@@ -100,8 +101,18 @@ if f == 2 then
 else
   redis.call('DEL', KEYS[1])
 end
+` + announce + `
 return 0
 `
+
+// announce ends completeSrc and releaseSrc: it tells the waiters of the
+// record (Store.WatchKey) that it changed, with an empty message on the
+// shard channel named like the record's key, which hashes to the record's
+// slot by construction (on a Cluster, a script may only reach its own
+// slot). SPUBLISH to a channel nobody subscribed to costs a lookup. pcall:
+// a refused publish (an ACL without the channel) must not fail the write
+// before it, which a script does not undo; the waiters then poll.
+const announce = `redis.pcall('SPUBLISH', KEYS[1], '')`
 
 // discardSrc is compare-and-delete, with the arguments of releaseSrc: a
 // claim that WAIT did not confirm is undone without counting it.

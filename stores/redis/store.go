@@ -13,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/keywatch"
 	"github.com/watermill-dedup/watermill-dedup/internal/redisbatch"
 	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 )
@@ -40,8 +41,10 @@ import (
 // a failover can promote a replica that lacks the last claims and
 // completions, unless Config.WaitReplicas makes them wait for it.
 //
-// A Store is safe for concurrent use; it holds no state but the client and,
-// with Config.AutoPipeline, the batcher that shares its writes.
+// A Store is safe for concurrent use; it holds no state but the client,
+// with Config.AutoPipeline the batcher that shares its writes, and, while
+// copies wait for held keys (dedup.Config.InProgressWait), the subscription
+// connection that wakes them (see WatchKey; Close closes it).
 type Store struct {
 	client       goredis.UniversalClient
 	prefix       string
@@ -51,6 +54,9 @@ type Store struct {
 	// omitProvenance is Config.OmitProvenance as Complete's last script
 	// argument: "1" or "".
 	omitProvenance string
+	// watch keeps the key watches of WatchKey; nil for a client whose
+	// shard channels cannot be followed (a Ring).
+	watch *keywatch.Hub
 }
 
 // process sends cmd, batched with other calls' with Config.AutoPipeline
@@ -121,6 +127,7 @@ func New(ctx context.Context, client goredis.UniversalClient, config Config) (*S
 	if config.AutoPipeline {
 		st.batch = redisbatch.New(client, redisbatch.DefaultMaxBatch, redisbatch.DefaultMaxInFlight)
 	}
+	st.watch = newWatchHub(client, watchLinger)
 	return st, nil
 }
 

@@ -388,4 +388,3 @@ func (s *Store) runAlone(ctx context.Context, tx *Tx) error {
 	}
 	return nil
 }
-

@@ -12,8 +12,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/harness/awsbroker"
 	"github.com/watermill-dedup/watermill-dedup/internal/cmdenv/awsenv"
+	"github.com/watermill-dedup/watermill-dedup/internal/harness/awsbroker"
 	"github.com/watermill-dedup/watermill-dedup/internal/harness/embedded"
 	"github.com/watermill-dedup/watermill-dedup/internal/harness/kafkabroker"
 	"github.com/watermill-dedup/watermill-dedup/internal/harness/lab"

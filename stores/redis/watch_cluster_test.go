@@ -1,0 +1,129 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
+	"github.com/watermill-dedup/watermill-dedup/stores/redis"
+)
+
+// watchGoroutines counts the goroutines of the store's subscriptions.
+func watchGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "stores/redis.(*subGroup)") || strings.Contains(g, "stores/redis.(*subscriber)") {
+			count++
+		}
+	}
+	return count
+}
+
+// keyOn returns a key (of scope "watch") whose record lives on master.
+func keyOn(t *testing.T, client *goredis.ClusterClient, store *redis.Store, master *testserver.Redis) string {
+	t.Helper()
+	for i := range 1000 {
+		key := fmt.Sprint("k", i)
+		c, err := client.MasterForKey(context.Background(), store.RedisKey("watch:"+key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Options().Addr == master.Addr {
+			return key
+		}
+	}
+	t.Fatalf("no key on %s", master.Addr)
+	return ""
+}
+
+// On a Cluster, copies wait for keys on two masters; one master is failed
+// over by hand (CLUSTER FAILOVER: it becomes a replica, its slots move),
+// the other is killed and its replica promoted by the cluster. Each holder
+// then completes on the new master, and every copy answers it (there is no
+// fallback poll in this test): the announcement is published in the
+// record's slot, and the subscriptions follow the slots to their new
+// masters. Afterwards the store's goroutines and pub/sub connections are
+// gone.
+func TestClusterWaitersSurviveFailovers(t *testing.T) {
+	cluster, err := testserver.StartRedisClusterWithReplicas(3, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cluster.Close() })
+	client := goredis.NewClusterClient(&goredis.ClusterOptions{
+		Addrs:       cluster.Addrs,
+		DialTimeout: 250 * time.Millisecond,
+		ReadTimeout: 2 * time.Second,
+	})
+	t.Cleanup(func() { _ = client.Close() })
+	store := newStore(t, client, redis.Config{KeyPrefix: watchPrefix("watch-cl")})
+	masters, err := cluster.Masters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(masters) != 3 {
+		t.Fatalf("%d masters, want 3", len(masters))
+	}
+	e := waitEngine(t, store)
+	manualKey, killKey := keyOn(t, client, store, masters[0]), keyOn(t, client, store, masters[1])
+	manual := holdAndWait(t, e, store, manualKey, 2)
+	killed := holdAndWait(t, e, store, killKey, 2)
+	for _, k := range []struct {
+		key    string
+		master *testserver.Redis
+	}{{manualKey, masters[0]}, {killKey, masters[1]}} {
+		node := goredis.NewClient(&goredis.Options{Addr: k.master.Addr})
+		waitFor(t, "the subscription of "+k.key, func() bool { return shardSubscribers(t, node, store, k.key) == 1 })
+		_ = node.Close()
+	}
+
+	replica, err := cluster.ReplicaOf(masters[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Failover(replica, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if errs := manual.wait(t); len(errs) > 0 {
+		t.Fatalf("after the manual failover: %v", errors.Join(errs...))
+	}
+
+	replica, err = cluster.ReplicaOf(masters[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := masters[1].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.WaitPromoted(replica, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if errs := killed.wait(t); len(errs) > 0 {
+		t.Fatalf("after the master was killed: %v", errors.Join(errs...))
+	}
+
+	_ = store.Close()
+	waitFor(t, "the store's goroutines to end", func() bool { return watchGoroutines() == 0 })
+	for _, n := range cluster.Nodes {
+		if n == masters[1] {
+			continue // killed
+		}
+		waitFor(t, "no pub/sub connection on "+n.Addr, func() bool { return pubsubClients(t, n.Addr) == 0 })
+	}
+}
