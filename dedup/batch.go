@@ -25,8 +25,18 @@ type BatchCall struct {
 	// Err, when not nil, is the call's end: it is not claimed, ends with
 	// Err at its turn (stopping its group as any failure does) and is not
 	// decided by the engine. For an entry point that could not build the
-	// call (no key in the record): it keeps its place in its group's order.
+	// call (a record that is not a message): it keeps its place in its
+	// group's order.
 	Err error
+	// KeyErr, when not nil, says why the caller could not take the call's
+	// key (the key function or the fingerprint failed, the key is a
+	// transport id): the call is decided at its turn as Engine.Unkeyed
+	// decides it. Nothing is claimed; it ends with key_missing
+	// (transport_key for ErrTransportKey) and KeyErr, or, with
+	// Config.Shadow, with would_reject and a run of the work without a
+	// claim. Key, if set, names the record in the decision. Err, when set
+	// too, wins.
+	KeyErr error
 }
 
 // Batch is what Engine.DoBatch runs.
@@ -87,7 +97,14 @@ const batchFallbackConcurrency = 16
 // and is its Duplicate when it succeeded). A copy whose first call met a
 // record of another owner under another fingerprint (or a store error) is
 // claimed on its own too. Unusable keys and
-// scopes are refused as Do refuses them, before anything is claimed.
+// scopes are refused as Do refuses them, before anything is claimed; a
+// call without a Scope takes Config.Scope, as in Do. A call with
+// BatchCall.KeyErr is decided as Engine.Unkeyed decides it.
+//
+// A call's StartBy (Call.StartBy) bounds its InProgressWait, and is
+// checked again at its turn: a claim won with the batch whose turn comes
+// at or after StartBy is released unworked with the batch's releases, the
+// call ending with ErrStartDeadline.
 //
 // Leases: each won claim's lease runs from the batch's claim, and is kept
 // by its own heartbeat until its completion or release, as Do keeps its
@@ -191,7 +208,10 @@ func (r *batchRun) prepare() {
 		s.r, s.i, s.first, s.ctx = r, i, -1, r.ctx
 		s.ended = make(chan struct{})
 		call := r.b.Calls[i].Call
-		call.trace = nil
+		if call.Scope == "" {
+			call.Scope = e.cfg.Scope // as Do takes it
+		}
+		call.trace, call.keyErr = nil, r.b.Calls[i].KeyErr
 		if e.cfg.Tracer != nil {
 			ctx, trace := e.cfg.Tracer.StartCall(r.ctx, call)
 			if trace == nil {
@@ -208,6 +228,11 @@ func (r *batchRun) prepare() {
 		}
 		if call.Scope == "" {
 			s.preset = ErrNoScope
+			continue
+		}
+		if call.keyErr != nil { // as Unkeyed
+			s.f.nameUnkeyed()
+			s.keyErr = call.keyErr
 			continue
 		}
 		if err := e.checkKey(call.Key, call.MessageUUID); err != nil {
@@ -544,15 +569,12 @@ func (r *batchRun) copyWhileFirstRuns(s, first *batchSlot, w worker) (ClaimResul
 }
 
 // awaitFirst waits for the first call's end, at most Config.InProgressWait
-// and not past the copy's Deadline, and reports whether it succeeded (its
+// and not past the copy's Deadline or StartBy, and reports whether it succeeded (its
 // result) and how long the wait took on the clock.
 func (r *batchRun) awaitFirst(ctx context.Context, f *flight, first *batchSlot) (ok bool, out []byte, waited time.Duration) {
 	clock := r.e.cfg.Clock
 	start := clock.Now()
-	left := r.e.cfg.InProgressWait
-	if d := f.call.Deadline; !d.IsZero() {
-		left = min(left, d.Sub(start))
-	}
+	left := f.call.waitLeft(start, r.e.cfg.InProgressWait)
 	if left > 0 {
 		timeout := make(chan struct{})
 		stop := clock.AfterFunc(left, func() { close(timeout) })

@@ -36,6 +36,17 @@ const (
 	maxInProgressPoll = time.Second
 )
 
+// MinLease is the shortest Config.Lease accepted: one second. A lease must
+// outlast a claim's round trip and then give the heartbeat time to extend
+// it: with the default heartbeat (Lease/3) and deadline margin (Lease/10),
+// the first extension has 0.57×Lease to reach the store, and a store round
+// trip under load (a DynamoDB write, a Redis failover, a garbage
+// collection pause, a CPU-starved container) takes tens to hundreds of
+// milliseconds. Below a second the work's context is cancelled at the
+// lease deadline before an extension lands, and every copy runs and loses
+// its claim (a 1ms lease gave 258 cancelled runs for a few copies).
+const MinLease = time.Second
+
 // Config configures a Deduplicator. It is passed by value; New never writes
 // to the caller's copy. Durations left at zero take their defaults; negative
 // durations are configuration errors, never "forever".
@@ -52,25 +63,29 @@ type Config struct {
 	// Scope namespaces the keys, so two handlers consuming the same event
 	// each perform their own effect once. Defaults to the Watermill handler
 	// name taken from the message context (message.HandlerNameFromCtx); a
-	// message with neither is refused with an error (nacked). Set it
+	// message with neither is refused with an error (nacked). Engine.Do
+	// takes it for a Call that names no Scope. Set it
 	// explicitly to share records between handlers, or when renaming a
 	// handler must not reset deduplication.
 	Scope string
 
 	// Lease is how long a claim holds a key before it counts as abandoned
 	// and another consumer may take it over: the longest a crashed
-	// consumer delays a redelivered copy. Defaults to 30s. With the heartbeat
-	// on, a handler may run longer than the lease.
+	// consumer delays a redelivered copy. Defaults to 30s; at least MinLease
+	// (1s). With the heartbeat on, a handler may run longer than the lease.
 	Lease time.Duration
 
 	// Retention is how long a completed key suppresses duplicates. It must
 	// cover the broker's redelivery window (SQS retention, Kafka replay,
-	// producer retries). Defaults to 24h.
+	// producer retries). Defaults to 24h; must not be shorter than Lease (a
+	// completed record would vanish before a crashed claim's lease ends, and
+	// the copies it was meant to stop would run).
 	Retention time.Duration
 
 	// Heartbeat is how often the lease is extended while the handler runs.
 	// Defaults to Lease/3; must be shorter than Lease less min(Lease/10, 1s)
-	// (the deadline margin). When an extension
+	// (the deadline margin), and left at zero with DisableHeartbeat. When an
+	// extension
 	// finds the claim lost (or the lease passes without a successful
 	// extension), the handler's context is cancelled with ErrClaimLost as
 	// its cause.
@@ -159,8 +174,9 @@ type Config struct {
 	// (up to 1s): once the holder completes it is a duplicate (acked, with
 	// the stored result for replay); once the holder releases the key (its
 	// handler failed) or its lease ends, the copy wins the claim and runs
-	// the handler. When the wait ends without either, or the context ends,
-	// it fails with ErrInProgress as without the option. Cost: a blocked
+	// the handler. When the wait ends without either, the context ends, or
+	// a claim of the wait fails (the holder is known to exist: never a
+	// fail-open run), it fails with ErrInProgress as without the option. Cost: a blocked
 	// handler goroutine and one claim round trip per pause, for copies in
 	// flight only. With a store that wakes waiters (a KeyWatcher, see
 	// InProgressFallback) the copy claims when the holder completes or
@@ -260,13 +276,14 @@ func (c Config) Validate() error { return c.validate(true) }
 
 // validate is Validate; the Engine alone needs no key function.
 func (c Config) validate(needKey bool) error {
+	heartbeatSet := c.Heartbeat != 0
 	c.setDefaults()
 	var errs []error
 	if c.Store == nil {
 		errs = append(errs, errors.New("dedup: Config.Store is required"))
 	}
 	if needKey && c.Key == nil {
-		errs = append(errs, errors.New("dedup: Config.Key is required"))
+		errs = append(errs, errors.New("dedup: Config.Key is required (package keyfuncs has key functions: keyfuncs.JSON(\"order_id\"), keyfuncs.Metadata(...))"))
 	}
 	for _, d := range []struct {
 		name string
@@ -278,13 +295,10 @@ func (c Config) validate(needKey bool) error {
 		{"InProgressFallback", c.InProgressFallback},
 	} {
 		if d.v < 0 {
-			errs = append(errs, fmt.Errorf("%w: Config.%s must not be negative, got %v", ErrInvalidDuration, d.name, d.v))
+			errs = append(errs, fmt.Errorf("%w: Config.%s must not be negative, got %v (leave it at zero for its default)", ErrInvalidDuration, d.name, d.v))
 		}
 	}
-	if !c.DisableHeartbeat && c.Heartbeat > 0 && c.Lease > 0 && c.Heartbeat >= c.Lease-deadlineMargin(c.Lease) {
-		errs = append(errs, fmt.Errorf("%w: Config.Heartbeat (%v) must be shorter than Config.Lease (%v) less the deadline margin min(Lease/10, 1s): the handler's context is cancelled at that deadline unless an extension succeeded before it",
-			ErrInvalidDuration, c.Heartbeat, c.Lease))
-	}
+	errs = append(errs, checkLease(c.Lease, c.Retention, c.Heartbeat, heartbeatSet, c.DisableHeartbeat)...)
 	if c.MaxKeyLength < 0 {
 		errs = append(errs, fmt.Errorf("dedup: Config.MaxKeyLength must not be negative, got %d", c.MaxKeyLength))
 	}
@@ -295,4 +309,29 @@ func (c Config) validate(needKey bool) error {
 		errs = append(errs, fmt.Errorf("dedup: Config.CompleteRetries must not be negative, got %d", c.CompleteRetries))
 	}
 	return errors.Join(errs...)
+}
+
+// checkLease states the rules of the lease, the retention and the
+// heartbeat (after defaults; heartbeatSet: the caller set Heartbeat),
+// which every entry point's Config shares: a problem each, saying what to
+// change.
+func checkLease(lease, retention, heartbeat time.Duration, heartbeatSet, disabled bool) []error {
+	var errs []error
+	if lease > 0 && lease < MinLease {
+		errs = append(errs, fmt.Errorf("%w: Config.Lease (%v) must be at least %v (MinLease): a shorter lease ends before its heartbeat can extend it, and every copy's work is cancelled; "+
+			"set the longest time a crashed consumer may hold a key (seconds to minutes)", ErrInvalidDuration, lease, MinLease))
+	}
+	if lease > 0 && retention > 0 && retention < lease {
+		errs = append(errs, fmt.Errorf("%w: Config.Retention (%v) must not be shorter than Config.Lease (%v): a completed key would be forgotten before a crashed claim's lease ends; "+
+			"set Retention to cover the broker's redelivery window (hours to days)", ErrInvalidDuration, retention, lease))
+	}
+	if disabled && heartbeatSet {
+		errs = append(errs, fmt.Errorf("%w: Config.Heartbeat (%v) is set together with Config.DisableHeartbeat: leave Heartbeat at zero to run without a heartbeat, or unset DisableHeartbeat",
+			ErrInvalidDuration, heartbeat))
+	}
+	if !disabled && heartbeat > 0 && lease > 0 && heartbeat >= lease-deadlineMargin(lease) {
+		errs = append(errs, fmt.Errorf("%w: Config.Heartbeat (%v) must be shorter than Config.Lease (%v) less the deadline margin min(Lease/10, 1s) (%v): the work's context is cancelled at that deadline unless an extension succeeded before it; "+
+			"leave Heartbeat at zero (Lease/3) or lengthen Lease", ErrInvalidDuration, heartbeat, lease, deadlineMargin(lease)))
+	}
+	return errs
 }

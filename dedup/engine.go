@@ -46,8 +46,9 @@ func newEngine(config Config) *Engine {
 }
 
 // NewEngine validates config, applies its defaults and returns an Engine.
-// Config.Key, Scope, Fingerprint and Replay are not used: Do takes the scope,
-// key and fingerprint of each call, and the result bytes from the work.
+// Config.Key, Fingerprint and Replay are not used: Do takes the key and
+// fingerprint of each call, and the result bytes from the work;
+// Config.Scope is the scope of the calls that name none.
 func NewEngine(config Config) (*Engine, error) {
 	if err := config.validate(false); err != nil {
 		return nil, err
@@ -60,7 +61,8 @@ func NewEngine(config Config) (*Engine, error) {
 // for, and what its decisions are logged with.
 type Call struct {
 	// Scope namespaces Key (see ScopedKey): a handler name, an HTTP caller
-	// and route. Required.
+	// and route. Defaults to Config.Scope; with neither, Do returns
+	// ErrNoScope.
 	Scope string
 	// Key is the business key. Required: blank keys, invalid UTF-8, control
 	// characters and keys longer than Config.MaxKeyLength are refused with
@@ -88,9 +90,34 @@ type Call struct {
 	// Origin that Do's context carries (WithOrigin), if any, is kept
 	// instead. Optional.
 	MessageID string
+	// StartBy, when set, is the latest time the work may start (a Lambda
+	// invocation's deadline less the time a record needs): an
+	// InProgressWait ends by then, and a claim acquired later is released
+	// without running the work, Do returning ErrStartDeadline. Optional.
+	StartBy time.Time
 
 	// trace follows the call when Config.Tracer is set (see doTraced).
 	trace CallTrace
+	// keyErr: the caller could not take the key (Unkeyed).
+	keyErr error
+}
+
+// Unkeyed decides a call whose key the caller could not take (keyErr,
+// which should match ErrNoKey or ErrTransportKey: the key function or the
+// fingerprint failed, the key is a transport id): nothing is claimed.
+// Without Config.Shadow it decides key_missing (transport_key for
+// ErrTransportKey) and returns keyErr; with Config.Shadow it decides
+// would_reject and runs fn without a claim, returning fn's result and
+// error, as Do does for a key it refuses itself. call.Key, if set, names
+// the record in the decision. Entry points that take keys themselves (the
+// Lambda adapter) call it, so that every refusal is decided, traced and
+// shadowed alike. Cost: no store round trip.
+func (e *Engine) Unkeyed(ctx context.Context, call Call, keyErr error, fn func(ctx context.Context) ([]byte, error)) (ClaimResult, error) {
+	if keyErr == nil {
+		keyErr = &KeyError{Reason: "no key"}
+	}
+	call.keyErr = keyErr
+	return e.Do(ctx, call, fn)
 }
 
 // Do runs fn at most once for (call.Scope, call.Key) across every process
@@ -108,7 +135,9 @@ type Call struct {
 //     with the stored result (nil when none was stored).
 //   - another call holds the key: an error wrapping ErrInProgress. With
 //     Config.InProgressWait, Do first claims again until that call ends or
-//     the wait does (see there), and answers as above for what it finds.
+//     the wait does (see there), and answers as above for what it finds; a
+//     store error during the wait ends it with ErrInProgress too (wrapping
+//     the store's error), never with a fail-open run.
 //   - the key was completed with another fingerprint: ErrKeyReuse.
 //   - the key or scope is unusable: a *KeyError (ErrNoKey) or ErrNoScope.
 //   - the store failed: a *StoreError; with Config.FailOpen, fn runs
@@ -124,6 +153,9 @@ type Call struct {
 // its lease ends. Cost: two store round trips (claim, complete) for work
 // that runs, one for a duplicate or a refusal, plus one per heartbeat.
 func (e *Engine) Do(ctx context.Context, call Call, fn func(ctx context.Context) ([]byte, error)) (ClaimResult, error) {
+	if call.Scope == "" {
+		call.Scope = e.cfg.Scope
+	}
 	if e.cfg.Tracer != nil && call.trace == nil {
 		return e.doTraced(ctx, call, fn)
 	}
@@ -136,6 +168,10 @@ func (f *flight) do(ctx context.Context, w worker) (ClaimResult, error) {
 	e, call := f.e, &f.call
 	if call.Scope == "" {
 		return ClaimResult{}, ErrNoScope
+	}
+	if call.keyErr != nil { // Unkeyed
+		f.nameUnkeyed()
+		return f.keyMissing(ctx, call.keyErr, w)
 	}
 	if err := e.checkKey(call.Key, call.MessageUUID); err != nil {
 		return f.keyMissing(ctx, err, w)
@@ -182,6 +218,14 @@ func (f *flight) do(ctx context.Context, w worker) (ClaimResult, error) {
 	}
 }
 
+// nameUnkeyed names the record of a call whose key the caller could not
+// take (Unkeyed, BatchCall.KeyErr) by call.Key, if set, in its decision.
+func (f *flight) nameUnkeyed() {
+	if f.call.Key != "" {
+		f.hc.Key = scopedkey.Of(f.call.Scope, f.call.Key)
+	}
+}
+
 // The cold paths of do are functions of their own, so that do's stack
 // frame stays small: a message runs in a fresh router goroutine whose stack
 // is copied each time it grows.
@@ -192,9 +236,9 @@ func (f *flight) do(ctx context.Context, w worker) (ClaimResult, error) {
 //go:noinline
 func (f *flight) keyMissing(ctx context.Context, err error, w worker) (ClaimResult, error) {
 	if f.e.cfg.Shadow {
-		return f.runShadow(ctx, Decision{Event: EventKeyMissing, Err: err}, w)
+		return f.runShadow(ctx, Decision{Event: keyEvent(err), Key: f.hc.Key, Err: err}, w)
 	}
-	f.e.event(&f.call, EventKeyMissing, "", "", 0, err)
+	f.e.event(&f.call, keyEvent(err), "", f.hc.Key, 0, err)
 	return ClaimResult{}, err
 }
 
@@ -242,6 +286,9 @@ func (f *flight) refused(ctx context.Context, res ClaimResult, elapsed, waited t
 		dec.Event = EventSkipDuplicate
 	case InProgress:
 		dec.Event, dec.Err = EventInProgress, fmt.Errorf("%w: %q", ErrInProgress, key)
+		if f.waitErr != nil {
+			dec.Err = fmt.Errorf("%w: %q; the wait for it ended on a store error: %w", ErrInProgress, key, f.waitErr)
+		}
 	default: // Conflict
 		dec.Event, dec.Err = EventKeyReuse, fmt.Errorf("%w: %q", ErrKeyReuse, key)
 	}
@@ -341,7 +388,11 @@ func (e *Engine) checkKey(key, transportID string) error {
 
 // CheckKey reports whether an Engine with the default MaxKeyLength accepts
 // key as a business key: nil, or a *KeyError (matching ErrNoKey) saying
-// why not (empty or blank, not UTF-8, a control character, too long). A
+// why not (empty or blank, not UTF-8, a control character, too long).
+// This is the engine's key rule, stated once: valid UTF-8 without control
+// characters, not blank, up to 1024 bytes (Config.MaxKeyLength); an HTTP
+// Idempotency-Key has a stricter rule of its own (httpdedup.CheckKey:
+// printable ASCII up to 255 bytes). A
 // producer that stamps keys (package producerkey) checks them with it, so
 // that a message its consumers would refuse for good is refused at
 // publish time instead, while it can still be fixed.
@@ -384,6 +435,18 @@ func (f *flight) hold(claim Claim) {
 func (f *flight) runHeld(ctx context.Context, w worker, b *batchSlot) (ClaimResult, error) {
 	claim := f.keeper.claim()
 	acquired := ClaimResult{Outcome: Acquired, Claim: claim}
+	if sb := f.call.StartBy; !sb.IsZero() && !f.e.cfg.Clock.Now().Before(sb) {
+		// Won too late (after an InProgressWait, a slow claim, or, in a
+		// batch, the turns of earlier calls): the work would not have the
+		// time it needs.
+		err := fmt.Errorf("%w (%s): the key %q is released unworked", ErrStartDeadline, sb.Format(time.RFC3339Nano), claim.Key)
+		if b != nil {
+			b.release(err)
+		} else {
+			f.release(ctx, err)
+		}
+		return acquired, err
+	}
 
 	panicked := true
 	defer func() {

@@ -69,6 +69,11 @@ var (
 	// store: a panicking store is a bug.
 	ErrStorePanicked = errors.New("dedup: the store panicked")
 
+	// ErrStartDeadline: the call's StartBy passed before its work could
+	// start (Call.StartBy): the claim, if won, was released unworked.
+	// Retryable: the message comes back and runs with more time.
+	ErrStartDeadline = errors.New("dedup: too late to start the work: the call's StartBy has passed")
+
 	// ErrCorruptResult: a stored result could not be decoded for replay.
 	// Permanent: the effect already happened, but its output cannot be
 	// reproduced; route the message to a poison queue for a human to look at.

@@ -2,6 +2,7 @@ package dedup
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -27,12 +28,21 @@ const (
 	// so a redelivery runs it again. Info level.
 	EventReleased Event = "released"
 	// EventClaimLost: the record no longer carried this claim's token when
-	// extending, completing or releasing it: another consumer may have run
-	// the effect too. Error level.
+	// extending, completing or releasing it, or the lease ended (no
+	// extension succeeded) before the work finished: another consumer may
+	// have run the effect too. Error level. A work cancelled at the lease
+	// deadline that still completes its record within the lease is
+	// completed, not claim_lost: one call, one outcome.
 	EventClaimLost Event = "claim_lost"
-	// EventKeyMissing: no usable key (ErrNoKey, ErrTransportKey). Error
-	// level: the message goes to the poison queue, if any.
+	// EventKeyMissing: no usable key (ErrNoKey). Error level: the message
+	// goes to the poison queue, if any.
 	EventKeyMissing Event = "key_missing"
+	// EventTransportKey: the key is a transport id of the message
+	// (ErrTransportKey): the key function reads the broker's message id
+	// instead of a business id, a fault of the consumer's code rather than
+	// of the message. Error level: the message goes to the poison queue, if
+	// any.
+	EventTransportKey Event = "transport_key"
 	// EventKeyReuse: the key was recorded with another fingerprint
 	// (ErrKeyReuse). Error level.
 	EventKeyReuse Event = "key_reuse"
@@ -55,11 +65,21 @@ const (
 	EventWouldReject Event = "would_reject"
 )
 
+// keyEvent is the event of a key that cannot be claimed: transport_key
+// for ErrTransportKey, key_missing for the others (ErrNoKey).
+func keyEvent(err error) Event {
+	if errors.Is(err, ErrTransportKey) {
+		return EventTransportKey
+	}
+	return EventKeyMissing
+}
+
 // Decision describes one event, as passed to an Observer and logged.
 type Decision struct {
 	Event Event
 	// Op is the store operation that led to the event: "claim", "extend",
-	// "complete", "release", or "" when no store was involved (key_missing).
+	// "complete", "release", or "" when no store was involved (key_missing,
+	// transport_key).
 	// Every acquired claim ends with exactly one decision whose Op is
 	// "complete" or "release" (a gauge of claims in flight can rely on it).
 	Op string

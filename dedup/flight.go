@@ -27,6 +27,9 @@ type flight struct {
 	workCtx0 workCtx
 	hc       claimctx.Claim // hc.Key is the scoped key from the start
 	keeper   leaseKeeper
+	// waitErr is the store error that ended an InProgressWait (see
+	// awaitHolder): the call ends as InProgress, with it.
+	waitErr error
 	// claimSent is when the last claim was sent (time.Now): an
 	// InProgressWait watches the key for changes since then.
 	claimSent time.Time

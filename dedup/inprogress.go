@@ -12,7 +12,9 @@ import (
 // (Config.InProgressWait): after InProgressPoll, then after pauses doubling
 // up to maxInProgressPoll, until a claim finds something else than
 // InProgress (the holder completed or released the key, or its lease
-// ended), the wait's bound or the call's Deadline is reached, or ctx ends.
+// ended), the wait's bound or the call's Deadline or StartBy is reached, ctx
+// ends, or a claim fails (the wait then ends as InProgress, the error in
+// f.waitErr).
 // The bound is checked by one last claim at the bound itself. It returns
 // the last claim's answer (its lease and time are the keeper's, as claim
 // sets them), its round trip (elapsed, the first claim's, when it made no
@@ -38,10 +40,7 @@ func (f *flight) awaitHolder(ctx context.Context, elapsed time.Duration) (res Cl
 	res = ClaimResult{Outcome: InProgress}
 	for {
 		now := clock.Now()
-		left := e.cfg.InProgressWait - now.Sub(start)
-		if !call.Deadline.IsZero() {
-			left = min(left, call.Deadline.Sub(now))
-		}
+		left := call.waitLeft(now, e.cfg.InProgressWait-now.Sub(start))
 		if left <= 0 {
 			return res, elapsed, clock.Now().Sub(start), nil
 		}
@@ -64,8 +63,15 @@ func (f *flight) awaitHolder(ctx context.Context, elapsed time.Duration) (res Cl
 			// It passed while waiting for admission: still in progress.
 			return ClaimResult{Outcome: InProgress}, elapsed, clock.Now().Sub(start), nil
 		}
-		if err != nil || res.Outcome != InProgress {
-			return res, elapsed, clock.Now().Sub(start), err
+		if err != nil {
+			// Another consumer is known to hold the key: the wait ends as
+			// in progress, never as a failed claim (which FailOpen would run
+			// the work on). The store's error goes with ErrInProgress.
+			f.waitErr = err
+			return ClaimResult{Outcome: InProgress}, elapsed, clock.Now().Sub(start), nil
+		}
+		if res.Outcome != InProgress {
+			return res, elapsed, clock.Now().Sub(start), nil
 		}
 		switch {
 		case wake != nil: // the fallback's pause stays
@@ -75,6 +81,20 @@ func (f *flight) awaitHolder(ctx context.Context, elapsed time.Duration) (res Cl
 			pause = min(2*pause, max(maxInProgressPoll, e.cfg.InProgressPoll))
 		}
 	}
+}
+
+// waitLeft bounds left, the time an InProgressWait has left at now, by
+// the call's Deadline and StartBy (a wait that ends after StartBy could
+// only win a claim to release unworked). Shared by Do's wait (awaitHolder)
+// and a batch copy's (awaitFirst).
+func (c *Call) waitLeft(now time.Time, left time.Duration) time.Duration {
+	if !c.Deadline.IsZero() {
+		left = min(left, c.Deadline.Sub(now))
+	}
+	if !c.StartBy.IsZero() {
+		left = min(left, c.StartBy.Sub(now))
+	}
+	return left
 }
 
 // InProgressAtInfo wraps the logger of a Watermill router (message.NewRouter)

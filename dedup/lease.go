@@ -36,11 +36,13 @@ type leaseKeeper struct {
 
 	mu         sync.Mutex
 	stopped    bool
-	expired    bool           // the deadline passed without an extension: the work was cancelled
+	expired    bool           // the deadline passed without an extension, or an extension found the claim lost: the work was cancelled
+	lostSaid   bool           // the keeper decided claim_lost
 	finishing  bool           // Complete is running: a claim_lost from Extend may be its own doing
 	slot       *timerSlot     // the pending timer (wall clock: a pooled timer)
 	stopTimer  func() bool    // the pending timer (any other Clock)
 	stopExpiry func() bool    // the deadline's own timer while an extension is in flight
+	stopEnd    func() bool    // the lease's end, after the deadline passed (see expire)
 	cancelExt  func()         // cancels the extension in flight, if any
 	leaseEnd   time.Time      // the lease certainly holds until then
 	lastBeat   time.Time      // when the last extension was sent (or the claim)
@@ -153,6 +155,10 @@ func (k *leaseKeeper) stopTimers() {
 		k.stopExpiry()
 		k.stopExpiry = nil
 	}
+	if k.stopEnd != nil {
+		k.stopEnd()
+		k.stopEnd = nil
+	}
 }
 
 // fire runs when the timer is due: it cancels the work at the deadline, or
@@ -198,10 +204,15 @@ func (k *leaseKeeper) fire() {
 	}
 }
 
-// expire reports the lease's end and cancels the work, unless the work is
-// over (its completion then decides). It runs on a timer's goroutine (or
-// fire's), within the extensions WaitGroup: stop waits for its decision,
-// so that none reaches the Observer or the CallTrace after Do returned.
+// expire cancels the work at the deadline, unless the work is over (its
+// completion then decides). It runs on a timer's goroutine (or fire's).
+//
+// The deadline comes a margin before the lease's end: the claim is not
+// lost yet, and a work that stops at once may still complete its record.
+// claim_lost is decided at the lease's end (see leaseEnded), if the work
+// has not reached its Complete or Release by then; otherwise that
+// operation's answer is the call's one outcome (completed, or claim_lost
+// when the store says so), never both.
 func (k *leaseKeeper) expire() {
 	k.mu.Lock()
 	if k.finishing || k.expired || k.stopped {
@@ -213,12 +224,29 @@ func (k *leaseKeeper) expire() {
 	if k.cancelExt != nil {
 		k.cancelExt() // a hung extension must not hold up the release
 	}
+	clock := k.f.e.cfg.Clock
+	k.stopEnd = clock.AfterFunc(end.Sub(clock.Now()), func() { k.leaseEnded(end) })
+	k.mu.Unlock()
+	k.f.work.end(fmt.Errorf("%w: the lease of %q ends at %s and no extension succeeded", ErrClaimLost, k.f.hc.Key, end.Format(time.RFC3339Nano)))
+}
+
+// leaseEnded decides claim_lost at the end of a lease whose deadline
+// passed without an extension, unless the work's Complete or Release has
+// started (it decides) or the keeper stopped. It runs within the
+// extensions WaitGroup: stop waits for its decision, so that none reaches
+// the Observer or the CallTrace after Do returned.
+func (k *leaseKeeper) leaseEnded(end time.Time) {
+	k.mu.Lock()
+	if k.finishing || k.stopped || k.lostSaid {
+		k.mu.Unlock()
+		return
+	}
+	k.lostSaid = true
 	k.extensions.Add(1) // under the lock, not stopped: stop cannot be waiting yet
 	k.mu.Unlock()
 	defer k.extensions.Done()
-	err := fmt.Errorf("%w: the lease of %q ends at %s and no extension succeeded", ErrClaimLost, k.f.hc.Key, end.Format(time.RFC3339Nano))
+	err := fmt.Errorf("%w: the lease of %q ended at %s and no extension succeeded", ErrClaimLost, k.f.hc.Key, end.Format(time.RFC3339Nano))
 	k.event(EventClaimLost, k.f.e.cfg.Clock.Now().Sub(k.claimedAt), err)
-	k.f.work.end(err)
 }
 
 // extend extends the lease once, within StoreTimeout and before the
@@ -269,8 +297,8 @@ func (k *leaseKeeper) extend() bool {
 			return false // the completion got there first; it reports
 		}
 		k.mu.Lock()
-		reported := k.expired || k.stopped // expire reported the loss, or the work is over
-		k.expired = true                   // expire must not report it again
+		reported := k.lostSaid || k.stopped // reported already, or the work is over
+		k.lostSaid, k.expired = true, true  // neither expire nor leaseEnded reports it again
 		k.mu.Unlock()
 		if reported {
 			return false

@@ -140,8 +140,11 @@ func TestNoDecisionAfterDoReturned(t *testing.T) {
 			store := &hangingExtendStore{Store: memory.New(clock), sent: make(chan struct{}, 1)}
 			obs := &blockingObserver{entered: make(chan struct{}), proceed: make(chan struct{})}
 			trace := &endedTrace{ended: make(chan struct{}), lost: make(chan struct{})}
-			e, err := dedup.NewEngine(dedup.Config{Store: store, Clock: clock, Lease: lease, Heartbeat: heartbeat,
-				DisableHeartbeat: !tc.heartbeat, Observer: obs, Tracer: trace})
+			cfg := dedup.Config{Store: store, Clock: clock, Lease: lease, Heartbeat: heartbeat, Observer: obs, Tracer: trace}
+			if !tc.heartbeat {
+				cfg.Heartbeat, cfg.DisableHeartbeat = 0, true
+			}
+			e, err := dedup.NewEngine(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -160,7 +163,13 @@ func TestNoDecisionAfterDoReturned(t *testing.T) {
 			} else {
 				clock.Advance(lease - deadlineMarginOf(lease))
 			}
-			recv(t, "the deadline's claim_lost to reach the Observer", obs.entered)
+			// The deadline cancels the work; claim_lost is decided at the
+			// lease's end, a margin later, on a timer of its own.
+			if err := clock.WaitForTimerAt(ctx, epoch.Add(lease)); err != nil {
+				t.Fatal(err)
+			}
+			clock.Advance(deadlineMarginOf(lease))
+			recv(t, "the lease end's claim_lost to reach the Observer", obs.entered)
 			close(workGo) // the work ends (it ignores its context), Do completes
 			waitDoReturnedOrStopWaiting(ctx, t, trace.ended)
 			close(obs.proceed)

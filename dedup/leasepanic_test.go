@@ -67,7 +67,26 @@ func runToTheDeadline(t *testing.T, e *dedup.Engine, clock *fakeclock.Clock, wor
 		}
 		clock.Advance(epoch.Add(at).Sub(clock.Now()))
 	}
+	// The lease's end (30s), where claim_lost is decided: the work (see
+	// untilLost) outlasts it.
+	if err := clock.WaitForTimerAt(ctx, epoch.Add(30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(epoch.Add(30 * time.Second).Sub(clock.Now()))
 	return recv(t, "Do to return", done)
+}
+
+// untilLost is work that runs until its context ends, and then until lost
+// reports that claim_lost was decided (within a minute), and returns the
+// context's cause: work that outlasts its lease.
+func untilLost(lost func() bool) func(context.Context) ([]byte, error) {
+	return func(ctx context.Context) ([]byte, error) {
+		<-ctx.Done()
+		for end := time.Now().Add(time.Minute); !lost() && time.Now().Before(end); {
+			runtime.Gosched()
+		}
+		return nil, context.Cause(ctx)
+	}
 }
 
 // TestPanickingExtendIsAStoreError: Store.Extend runs on the lease's
@@ -92,7 +111,8 @@ func TestPanickingExtendIsAStoreError(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = runToTheDeadline(t, e, clock, untilCancelled, func() int { return len(obs.of(dedup.EventStoreError)) })
+			lost := func() bool { return len(obs.of(dedup.EventClaimLost)) > 0 }
+			err = runToTheDeadline(t, e, clock, untilLost(lost), func() int { return len(obs.of(dedup.EventStoreError)) })
 			if !errors.Is(err, dedup.ErrClaimLost) {
 				t.Errorf("Do = %v; want the work cancelled with ErrClaimLost at the lease deadline", err)
 			}
@@ -115,8 +135,10 @@ func TestPanickingExtendIsAStoreError(t *testing.T) {
 					t.Errorf("store_error %v does not match the error Extend panicked with", d.Err)
 				}
 			}
-			if lost := obs.of(dedup.EventClaimLost); len(lost) != 1 || lost[0].Op != "extend" {
-				t.Errorf("claim_lost decisions %v; want one, of op extend", lost)
+			// One of the lease's end (op extend); then the release finds the
+			// claim lost too (op release), the call's outcome.
+			if lost := obs.of(dedup.EventClaimLost); len(lost) != 2 || lost[0].Op != "extend" || lost[1].Op != "release" {
+				t.Errorf("claim_lost decisions %v; want one of op extend, then one of op release", lost)
 			}
 		})
 	}
@@ -212,11 +234,13 @@ func TestObserverPanicOnTheLeaseGoroutine(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = runToTheDeadline(t, e, clock, untilCancelled, func() int {
+		entered := func(what string) int {
 			obs.mu.Lock()
 			defer obs.mu.Unlock()
-			return obs.entered[string(dedup.EventStoreError)]
-		})
+			return obs.entered[what]
+		}
+		lost := func() bool { return entered(string(dedup.EventClaimLost)) > 0 }
+		err = runToTheDeadline(t, e, clock, untilLost(lost), func() int { return entered(string(dedup.EventStoreError)) })
 		if !errors.Is(err, dedup.ErrClaimLost) {
 			t.Errorf("Do = %v; want the work cancelled with ErrClaimLost at the lease deadline", err)
 		}

@@ -95,7 +95,7 @@ func (m *delivery) work(workCtx context.Context) ([]byte, error) {
 //
 //go:noinline
 func (d *Deduplicator) keyMissing(h message.HandlerFunc, msg *message.Message, call *Call, key string, err error) ([]*message.Message, error) {
-	dec := Decision{Event: EventKeyMissing, Key: key, Err: err}
+	dec := Decision{Event: keyEvent(err), Key: key, Err: err}
 	if d.engine.cfg.Tracer == nil {
 		return d.refuse(h, msg, call, dec)
 	}

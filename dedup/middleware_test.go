@@ -99,7 +99,6 @@ func TestNewValidatesEverything(t *testing.T) {
 	cfg := base
 	cfg.Lease = time.Second
 	cfg.DisableHeartbeat = true
-	cfg.Heartbeat = 5 * time.Second // ignored when disabled
 	if _, err := dedup.New(cfg); err != nil {
 		t.Fatalf("heartbeat disabled: %v", err)
 	}

@@ -24,6 +24,9 @@ type captureWriter struct {
 	body    []byte
 	limit   int
 	refused error // why the response cannot be stored; nil while it can
+	// overLimit: refused because the body passed the limit (the response
+	// is whole otherwise: its effect may have happened).
+	overLimit bool
 }
 
 var (
@@ -76,7 +79,7 @@ func (c *captureWriter) Write(p []byte) (int, error) {
 		return 0, c.refused
 	}
 	if len(c.body)+len(p) > c.limit {
-		return 0, c.refuse(fmt.Errorf("%w: the response body exceeds MaxResponseBytes (%d)", ErrNotStorable, c.limit))
+		return 0, c.overflow()
 	}
 	c.body = append(c.body, p...)
 	return len(p), nil
@@ -91,10 +94,18 @@ func (c *captureWriter) WriteString(s string) (int, error) {
 		return 0, c.refused
 	}
 	if len(c.body)+len(s) > c.limit {
-		return 0, c.refuse(fmt.Errorf("%w: the response body exceeds MaxResponseBytes (%d)", ErrNotStorable, c.limit))
+		return 0, c.overflow()
 	}
 	c.body = append(c.body, s...)
 	return len(s), nil
+}
+
+// overflow refuses a body past the limit.
+func (c *captureWriter) overflow() error {
+	if c.refused == nil {
+		c.overLimit = true
+	}
+	return c.refuse(fmt.Errorf("%w: the response body exceeds MaxResponseBytes (%d)", ErrNotStorable, c.limit))
 }
 
 // Flush refuses streaming: the response is marked not storable.

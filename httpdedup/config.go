@@ -51,8 +51,8 @@ type BodyFunc func() ([]byte, error)
 // (preferably matching ErrKeyInvalid) when the key is malformed. body reads
 // the request body; a KeyFunc that looks only at headers never calls it, so
 // requests without a key on Optional routes pass through with their body
-// unread. The middleware checks every key it returns: not blank, printable
-// ASCII (0x20-0x7E), at most Config.MaxKeyLength bytes.
+// unread. The middleware checks every key it returns by the rule of
+// CheckKey (printable ASCII, at most Config.MaxKeyLength bytes).
 type KeyFunc func(r *http.Request, body BodyFunc) (string, error)
 
 // FingerprintFunc returns a digest of what the request asks for. A key
@@ -208,7 +208,7 @@ type Config struct {
 	ReplayedHeader string
 
 	// MaxKeyLength bounds keys in bytes; longer keys get 400 (key-invalid).
-	// Defaults to 255.
+	// Defaults to 255 (DefaultMaxKeyLength, the bound of CheckKey).
 	MaxKeyLength int
 
 	// MaxBodyBytes bounds the request body, read into memory once for the
@@ -218,23 +218,28 @@ type Config struct {
 
 	// MaxResponseBytes bounds the response body, buffered in memory until
 	// the handler returns. A handler writing more gets ErrNotStorable from
-	// Write, and the client 500 (response-not-storable). Defaults to 256
-	// KiB; stay below what the store holds per record (DynamoDB: 400 KB).
+	// Write; its effect is recorded (the record completed without the
+	// response, as when the store cannot hold it), and the client and every
+	// retry get 409 (response-not-stored): the handler does not run again.
+	// Defaults to 256 KiB; stay below what the store holds per record
+	// (DynamoDB: 400 KB).
 	MaxResponseBytes int
 
 	// Lease is how long a claim holds a key before it counts as abandoned
 	// (the instance serving it crashed) and a retry may run the handler
-	// again. Defaults to 30s. With the heartbeat on, a handler may run
-	// longer.
+	// again. Defaults to 30s; at least dedup.MinLease (1s). With the
+	// heartbeat on, a handler may run longer.
 	Lease time.Duration
 
-	// Retention is how long a completed key is replayed. Defaults to 24h.
-	// After it, the same key runs the handler again.
+	// Retention is how long a completed key is replayed. Defaults to 24h;
+	// must not be shorter than Lease. After it, the same key runs the
+	// handler again.
 	Retention time.Duration
 
 	// Heartbeat is how often the lease is extended while the handler runs.
 	// Defaults to Lease/3; must be shorter than Lease less min(Lease/10,
-	// 1s) (the deadline margin). When an extension
+	// 1s) (the deadline margin), and left at zero with DisableHeartbeat.
+	// When an extension
 	// finds the claim lost, or the lease passes without a successful
 	// extension, the handler's context is cancelled with dedup.ErrClaimLost
 	// as its cause.
@@ -368,9 +373,6 @@ func (c *Config) setDefaults() {
 	if c.Retention == 0 {
 		c.Retention = DefaultRetention
 	}
-	if c.Heartbeat == 0 && c.Lease > 0 {
-		c.Heartbeat = c.Lease / 3
-	}
 	if c.StoreTimeout == 0 {
 		c.StoreTimeout = DefaultStoreTimeout
 	}
@@ -403,36 +405,26 @@ func (c *Config) setDefaults() {
 func (c Config) Validate() error {
 	c.setDefaults()
 	var errs []error
-	if c.Store == nil {
-		errs = append(errs, errors.New("httpdedup: Config.Store is required"))
+	// The claim's rules (Store, Lease, Retention, Heartbeat and the other
+	// durations) are the engine's, stated once in package dedup.
+	if _, err := dedup.NewEngine(c.engineConfig()); err != nil {
+		if joined, ok := err.(interface{ Unwrap() []error }); ok {
+			errs = append(errs, joined.Unwrap()...)
+		} else {
+			errs = append(errs, err)
+		}
 	}
 	if c.Identity == nil {
 		errs = append(errs, errors.New("httpdedup: Config.Identity is required (StaticIdentity for a single caller)"))
 	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{
-		{"Lease", c.Lease}, {"Retention", c.Retention}, {"Heartbeat", c.Heartbeat},
-		{"StoreTimeout", c.StoreTimeout}, {"CompleteBackoff", c.CompleteBackoff},
-		{"RetryAfter", c.RetryAfter}, {"InProgressWait", c.InProgressWait}, {"InProgressPoll", c.InProgressPoll},
-	} {
-		if d.v < 0 {
-			errs = append(errs, fmt.Errorf("%w: Config.%s must not be negative, got %v", dedup.ErrInvalidDuration, d.name, d.v))
-		}
-	}
-	if !c.DisableHeartbeat && c.Heartbeat == 0 && c.Lease > 0 {
-		errs = append(errs, fmt.Errorf("%w: Config.Lease (%v) is too short for a heartbeat of Lease/3", dedup.ErrInvalidDuration, c.Lease))
-	}
-	if !c.DisableHeartbeat && c.Heartbeat > 0 && c.Lease > 0 && c.Heartbeat >= c.Lease-min(c.Lease/10, time.Second) {
-		errs = append(errs, fmt.Errorf("%w: Config.Heartbeat (%v) must be shorter than Config.Lease (%v) less the deadline margin min(Lease/10, 1s)", dedup.ErrInvalidDuration, c.Heartbeat, c.Lease))
+	if c.RetryAfter < 0 {
+		errs = append(errs, fmt.Errorf("%w: Config.RetryAfter must not be negative, got %v", dedup.ErrInvalidDuration, c.RetryAfter))
 	}
 	for _, n := range []struct {
 		name string
 		v    int64
 	}{
-		{"MaxKeyLength", int64(c.MaxKeyLength)}, {"MaxBodyBytes", c.MaxBodyBytes},
-		{"MaxResponseBytes", int64(c.MaxResponseBytes)}, {"CompleteRetries", int64(c.CompleteRetries)},
+		{"MaxBodyBytes", c.MaxBodyBytes}, {"MaxResponseBytes", int64(c.MaxResponseBytes)},
 	} {
 		if n.v < 0 {
 			errs = append(errs, fmt.Errorf("httpdedup: Config.%s must not be negative, got %d", n.name, n.v))
@@ -450,6 +442,20 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("httpdedup: Config.ReplayedHeader: %q is not a valid header name", c.ReplayedHeader))
 	}
 	return errors.Join(errs...)
+}
+
+// engineConfig is the configuration of the middleware's engine (after
+// setDefaults).
+func (c Config) engineConfig() dedup.Config {
+	return dedup.Config{
+		Store: c.Store, Lease: c.Lease, Retention: c.Retention,
+		Heartbeat: c.Heartbeat, DisableHeartbeat: c.DisableHeartbeat,
+		StoreTimeout: c.StoreTimeout, CompleteRetries: c.CompleteRetries,
+		CompleteBackoff: c.CompleteBackoff, MaxKeyLength: c.MaxKeyLength,
+		Logger: engineLogger(c.Logger), Observer: c.Observer, Clock: c.Clock,
+		InProgressWait: c.InProgressWait, InProgressPoll: c.InProgressPoll,
+		Shadow: c.Shadow, Tracer: c.Tracer,
+	}
 }
 
 // validHeaderName reports whether s is an RFC 9110 token.

@@ -32,8 +32,13 @@ var (
 	// cannot be replayed byte for byte: the handler flushed (streaming),
 	// hijacked the connection, or wrote more than Config.MaxResponseBytes.
 	// The capturing ResponseWriter returns it from Flush (through
-	// http.ResponseController), Hijack and Write; the middleware then
-	// releases the claim and answers 500 (response-not-storable).
+	// http.ResponseController), Hijack and Write. For a flush or a hijack
+	// the middleware releases the claim and answers 500
+	// (response-not-storable). For a body over MaxResponseBytes with a
+	// status StoreResponse accepts, the handler's effect is recorded: the
+	// record is completed without the response, and the client and every
+	// retry get 409 (response-not-stored); with any other status the claim
+	// is released and the client gets 500 (response-not-storable).
 	ErrNotStorable = errors.New("httpdedup: response cannot be stored for replay")
 )
 

@@ -97,7 +97,33 @@ func invalid(format string, args ...any) error {
 
 func printable(c byte) bool { return c >= 0x20 && c <= 0x7e }
 
-// checkKey applies the rules every key must pass, whatever KeyFunc made it.
+// CheckKey reports whether a Middleware with the default MaxKeyLength
+// accepts key as a client sends it, the bare value of its Idempotency-Key
+// header: nil, or a *KeyError (matching ErrKeyInvalid and dedup.ErrNoKey)
+// saying why not. This is the HTTP key rule, stated once: 1 to 255 bytes
+// of printable ASCII (0x20-0x7E), not blank, with no space at either end
+// (a header value's are trimmed) and no leading '"' (it would read as a
+// structured-field string). It is stricter than the engine's rule for
+// message keys (dedup.CheckKey: UTF-8 without control characters, up to
+// 1024 bytes). A client that stamps keys (producerkey.WithKey) checks them
+// with it, so that a key every attempt would get 400 for is refused before
+// it is sent. Cost: one pass over the key.
+func CheckKey(key string) error {
+	if err := checkKey(key, DefaultMaxKeyLength); err != nil {
+		return err
+	}
+	v, err := ParseKey(key)
+	if err != nil {
+		return err
+	}
+	if v != key {
+		return invalid("the header would carry %q, not the key itself (a space at either end, or a structured-field string)", v)
+	}
+	return nil
+}
+
+// checkKey applies the rules every key must pass, whatever KeyFunc made it
+// (see CheckKey), with the Middleware's MaxKeyLength.
 func checkKey(key string, maxLen int) error {
 	if strings.Trim(key, " ") == "" {
 		return invalid("empty or blank key")

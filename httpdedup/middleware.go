@@ -28,15 +28,7 @@ func New(config Config) (*Middleware, error) {
 		return nil, err
 	}
 	config.setDefaults()
-	engine, err := dedup.NewEngine(dedup.Config{
-		Store: config.Store, Lease: config.Lease, Retention: config.Retention,
-		Heartbeat: config.Heartbeat, DisableHeartbeat: config.DisableHeartbeat,
-		StoreTimeout: config.StoreTimeout, CompleteRetries: config.CompleteRetries,
-		CompleteBackoff: config.CompleteBackoff, MaxKeyLength: config.MaxKeyLength,
-		Logger: engineLogger(config.Logger), Observer: config.Observer, Clock: config.Clock,
-		InProgressWait: config.InProgressWait, InProgressPoll: config.InProgressPoll,
-		Shadow: config.Shadow, Tracer: config.Tracer,
-	})
+	engine, err := dedup.NewEngine(config.engineConfig())
 	if err != nil {
 		return nil, err
 	}
@@ -61,9 +53,11 @@ func (m *Middleware) Require(next http.Handler) http.Handler {
 //     a response that StoreResponse accepts is stored (Complete) and then
 //     sent; any other response releases the claim and is sent as is, so a
 //     retry runs next again. A panic releases the claim and goes on. A
-//     handler that flushes, hijacks or writes more than MaxResponseBytes
-//     gets ErrNotStorable, the claim is released and the client gets 500
-//     (response-not-storable);
+//     handler that flushes or hijacks gets ErrNotStorable, the claim is
+//     released and the client gets 500 (response-not-storable). One that
+//     writes more than MaxResponseBytes gets ErrNotStorable from Write; its
+//     effect is recorded (the record completed without the response) and
+//     the client, and every retry, gets 409 (response-not-stored);
 //   - key completed with the same fingerprint: the stored response is
 //     replayed (status, stored headers, body byte for byte) with
 //     Idempotent-Replayed: true, without calling next;
@@ -156,6 +150,9 @@ type request struct {
 	next http.Handler
 	body *requestBody
 	info requestInfo
+	// overLimit: the handler's response passed MaxResponseBytes; the
+	// record was completed without it (see errOverLimit).
+	overLimit bool
 }
 
 // shadowed runs next for a request the middleware would refuse with dec
@@ -178,6 +175,9 @@ func (m *Middleware) shadowed(req *request, dec dedup.Decision) bool {
 	_, err := m.cfg.InTransaction(claimctx.WithShadow(req.r.Context(), 0), func(ctx context.Context) ([]byte, error) {
 		var err error
 		resp, err = m.runHandler(req.r.WithContext(ctx), req.next)
+		if m.overLimit(req, err) {
+			return nil, nil
+		}
 		return nil, err
 	})
 	// Outcome Acquired: the handler ran, so a failed COMMIT is answered
@@ -314,6 +314,9 @@ func (m *Middleware) run(req *request, call dedup.Call, next http.Handler) (resp
 	work := func(ctx context.Context) ([]byte, error) {
 		var err error
 		resp, err = m.runHandler(req.r.WithContext(ctx), next)
+		if m.overLimit(req, err) {
+			return nil, nil // completed without the response: the effect is recorded
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -337,6 +340,9 @@ func (m *Middleware) respond(req *request, resp Response, res dedup.ClaimResult,
 	w := req.w
 	var notStored *notStoredError
 	switch {
+	case req.overLimit && err == nil:
+		m.problem(w, http.StatusConflict, ProblemResponseNotStored, "Request processed, response not stored",
+			fmt.Sprintf("The request was processed, but its response is larger than the %d bytes the server keeps, so it can neither be sent nor replayed; do not retry: fetch the result another way.", m.cfg.MaxResponseBytes))
 	case errors.As(err, &notStored) && notStored.sendAsIs:
 		writeResponse(w, resp)
 	case errors.As(err, &notStored):
@@ -387,6 +393,25 @@ func (m *Middleware) replay(w http.ResponseWriter, info requestInfo, result []by
 	writeResponse(w, resp)
 }
 
+// errOverLimit marks a response whose body passed MaxResponseBytes, with
+// a status StoreResponse accepts: the handler ran to its end, and its
+// effect may have happened, so the record is completed without the
+// response (as when the store cannot hold it) rather than released for a
+// retry that would run the effect again.
+var errOverLimit = errors.New("httpdedup: the response body exceeds MaxResponseBytes")
+
+// overLimit reports whether err (from runHandler) is errOverLimit, and
+// then marks the request and logs the lost response.
+func (m *Middleware) overLimit(req *request, err error) bool {
+	if !errors.Is(err, errOverLimit) {
+		return false
+	}
+	req.overLimit = true
+	m.decide(req.info, dedup.Decision{Event: dedup.EventStoreError, Key: req.info.key,
+		Err: fmt.Errorf("completing the record without its response (over MaxResponseBytes, %d): %w", m.cfg.MaxResponseBytes, err)})
+	return true
+}
+
 // notStoredError is what the work returns to have its claim released: the
 // response is sent as is (a status StoreResponse refuses), or refused
 // (ErrNotStorable: the client gets 500).
@@ -404,6 +429,9 @@ func (m *Middleware) runHandler(r *http.Request, next http.Handler) (Response, e
 	cw := newCaptureWriter(m.cfg.MaxResponseBytes)
 	next.ServeHTTP(cw, r)
 	resp, err := cw.response()
+	if err != nil && cw.overLimit && m.cfg.StoreResponse(cw.status) {
+		return resp, fmt.Errorf("%w: %w", errOverLimit, err)
+	}
 	if err != nil {
 		return resp, &notStoredError{err: err}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -46,8 +47,11 @@ type item struct {
 // first failure (a dropped permanent error is no failure); records run
 // concurrency at a time. Every lease ends at the invocation's deadline.
 // With less than DeadlineMargin left nothing is claimed; a won record
-// reached with less than that left is not started, and its claim is
-// released with the batch's other releases.
+// reached with less than that left is not started (dedup.Call.StartBy: an
+// InProgressWait ends by then too), and its claim is released with the
+// batch's other releases. A record whose key cannot be taken is decided by
+// the engine as dedup.Engine.Unkeyed decides it (dedup.BatchCall.KeyErr):
+// refused, or, in shadow mode, run without a claim.
 func (h *Handler) batch(ctx context.Context, items []item, concurrency int) []error {
 	errs := make([]error, len(items))
 	if err := h.timeLeft(ctx); err != nil {
@@ -64,24 +68,27 @@ func (h *Handler) batch(ctx context.Context, items []item, concurrency int) []er
 		c := dedup.BatchCall{Group: it.group, Call: dedup.Call{Scope: h.cfg.Scope, Handler: functionName(h.cfg.Scope), Topic: it.topic,
 			MessageUUID: it.uuid, MessageID: it.messageID}}
 		if hasDeadline {
-			c.Deadline = deadline
+			c.Deadline, c.StartBy = deadline, h.startBy(deadline)
 		}
 		msg, err := it.message()
 		if err != nil {
+			// No message for the handler, not even in shadow mode.
 			err = &dedup.KeyError{Reason: "the record cannot be converted to a message", MessageUUID: it.uuid, Err: err}
+			h.decideItem(it, dedup.Decision{Event: dedup.EventKeyMissing, Err: err})
+			c.Err = err
 		} else {
 			msg.SetContext(it.with(ctx))
 			msgs[i] = msg
-			c.Key, c.Fingerprint, err = h.identify(msg, it.keyID, it.others)
-		}
-		if err != nil {
-			h.decideItem(it, dedup.Decision{Event: dedup.EventKeyMissing, Err: err})
-			c.Err = err
+			// The engine decides a key that cannot be taken (key_missing,
+			// transport_key; would_reject and a run in shadow mode).
+			c.Key, c.Fingerprint, c.KeyErr = h.identify(msg, it.keyID, it.others)
 		}
 		calls[i] = c
 	}
 	run := func(workCtx context.Context, i int) (_ []byte, err error) {
 		it, msg := items[i], msgs[i]
+		// A claimed record was checked by the engine (Call.StartBy); this
+		// checks the runs without a claim (Dedup.Shadow, Dedup.FailOpen).
 		if err := h.timeLeft(ctx); err != nil {
 			h.decideItem(it, dedup.Decision{Event: EventDeadline, Err: err})
 			return nil, err
@@ -114,6 +121,11 @@ func (h *Handler) batch(ctx context.Context, items []item, concurrency int) []er
 					Err: fmt.Errorf("lambdadedup: message group %q: an earlier record of the batch failed", it.fifoGroup)})
 			}
 			errs[i] = err
+		case errors.Is(err, dedup.ErrStartDeadline):
+			// Won, but reached (or won after an InProgressWait) with less
+			// than DeadlineMargin left: released unstarted.
+			h.decideItem(it, dedup.Decision{Event: EventDeadline, Err: err})
+			errs[i] = err
 		case dedup.IsPermanent(err):
 			errs[i] = h.permanentItem(it, err)
 		default:
@@ -121,6 +133,14 @@ func (h *Handler) batch(ctx context.Context, items []item, concurrency int) []er
 		}
 	}
 	return errs
+}
+
+// startBy is the latest start of a record in an invocation ending at
+// deadline: DeadlineMargin before it (dedup.Call.StartBy bounds an
+// InProgressWait and is checked again at the record's turn, once its claim
+// is won).
+func (h *Handler) startBy(deadline time.Time) time.Time {
+	return deadline.Add(-h.cfg.DeadlineMargin)
 }
 
 // timeLeft is nil while the invocation has at least DeadlineMargin left,

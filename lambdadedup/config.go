@@ -43,16 +43,22 @@ type Config struct {
 	// to the dead-letter queue after maxReceiveCount receives (a queue
 	// without a redrive policy keeps it until its retention ends). True:
 	// the record is reported processed (SQS deletes it) and an error is
-	// logged: the message is lost, on purpose.
+	// logged: the message is lost, on purpose. On a stream (HandleKinesis,
+	// HandleDynamoDB) such a record blocks its shard until the mapping's
+	// retry limits (MaximumRetryAttempts, MaximumRecordAgeInSeconds, with an
+	// OnFailure destination) end it: the first stream batch of a Handler
+	// without DropPermanent logs a warning saying so.
 	DropPermanent bool
 
 	// DeadlineMargin is the least remaining invocation time (the context's
 	// deadline) for a record to be started; a record reached later is
 	// listed as a failure, not started (its claim, made with the batch's,
 	// is released; an invocation that starts with less claims nothing),
-	// and comes back after the queue's visibility timeout. Set it above
-	// the handler's longest run plus two store round trips. Defaults to
-	// 2s; negative is an error.
+	// and comes back after the queue's visibility timeout. A
+	// Dedup.InProgressWait ends by the deadline less DeadlineMargin, and a
+	// claim won after that is released unstarted too (dedup.Call.StartBy).
+	// Set it above the handler's longest run plus two store round trips.
+	// Defaults to 2s; negative is an error.
 	DeadlineMargin time.Duration
 
 	// Concurrency is how many records of one batch run at once. Records of
@@ -80,7 +86,11 @@ func (c Config) Validate() error {
 	c.setDefaults()
 	var errs []error
 	if err := c.Dedup.Validate(); err != nil {
-		errs = append(errs, err)
+		if joined, ok := err.(interface{ Unwrap() []error }); ok {
+			errs = append(errs, joined.Unwrap()...) // one list of problems
+		} else {
+			errs = append(errs, err)
+		}
 	}
 	if c.Scope == "" {
 		errs = append(errs, fmt.Errorf("lambdadedup: Config.Scope is required: %w", dedup.ErrNoScope))

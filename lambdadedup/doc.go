@@ -4,6 +4,15 @@
 // the engine of the Watermill middleware, and reports the
 // records to retry in events.SQSEventResponse.BatchItemFailures.
 //
+// IMPORTANT: turn ReportBatchItemFailures on in the event source mapping
+// (FunctionResponseTypes: ["ReportBatchItemFailures"]). Without it Lambda
+// ignores the batch item failures: a batch whose invocation returns no
+// error is deleted whole (SQS) or passed (streams), the records that
+// failed or found their key in progress included, and they are lost.
+// Handle returns ErrBatchFailed when every record of a batch failed, which
+// keeps such a batch even without the setting, but a batch with one record
+// processed and another failed needs it.
+//
 // The same Handler serves the other event sources: HandleKinesis and
 // HandleDynamoDB process a stream batch in order and stop at the first
 // failure, reporting its sequence number (AWS retries the shard from
@@ -28,7 +37,7 @@
 //	key held by another consumer              failure       ErrInProgress: never acked (Dedup.InProgressWait: waits for it first, up to the deadline)
 //	no key, transport id as key, key reused   failure       to the DLQ by the redrive policy (DropPermanent: success, error log)
 //	store unreachable                         failure       fail closed (Dedup.FailOpen: handler runs unclaimed)
-//	less than DeadlineMargin left             failure       not started; its claim released (none at all when the invocation starts so)
+//	less than DeadlineMargin left             failure       not started; its claim released (none at all when the invocation starts so; a Dedup.InProgressWait ends by then)
 //	FIFO: after a failure in its group        failure       not started (the group's order holds)
 //
 // # Batches
@@ -43,6 +52,14 @@
 // the copy is a duplicate of the first record's success. Since each lease
 // ends at the invocation's deadline, the claims taken up front need no
 // heartbeat. See docs/batches.md.
+//
+// With Dedup.Shadow the handler runs for every record, as without the
+// adapter (a record without a usable key or with a failing fingerprint
+// runs unclaimed, logged would_reject), and only its own error fails the
+// record. Dedup.TransportIDs names further transport ids of a record, as
+// on the router: a key equal to one is refused (ErrTransportKey). A
+// panicking key function, Fingerprint or TransportIDs is a permanent error
+// of its record, not a handler panic.
 //
 // Each claim's lease ends at the invocation's deadline at the latest
 // (heartbeats included), so a timed-out invocation leaves no record in

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -36,14 +37,24 @@ const (
 )
 
 // Handler is an SQS batch handler for AWS Lambda (an event source mapping
-// with ReportBatchItemFailures) that claims every record on its own, with
+// with ReportBatchItemFailures) that claims every record, with
 // the same engine, key functions and records as the Watermill middleware.
 // Create it with New; it is safe for concurrent use.
 type Handler struct {
 	cfg     Config
 	engine  *dedup.Engine
 	handler message.NoPublishHandlerFunc
+	// streamWarning: the warning about DropPermanent on a stream was
+	// logged (see warnStream).
+	streamWarning sync.Once
 }
+
+// ErrBatchFailed is the error Handle returns when every record of an SQS
+// batch failed. With ReportBatchItemFailures on the event source mapping
+// it changes nothing: Lambda retries the same records. Without it, a nil
+// error would have Lambda delete every record of the batch, those that
+// failed included: the error keeps them. Retryable.
+var ErrBatchFailed = errors.New("lambdadedup: every record of the batch failed")
 
 // New validates config, applies its defaults and returns a Handler that
 // calls handler for each record it wins. handler has the signature of a
@@ -92,9 +103,12 @@ func New(config Config, handler message.NoPublishHandlerFunc) (*Handler, error) 
 //
 // The lease of each claim ends at the invocation's deadline at the latest,
 // heartbeats included, so a timed-out invocation leaves no record in
-// progress past the time it could have run. The error is always nil: a
-// failed invocation would retry every record of the batch, and count a
-// receive against each of them.
+// progress past the time it could have run. The error is nil unless every
+// record failed: then it is ErrBatchFailed (Lambda retries every record
+// of the batch either way), so that a mapping without
+// ReportBatchItemFailures does not delete them; with some records
+// processed, an error would retry those too, and count a receive against
+// each of them.
 //
 // The batch is claimed at once (dedup.Engine.DoBatch): every record's
 // claim goes to the store before any handler runs, and the completions,
@@ -133,19 +147,33 @@ func (h *Handler) Handle(ctx context.Context, event events.SQSEvent) (events.SQS
 			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: records[i].MessageId})
 		}
 	}
+	if len(records) > 0 && len(resp.BatchItemFailures) == len(records) {
+		return resp, fmt.Errorf("%w: %d records", ErrBatchFailed, len(records))
+	}
 	return resp, nil
 }
 
 // identify takes the record's key (see businessKey), refuses one equal to
-// another of the record's ids (others: a sequence number, an event id), and
-// takes its fingerprint: what the record is claimed under.
+// another of the record's ids (others: a sequence number, an event id) or
+// to one of Dedup.TransportIDs, and takes its fingerprint: what the record
+// is claimed under. A panicking TransportIDs or Fingerprint is a
+// *dedup.KeyError of the record (permanent), as a panicking key function
+// is.
 func (h *Handler) identify(msg *message.Message, messageID string, others []string) (key, fingerprint string, err error) {
 	if key, err = h.businessKey(msg, messageID); err != nil {
 		return "", "", err
 	}
+	defer func() {
+		if p := recover(); p != nil {
+			key, fingerprint, err = "", "", &dedup.KeyError{Field: "fingerprint", Reason: fmt.Sprintf("Fingerprint or TransportIDs panicked: %v", p), MessageUUID: messageID}
+		}
+	}()
+	if ids := h.cfg.Dedup.TransportIDs; ids != nil {
+		others = append(others[:len(others):len(others)], ids(msg)...)
+	}
 	for _, id := range others {
 		if id != "" && key == id {
-			return "", "", fmt.Errorf("%w: key %q is the record's sequence number or event id; take the key from the business payload", dedup.ErrTransportKey, key)
+			return "", "", fmt.Errorf("%w: key %q is a transport id of the record (its sequence number, event id or one of Dedup.TransportIDs); take the key from the business payload", dedup.ErrTransportKey, key)
 		}
 	}
 	if h.cfg.Dedup.Fingerprint != nil {

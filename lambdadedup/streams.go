@@ -30,6 +30,7 @@ import (
 // the payload is the record's data. A key equal to the sequence number or
 // the event id is refused (dedup.ErrTransportKey). The error is always nil.
 func (h *Handler) HandleKinesis(ctx context.Context, event events.KinesisEvent) (events.KinesisEventResponse, error) {
+	h.warnStream()
 	items := make([]item, len(event.Records))
 	for i := range event.Records {
 		r := &event.Records[i]
@@ -45,6 +46,20 @@ func (h *Handler) HandleKinesis(ctx context.Context, event events.KinesisEvent) 
 		resp.BatchItemFailures = []events.KinesisBatchItemFailure{{ItemIdentifier: event.Records[i].Kinesis.SequenceNumber}}
 	}
 	return resp, nil
+}
+
+// warnStream logs once per Handler, at its first stream batch, that a
+// record failing permanently blocks its shard unless DropPermanent is set
+// or the mapping's retry limits end it.
+func (h *Handler) warnStream() {
+	if h.cfg.DropPermanent {
+		return
+	}
+	h.streamWarning.Do(func() {
+		h.cfg.Dedup.Logger.Info("lambdadedup: warning: DropPermanent is off on a stream: a record that fails for good (no usable key, transport id as key, key reused) "+
+			"blocks its shard until the event source mapping's retry limits end it; set MaximumRetryAttempts, MaximumRecordAgeInSeconds and "+
+			"BisectBatchOnFunctionError with an OnFailure destination on the mapping, or set lambdadedup.Config.DropPermanent", nil)
+	})
 }
 
 // firstFailure is the index of the first record that failed, or -1.
@@ -68,6 +83,7 @@ func firstFailure(errs []error) int {
 // equal to the event id or the sequence number is refused
 // (dedup.ErrTransportKey). The error is always nil.
 func (h *Handler) HandleDynamoDB(ctx context.Context, event events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+	h.warnStream()
 	items := make([]item, len(event.Records))
 	for i := range event.Records {
 		r := &event.Records[i]

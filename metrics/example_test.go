@@ -43,7 +43,7 @@ func ExampleNew() {
 		}
 	}
 	// Output:
-	// # HELP dedup_decisions_total Decisions of the dedup middleware, by handler and event (claim_won, completed, skip_duplicate, in_progress, released, claim_lost, key_missing, key_reuse, store_error, fail_open, would_skip, would_reject).
+	// # HELP dedup_decisions_total Decisions of the dedup middleware, by handler and event (claim_won, completed, skip_duplicate, in_progress, released, claim_lost, key_missing, transport_key, key_reuse, store_error, fail_open, would_skip, would_reject).
 	// # TYPE dedup_decisions_total counter
 	// dedup_decisions_total{event="claim_won",handler="charge-orders"} 1
 	// dedup_decisions_total{event="completed",handler="charge-orders"} 1

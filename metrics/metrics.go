@@ -75,7 +75,7 @@ func New(reg prometheus.Registerer, cfg Config) (*Observer, error) {
 	o := &Observer{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: cfg.Namespace, Name: "decisions_total", ConstLabels: cfg.ConstLabels,
-			Help: "Decisions of the dedup middleware, by handler and event (claim_won, completed, skip_duplicate, in_progress, released, claim_lost, key_missing, key_reuse, store_error, fail_open, would_skip, would_reject).",
+			Help: "Decisions of the dedup middleware, by handler and event (claim_won, completed, skip_duplicate, in_progress, released, claim_lost, key_missing, transport_key, key_reuse, store_error, fail_open, would_skip, would_reject).",
 		}, []string{"handler", "event"}),
 		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: cfg.Namespace, Name: "replays_total", ConstLabels: cfg.ConstLabels,

@@ -27,7 +27,7 @@
 //	dedup.key             the business key, only with Config.RecordKeys
 //	messaging.message.id  the message's UUID
 //	messaging.destination.name the topic
-//	dedup.outcome         acquired, duplicate, in_progress, conflict, no_key or store_error
+//	dedup.outcome         acquired, duplicate, in_progress, conflict, no_key, transport_key or store_error
 //	dedup.replayed        true when a duplicate's stored result came back for replay
 //	dedup.shadow          true when Config.Shadow ran the handler although the outcome would have skipped or refused it
 //	dedup.waited_s        seconds waited for another claim to end, when it waited
@@ -37,7 +37,7 @@
 // "dedup.skip_duplicate", "dedup.would_skip", ...) and so is every store
 // operation ("dedup.store.claim" with duration_s and result). The status is
 // Error for the decisions the core logs as errors (claim_lost, store_error,
-// fail_open, key_missing, key_reuse) and when the call returns an error
+// fail_open, key_missing, transport_key, key_reuse) and when the call returns an error
 // other than dedup.ErrInProgress (a copy finding its key in progress is
 // normal, not a failure).
 package oteldedup
@@ -178,7 +178,7 @@ func (c callSpan) ObserveDecision(d dedup.Decision) {
 		c.span.SetAttributes(summary...)
 	}
 	switch d.Event {
-	case dedup.EventClaimLost, dedup.EventStoreError, dedup.EventFailOpen, dedup.EventKeyMissing, dedup.EventKeyReuse:
+	case dedup.EventClaimLost, dedup.EventStoreError, dedup.EventFailOpen, dedup.EventKeyMissing, dedup.EventTransportKey, dedup.EventKeyReuse:
 		c.span.SetStatus(codes.Error, string(d.Event))
 	}
 }
@@ -187,6 +187,8 @@ func (c callSpan) ObserveDecision(d dedup.Decision) {
 // (completed, released, claim_lost of a later operation, fail_open).
 func outcomeOf(d dedup.Decision) string {
 	switch {
+	case d.Event == dedup.EventTransportKey || d.Event == dedup.EventWouldReject && d.Outcome == 0 && errors.Is(d.Err, dedup.ErrTransportKey):
+		return "transport_key"
 	case d.Event == dedup.EventKeyMissing || d.Event == dedup.EventWouldReject && d.Outcome == 0:
 		return "no_key"
 	case d.Event == dedup.EventStoreError && d.Op == "claim":

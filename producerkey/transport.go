@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"sync"
 
-	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/httpdedup"
 )
 
 // Header is the request header Transport sets, from the IETF httpapi draft
@@ -41,11 +41,12 @@ func NewIntent(ctx context.Context) context.Context {
 
 // WithKey is NewIntent with a key of the caller's, typically derived from
 // the business fact ("order-42-charge"), so that a process restarted
-// between two attempts sends the same key again. A key a server's dedup
-// would refuse (empty or blank, control characters, not UTF-8, over 1024
-// bytes: dedup.CheckKey) fails the request in Transport.RoundTrip with an
-// error matching dedup.ErrNoKey, before anything is sent: it is never
-// replaced by a random key, which would not survive the restart.
+// between two attempts sends the same key again. A key httpdedup would
+// refuse (the HTTP key rule of httpdedup.CheckKey: printable ASCII, up to
+// 255 bytes, no space at either end) fails the request in
+// Transport.RoundTrip with an error matching dedup.ErrNoKey and
+// httpdedup.ErrKeyInvalid, before anything is sent: it is never replaced
+// by a random key, which would not survive the restart.
 func WithKey(ctx context.Context, key string) context.Context {
 	return context.WithValue(ctx, intentKey{}, &intent{key: key, given: true})
 }
@@ -71,7 +72,7 @@ func (in *intent) keyFor(req *http.Request) (string, error) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.given {
-		if err := dedup.CheckKey(in.key); err != nil {
+		if err := httpdedup.CheckKey(in.key); err != nil {
 			return "", fmt.Errorf("producerkey: the key given to WithKey: %w", err)
 		}
 	}

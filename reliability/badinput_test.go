@@ -69,7 +69,7 @@ var badInputs = []badInput{
 // Bad input: each malformed message of the table goes through a Watermill
 // router (GoChannel) with PoisonQueueWithFilter(dedup.IsPermanent) in front
 // of the dedup middleware. Each gives the typed error (errors.Is), logged as
-// key_missing; the handler is never called; the store is untouched
+// key_missing (transport_key for a transport id as key); the handler is never called; the store is untouched
 // (inspected: no Redis key under the run's prefix, no MemoryStore record);
 // the message lands on the poison topic, acked, with the error text in its
 // "reason_poisoned" metadata.
@@ -174,8 +174,13 @@ func runBadInputs(t *testing.T, store dedup.Store, stored func() int) {
 			if n := stored(); n != 0 {
 				t.Errorf("the store holds %d records after a bad message, want none", n)
 			}
-			if ops := tl.op("claim") + tl.op("complete") + tl.op("release") + tl.op("extend"); tl.event("key_missing") != 1 || ops != 0 {
-				t.Errorf("%d key_missing decisions, %d store operations; want 1 and none", tl.event("key_missing"), ops)
+			// A transport id as key is its own event (transport_key).
+			event := string(dedup.EventKeyMissing)
+			if in.want == dedup.ErrTransportKey {
+				event = string(dedup.EventTransportKey)
+			}
+			if ops := tl.op("claim") + tl.op("complete") + tl.op("release") + tl.op("extend"); tl.event(event) != 1 || ops != 0 {
+				t.Errorf("%d %s decisions, %d store operations; want 1 and none", tl.event(event), event, ops)
 			}
 			if got == nil {
 				return // acked: nothing was poisoned (already reported above)

@@ -24,7 +24,7 @@ import (
 // (the lost replay and the completion), and the Prometheus gauge
 // claims_in_flight ended at -1 per message. It must end at 0.
 func TestTooLargeReplayKeepsClaimsInFlightAtZero(t *testing.T) {
-	store, err := dynamo.New(dynamo.Config{Client: newDynamoClient(dynamoEndpoint), Table: dynamoTable})
+	store, err := dynamo.New(context.Background(), dynamo.Config{Client: newDynamoClient(dynamoEndpoint), Table: dynamoTable, SkipTTL: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -255,7 +255,7 @@ func TestStoreHoldsOnlyWhatTheReadmeSays(t *testing.T) {
 		})
 		t.Run("dynamodb/"+name, func(t *testing.T) {
 			client := newDynamoClient(dynamoEndpoint)
-			store, err := dynamo.New(dynamo.Config{Client: client, Table: dynamoTable})
+			store, err := dynamo.New(context.Background(), dynamo.Config{Client: client, Table: dynamoTable, SkipTTL: true})
 			if err != nil {
 				t.Fatal(err)
 			}

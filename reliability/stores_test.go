@@ -63,7 +63,7 @@ var storeKinds = []storeKind{
 	{name: "dynamodb", setup: func(t *testing.T) (func() dedup.Store, func(string) string) {
 		admin := newDynamoClient(dynamoEndpoint)
 		return func() dedup.Store {
-				s, err := dynamo.New(dynamo.Config{Client: newDynamoClient(dynamoEndpoint), Table: dynamoTable})
+				s, err := dynamo.New(context.Background(), dynamo.Config{Client: newDynamoClient(dynamoEndpoint), Table: dynamoTable, SkipTTL: true})
 				if err != nil {
 					t.Fatalf("dynamo.New: %v", err)
 				}

@@ -13,12 +13,12 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/harness/awsbroker"
 	"github.com/watermill-dedup/watermill-dedup/internal/cmdenv/awsenv"
+	"github.com/watermill-dedup/watermill-dedup/internal/cmdenv/redisaddr"
+	"github.com/watermill-dedup/watermill-dedup/internal/harness/awsbroker"
 	"github.com/watermill-dedup/watermill-dedup/internal/harness/embedded"
 	"github.com/watermill-dedup/watermill-dedup/internal/harness/kafkabroker"
 	"github.com/watermill-dedup/watermill-dedup/internal/harness/lab"
-	"github.com/watermill-dedup/watermill-dedup/internal/cmdenv/redisaddr"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
@@ -103,7 +103,10 @@ type broker struct {
 type store struct {
 	store func(ctx context.Context) (dedup.Store, error)
 	about string // empty for the memory store
-	close func()
+	// leaves, for a store that outlives the process (a real server), says
+	// what an idempotent run on scope left in it; nil otherwise.
+	leaves func(scope string, records int) string
+	close  func()
 	// txCharges gives -effect-in-tx its charges table; nil where the store
 	// has no transaction of its own (memory).
 	txCharges func(ctx context.Context) (lab.TxCharges, error)
@@ -277,8 +280,15 @@ func newRedisStore(ctx context.Context, o options) (*store, error) {
 		return nil, &setupError{err: err, hint: redisHint}
 	}
 	about := o.redis.describe() + ", key prefix " + labKeyPrefix
-	return &store{store: func(context.Context) (dedup.Store, error) { return s, nil }, about: about, close: func() {},
-		txCharges: func(context.Context) (lab.TxCharges, error) { return lab.RedisTxCharges(s, client), nil }}, nil
+	st := &store{store: func(context.Context) (dedup.Store, error) { return s, nil }, about: about, close: func() {},
+		txCharges: func(context.Context) (lab.TxCharges, error) { return lab.RedisTxCharges(s, client), nil }}
+	if o.redis.mini == nil { // a real server: the records outlive the run
+		st.leaves = func(scope string, records int) string {
+			return fmt.Sprintf("%d records, keys %s%s:ORDER-…, each kept for its retention (%v) unless evicted: dedupctl -redis-addr %s -redis-prefix %s list -scope %s",
+				records, labKeyPrefix, scope, lab.Retention, o.redis.addr, labKeyPrefix, scope)
+		}
+	}
+	return st, nil
 }
 
 // motoHint says how to get a DynamoDB emulator with transactions.
@@ -297,6 +307,10 @@ func newDynamoStore(ctx context.Context, o options) (*store, error) {
 	return &store{
 		store: func(context.Context) (dedup.Store, error) { return s, nil },
 		about: fmt.Sprintf("DynamoDB at %s, table %s", a.Describe("dynamodb"), o.dynamoTable),
+		leaves: func(scope string, records int) string {
+			return fmt.Sprintf("%d items in table %s, keys %s:ORDER-…, each counted for its retention (%v) and deleted by Time to Live where the table has it: dedupctl -store dynamo -dynamo-table %s list -scope %s",
+				records, o.dynamoTable, scope, lab.Retention, o.dynamoTable, scope)
+		},
 		close: func() {},
 		txCharges: func(ctx context.Context) (lab.TxCharges, error) {
 			tc, err := lab.DynamoTxCharges(ctx, s, a.DynamoDB(), o.dynamoTable+"-charges")

@@ -72,6 +72,9 @@ type flags struct {
 // errUsagePrinted: the flag package has printed the problem and the usage.
 var errUsagePrinted = errors.New("usage printed")
 
+// errHelp: -h asked for the usage, which the flag package has printed.
+var errHelp = errors.New("help printed")
+
 // parseFlags parses args.
 func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	var f flags
@@ -103,6 +106,9 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 			"-broker redisstream uses the Redis of -store redis (one server for both). -broker amqp needs a RabbitMQ:\n%s.\n", amqpHint)
 	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return f, errHelp
+		}
 		return f, errUsagePrinted
 	}
 	switch *idem {
@@ -145,6 +151,9 @@ func (f flags) check() error {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	f, err := parseFlags(args, stderr)
+	if errors.Is(err, errHelp) {
+		return 0
+	}
 	if err != nil {
 		if !errors.Is(err, errUsagePrinted) {
 			fmt.Fprintf(stderr, "dedup-lab: %v\n", err)
@@ -204,7 +213,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if broker.about != "" && status == 0 {
 		fmt.Fprintln(stdout, "broker: every message acked, none left waiting, in flight or uncommitted")
 	}
+	printLeftovers(stdout, store, results)
 	return status
+}
+
+// printLeftovers says what the idempotent runs left in a store that
+// outlives the process: one record per distinct order, under the run's
+// scope, kept for the lab's retention.
+func printLeftovers(stdout io.Writer, store *store, results []lab.Result) {
+	if store.leaves == nil {
+		return
+	}
+	for _, r := range results {
+		if r.Idempotency && r.Scope != "" {
+			fmt.Fprintf(stdout, "left in the store: %s\n", store.leaves(r.Scope, r.DistinctOrders))
+		}
+	}
 }
 
 // printHeader says what runs where.

@@ -16,7 +16,9 @@
 // REDIS_ADDR (or -redis-addr; comma-separated addresses mean a Cluster),
 // DynamoDB from the AWS SDK's environment (AWS_ENDPOINT_URL or
 // AWS_ENDPOINT_URL_DYNAMODB for a local emulator, AWS_REGION and credentials
-// for AWS), PostgreSQL from DATABASE_URL or the PG* variables.
+// for AWS), PostgreSQL from DATABASE_URL or the PG* variables. A Redis
+// whose maxmemory-policy evicts keys is opened with -allow-eviction only,
+// with a warning.
 //
 // Exit status: 0 done; 1 error (store unreachable, unreadable record); 2
 // usage (bad flags, missing key, invalid cursor); 3 no record under the key
@@ -69,12 +71,15 @@ type options struct {
 	retention time.Duration
 	scope     string
 
-	redisAddr   string
-	redisPrefix string
-	dynamoTable string
-	pgDSN       string
-	pgTable     string
-	pgSchema    string
+	redisAddr     string
+	redisPrefix   string
+	allowEviction bool
+	dynamoTable   string
+	// warnings receives warnings (stderr); not a flag.
+	warnings io.Writer
+	pgDSN    string
+	pgTable  string
+	pgSchema string
 
 	// pace (summary only) is the least time between two requests that
 	// read records: SCAN, DynamoDB Scan, a PostgreSQL page.
@@ -89,6 +94,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.scope, "scope", o.scope, "scope of KEY (KEY is then a business key) or of the listing")
 	fs.StringVar(&o.redisAddr, "redis-addr", o.redisAddr, "Redis server: host:port, redis:// or rediss:// URL, or comma-separated Cluster nodes; $"+redisaddr.Env+" sets the default")
 	fs.StringVar(&o.redisPrefix, "redis-prefix", o.redisPrefix, "the Redis store's KeyPrefix")
+	fs.BoolVar(&o.allowEviction, "allow-eviction", o.allowEviction, "open a Redis whose maxmemory-policy evicts keys (which the consumers' store refuses unless AllowEviction), with a warning")
 	fs.StringVar(&o.dynamoTable, "dynamo-table", o.dynamoTable, "DynamoDB table")
 	fs.StringVar(&o.pgDSN, "postgres-dsn", o.pgDSN, "PostgreSQL connection string; $DATABASE_URL sets the default; empty: the PG* variables")
 	fs.StringVar(&o.pgTable, "postgres-table", o.pgTable, "PostgreSQL table")
@@ -241,6 +247,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	ctx, cancel := context.WithTimeout(ctx, opts.timeout)
 	defer cancel()
+	opts.warnings = stderr
 	store, about, closeStore, err := openStore(ctx, opts)
 	if err != nil {
 		var u *usageError
@@ -254,11 +261,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer closeStore()
 
 	out := &printer{w: stdout, json: opts.jsonOut, retention: opts.retention, now: time.Now, about: about}
+	notFound := notFoundMessage(key, opts.scope)
 	switch command {
 	case "inspect":
-		return inspect(ctx, store, key, out, stderr)
+		return inspect(ctx, store, key, notFound, out, stderr)
 	case "evict":
-		return evict(ctx, store, key, out, stderr)
+		return evict(ctx, store, key, notFound, out, stderr)
 	case "summary":
 		p := *prefix
 		if opts.scope != "" {
@@ -302,10 +310,21 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-func inspect(ctx context.Context, a admin.Interface, key string, out *printer, stderr io.Writer) int {
+// notFoundMessage is what inspect and evict say when no record is under
+// key: with a hint to pass -scope when none was given (KEY is then taken
+// as a scoped key, and a business key alone finds nothing).
+func notFoundMessage(key, scope string) string {
+	msg := fmt.Sprintf("dedupctl: no record under %q", key)
+	if scope == "" {
+		msg += fmt.Sprintf("; KEY is a scoped key, \"<scope>:<business key>\": if %q is a business key, pass -scope (the handler's name or dedup.Config.Scope), e.g. -scope charge-orders %s", key, key)
+	}
+	return msg
+}
+
+func inspect(ctx context.Context, a admin.Interface, key, notFound string, out *printer, stderr io.Writer) int {
 	rec, err := a.Inspect(ctx, key)
 	if errors.Is(err, admin.ErrNotFound) {
-		fmt.Fprintf(stderr, "dedupctl: no record under %q\n", key)
+		fmt.Fprintln(stderr, notFound)
 		return exitNotFound
 	}
 	if err != nil {
@@ -316,7 +335,7 @@ func inspect(ctx context.Context, a admin.Interface, key string, out *printer, s
 	return exitOK
 }
 
-func evict(ctx context.Context, a admin.Interface, key string, out *printer, stderr io.Writer) int {
+func evict(ctx context.Context, a admin.Interface, key, notFound string, out *printer, stderr io.Writer) int {
 	// What is about to be deleted, for the output; the record may change
 	// before the delete, which does not look at it.
 	before, inspectErr := a.Inspect(ctx, key)
@@ -326,7 +345,7 @@ func evict(ctx context.Context, a admin.Interface, key string, out *printer, std
 		return exitError
 	}
 	if !deleted {
-		fmt.Fprintf(stderr, "dedupctl: no record under %q\n", key)
+		fmt.Fprintln(stderr, notFound)
 		return exitNotFound
 	}
 	var was *admin.Record

@@ -412,7 +412,7 @@ func TestRedisCluster(t *testing.T) {
 func TestDynamo(t *testing.T) {
 	t.Setenv("AWS_ENDPOINT_URL_DYNAMODB", dynamoEndpoint)
 	t.Setenv("AWS_ACCESS_KEY_ID", "")
-	store, err := dynamo.New(dynamo.Config{Client: dynamoClient(), Table: dynamoTable})
+	store, err := dynamo.New(context.Background(), dynamo.Config{Client: dynamoClient(), Table: dynamoTable, SkipTTL: true})
 	if err != nil {
 		t.Fatal(err)
 	}

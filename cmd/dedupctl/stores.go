@@ -51,6 +51,10 @@ func redisClient(addr string) (goredis.UniversalClient, error) {
 	return client, nil
 }
 
+// openRedis opens the Redis store. A server whose maxmemory-policy evicts
+// keys, which the consumers' store refuses, is opened with -allow-eviction
+// only, with a warning to opts.warnings: an operator on managed Redis
+// defaults can still inspect and evict.
 func openRedis(ctx context.Context, opts options) (admin.Interface, string, func(), error) {
 	client, err := redisClient(opts.redisAddr)
 	if err != nil {
@@ -64,6 +68,16 @@ func openRedis(ctx context.Context, opts options) (admin.Interface, string, func
 		paceRedis(client, &pacer{every: opts.pace})
 	}
 	store, err := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: opts.redisPrefix})
+	if errors.Is(err, dedupredis.ErrEvictionPolicy) {
+		if !opts.allowEviction {
+			_ = client.Close()
+			return nil, "", nil, &usageError{fmt.Sprintf("Redis at %s: %v; pass -allow-eviction to inspect, list and evict its records anyway", redisaddr.Describe(client), err)}
+		}
+		if opts.warnings != nil {
+			fmt.Fprintf(opts.warnings, "dedupctl: warning: %v\n", err)
+		}
+		store, err = dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: opts.redisPrefix, AllowEviction: true})
+	}
 	if err != nil {
 		_ = client.Close()
 		return nil, "", nil, fmt.Errorf("Redis at %s: %w", redisaddr.Describe(client), err)
@@ -80,9 +94,13 @@ func openDynamo(ctx context.Context, opts options) (admin.Interface, string, fun
 	if opts.pace > 0 {
 		client = pacedDynamo{Client: a.DynamoDB(), p: &pacer{every: opts.pace}}
 	}
-	store, err := dynamo.New(dynamo.Config{Client: client, Table: opts.dynamoTable})
+	// SkipTTL: an operator's view needs the table, not its TTL.
+	store, err := dynamo.New(ctx, dynamo.Config{Client: client, Table: opts.dynamoTable, SkipTTL: true})
 	if err != nil {
-		return nil, "", nil, &usageError{err.Error()}
+		if errors.Is(err, dynamo.ErrTableNotFound) || errors.Is(err, dynamo.ErrTableSchema) || errors.Is(err, dynamo.ErrAWSConfig) {
+			return nil, "", nil, &usageError{fmt.Sprintf("DynamoDB at %s: %v", a.Describe("dynamodb"), err)}
+		}
+		return nil, "", nil, fmt.Errorf("DynamoDB at %s: %w", a.Describe("dynamodb"), err)
 	}
 	return store, fmt.Sprintf("DynamoDB at %s, table %s", a.Describe("dynamodb"), opts.dynamoTable), func() {}, nil
 }

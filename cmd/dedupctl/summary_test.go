@@ -159,7 +159,7 @@ func TestSummaryDynamo(t *testing.T) {
 	// Claims dated an hour ago: ABANDONED's one-minute lease ended 59
 	// minutes before dedupctl (on the wall clock) reads it.
 	clock := fakeclock.New(time.Now().Add(-time.Hour))
-	store, err := dynamo.New(dynamo.Config{Client: dynamoClient(), Table: dynamoTable, Clock: clock})
+	store, err := dynamo.New(context.Background(), dynamo.Config{Client: dynamoClient(), Table: dynamoTable, Clock: clock, SkipTTL: true})
 	if err != nil {
 		t.Fatal(err)
 	}

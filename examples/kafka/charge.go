@@ -141,7 +141,7 @@ func (p *printer) ObserveDecision(d dedup.Decision) {
 		fmt.Fprintf(p.out, "skipped  %-9s already charged (%s)\n", key, d.Handler)
 	case dedup.EventInProgress:
 		fmt.Fprintf(p.out, "deferred %-9s being charged by another member (%s): retried\n", key, d.Handler)
-	case dedup.EventKeyMissing:
+	case dedup.EventKeyMissing, dedup.EventTransportKey:
 		fmt.Fprintf(p.out, "refused  message %s: %v\n", d.MessageUUID, d.Err)
 	}
 }

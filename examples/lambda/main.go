@@ -98,7 +98,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var store dedup.Store
 	switch {
 	case *table != "":
-		store, err = dynamo.New(dynamo.Config{Client: dynamodb.NewFromConfig(awsCfg), Table: *table})
+		store, err = dynamo.New(ctx, dynamo.Config{Client: dynamodb.NewFromConfig(awsCfg), Table: *table})
 		if err != nil {
 			fmt.Fprintf(stderr, "lambda: %v\n", err)
 			return 1

@@ -151,7 +151,7 @@ func (p *printer) ObserveDecision(d dedup.Decision) {
 		fmt.Fprintf(p.out, "skipped  %-9s already charged (%s)\n", businessKey(d.Key), d.Handler)
 	case dedup.EventInProgress:
 		fmt.Fprintf(p.out, "deferred %-9s being charged by another consumer (%s): retried later\n", businessKey(d.Key), d.Handler)
-	case dedup.EventKeyMissing:
+	case dedup.EventKeyMissing, dedup.EventTransportKey:
 		fmt.Fprintf(p.out, "refused  message %s: %v\n", d.MessageUUID, d.Err)
 	}
 	seen := p.seen

@@ -89,7 +89,8 @@ func openDynamo(ctx context.Context, table string) (dedup.Store, string, func(),
 	default:
 		return nil, "", nil, &hintError{fmt.Errorf("dynamodb at %s: %w", where(awsCfg, "dynamodb"), err), dynaliteHint}
 	}
-	s, err := dynamo.New(dynamo.Config{Client: client, Table: table})
+	// SkipTTL: TTL is best effort above (emulators lack it).
+	s, err := dynamo.New(ctx, dynamo.Config{Client: client, Table: table, SkipTTL: true})
 	if err != nil {
 		return nil, "", nil, err
 	}

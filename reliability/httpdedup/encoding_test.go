@@ -235,9 +235,9 @@ func TestConfigValidate(t *testing.T) {
 	if !errors.Is(err, dedup.ErrInvalidDuration) {
 		t.Errorf("Lease of 2ns (a heartbeat of 0): %v", err)
 	}
-	ok2 := httpdedup.Config{Store: memory.New(nil), Identity: httpdedup.StaticIdentity("x"), Lease: time.Second, Heartbeat: time.Second, DisableHeartbeat: true}
-	if err := ok2.Validate(); err != nil {
-		t.Errorf("Heartbeat unused: %v", err)
+	both := httpdedup.Config{Store: memory.New(nil), Identity: httpdedup.StaticIdentity("x"), Lease: time.Second, Heartbeat: time.Second, DisableHeartbeat: true}
+	if err := both.Validate(); !errors.Is(err, dedup.ErrInvalidDuration) {
+		t.Errorf("Heartbeat with DisableHeartbeat: %v", err)
 	}
 }
 

@@ -32,7 +32,7 @@ func TestSameRecordsAcrossRuntimes(t *testing.T) {
 			return s
 		},
 		"dynamo": func(t *testing.T) dedup.Store {
-			s, err := dynamo.New(dynamo.Config{Client: dynamoClient, Table: dynamoTable})
+			s, err := dynamo.New(context.Background(), dynamo.Config{Client: dynamoClient, Table: dynamoTable, SkipTTL: true})
 			if err != nil {
 				t.Fatal(err)
 			}

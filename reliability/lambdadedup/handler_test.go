@@ -41,6 +41,13 @@ func invoke(t *testing.T, ctx context.Context, h *lambdadedup.Handler, records .
 		t.Fatal(err)
 	}
 	out, err := lambda.NewHandler(h.Handle).Invoke(ctx, payload)
+	if errors.Is(err, lambdadedup.ErrBatchFailed) { // every record failed
+		var failed []string
+		for _, r := range records {
+			failed = append(failed, r.MessageId)
+		}
+		return failed
+	}
 	if err != nil {
 		t.Fatalf("Invoke: %v", err)
 	}

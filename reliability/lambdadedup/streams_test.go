@@ -34,7 +34,7 @@ var realStores = []struct {
 }{
 	{"redis", newRedisStore},
 	{"dynamo", func(t *testing.T) dedup.Store {
-		s, err := dynamo.New(dynamo.Config{Client: dynamoClient, Table: dynamoTable})
+		s, err := dynamo.New(context.Background(), dynamo.Config{Client: dynamoClient, Table: dynamoTable, SkipTTL: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -231,7 +231,7 @@ func TestStreamTransportKey(t *testing.T) {
 					t.Errorf("charges %v, want A only (B after the failure)", c.charges)
 				}
 				if !obs.transportKey() {
-					t.Error("no key_missing decision with ErrTransportKey")
+					t.Error("no transport_key decision with ErrTransportKey")
 				}
 				cfg.DropPermanent = true
 				h = newHandler(t, cfg, c.handle)
@@ -250,7 +250,7 @@ func TestStreamTransportKey(t *testing.T) {
 type keyEvents struct{ seen atomic.Bool }
 
 func (o *keyEvents) ObserveDecision(d dedup.Decision) {
-	if d.Event == dedup.EventKeyMissing && errors.Is(d.Err, dedup.ErrTransportKey) {
+	if d.Event == dedup.EventTransportKey && errors.Is(d.Err, dedup.ErrTransportKey) {
 		o.seen.Store(true)
 	}
 }

@@ -54,7 +54,7 @@ func newDynamoConsumer(t *testing.T) func(endpoint string, helper bool) (consume
 	return func(endpoint string, helper bool) (consumer, error) {
 		records, charges := tables(t)
 		client := dynamoClient(endpoint)
-		store, err := dynamo.New(dynamo.Config{Client: client, Table: records, ClockSkewMargin: 50 * time.Millisecond})
+		store, err := dynamo.New(context.Background(), dynamo.Config{Client: client, Table: records, ClockSkewMargin: 50 * time.Millisecond})
 		if err != nil {
 			return nil, err
 		}
@@ -110,7 +110,7 @@ func motoBackend(t *testing.T) backend {
 			t.Fatalf("CreateTable %s: %v", table, err)
 		}
 	}
-	store, err := dynamo.New(dynamo.Config{Client: client, Table: records, ClockSkewMargin: 50 * time.Millisecond})
+	store, err := dynamo.New(ctx, dynamo.Config{Client: client, Table: records, ClockSkewMargin: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,12 +14,16 @@ import (
 // retention), plus one strongly consistent GetItem only when a failed
 // condition comes back without the old item (some DynamoDB-compatible
 // servers ignore ReturnValuesOnConditionCheckFailure). Complete, Extend and
-// Release issue one UpdateItem each; admin's Evict one DeleteItem.
+// Release issue one UpdateItem each; admin's Evict one DeleteItem. New
+// checks the table once with DescribeTable and DescribeTimeToLive (see
+// Config.SkipTableCheck, Config.SkipTTL).
 type Client interface {
 	PutItem(ctx context.Context, params *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
 	GetItem(ctx context.Context, params *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	UpdateItem(ctx context.Context, params *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 	DeleteItem(ctx context.Context, params *dynamodb.DeleteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
+	DescribeTable(ctx context.Context, params *dynamodb.DescribeTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
+	DescribeTimeToLive(ctx context.Context, params *dynamodb.DescribeTimeToLiveInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTimeToLiveOutput, error)
 }
 
 // TableClient is the part of the DynamoDB API that [CreateTable] and

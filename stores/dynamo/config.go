@@ -140,6 +140,21 @@ type Config struct {
 	// millisecond); must not be negative.
 	ClockSkewMargin time.Duration
 
+	// SkipTTL does not require DynamoDB Time to Live on the table: New then
+	// sends no DescribeTimeToLive. Set it for servers without TTL (dynalite)
+	// or a table whose storage is reclaimed otherwise; without TTL,
+	// expired records stay in the table (the store treats them as absent).
+	// Defaults to false: New refuses a table without TTL on
+	// AttributeNames.TTL (ErrTTLDisabled).
+	SkipTTL bool
+
+	// SkipTableCheck makes New send no request: for callers without the
+	// dynamodb:DescribeTable and dynamodb:DescribeTimeToLive permissions. A
+	// missing table or a wrong key schema then shows on the first claim,
+	// as a store error on every message. Defaults to false: New checks the
+	// table once (see New).
+	SkipTableCheck bool
+
 	// Clock supplies "now" for deadlines and expiry checks. Defaults to the
 	// wall clock; tests pass a fakeclock.
 	Clock dedup.Clock

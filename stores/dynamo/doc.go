@@ -47,7 +47,9 @@
 // *types.ConditionalCheckFailedException; every other error keeps the SDK's
 // error for errors.As and means the outcome is unknown. Conditions are built
 // with feature/dynamodb/expression. The IAM policy needs dynamodb:PutItem,
-// GetItem, UpdateItem and DeleteItem on the table.
+// GetItem, UpdateItem and DeleteItem on the table, and DescribeTable and
+// DescribeTimeToLive for the check New makes once (see
+// Config.SkipTableCheck).
 //
 // # Expiry, clocks and TTL
 //

@@ -23,9 +23,9 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	store, err := dynamo.New(dynamo.Config{
+	store, err := dynamo.New(ctx, dynamo.Config{
 		Client: dynamodb.NewFromConfig(awsConfig),
-		Table:  "dedup",
+		Table:  "dedup", // checked: exists, key schema, TTL on
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -52,9 +52,10 @@ func ExampleNew() {
 // return the old item, as dynalite).
 func ExampleStore_Claim() {
 	ctx := context.Background()
-	store, err := dynamo.New(dynamo.Config{
-		Client: client, // the test's: dynamodb.NewFromConfig(awsConfig) in production
-		Table:  testTable,
+	store, err := dynamo.New(ctx, dynamo.Config{
+		Client:  client, // the test's: dynamodb.NewFromConfig(awsConfig) in production
+		Table:   testTable,
+		SkipTTL: true, // dynalite has no Time to Live
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -71,7 +71,8 @@ func newStore(t testing.TB, config dynamo.Config) *dynamo.Store {
 	if config.Table == "" {
 		config.Table = testTable
 	}
-	s, err := dynamo.New(config)
+	config.SkipTTL = true // dynalite has no TTL (see TestNewChecksTheTable)
+	s, err := dynamo.New(context.Background(), config)
 	if err != nil {
 		t.Fatalf("dynamo.New: %v", err)
 	}

@@ -78,9 +78,18 @@ type Store struct {
 
 var _ dedup.Store = (*Store)(nil)
 
-// New validates config and returns a Store. It makes no request: a missing
-// table or wrong credentials show up on the first operation.
-func New(config Config) (*Store, error) {
+// New validates config, checks the table once and returns a Store. The
+// check, as redis.New checks its server, refuses a table that cannot hold
+// the store's records safely, with an error that says what to change: a
+// missing table (ErrTableNotFound), a key schema other than a string
+// partition key named AttributeNames.PartitionKey without a sort key
+// (ErrTableSchema), Time to Live not enabled on AttributeNames.TTL
+// (ErrTTLDisabled, unless Config.SkipTTL). A region or credentials failure
+// of the AWS SDK is an *AWSConfigError (ErrAWSConfig), not a DynamoDB that
+// does not answer. Cost: one DescribeTable and one DescribeTimeToLive
+// (none with Config.SkipTableCheck, no DescribeTimeToLive with SkipTTL),
+// within ctx.
+func New(ctx context.Context, config Config) (*Store, error) {
 	if err := config.Validate(); err != nil {
 		return nil, err
 	}
@@ -103,6 +112,11 @@ func New(config Config) (*Store, error) {
 		overhead += len(n)
 	}
 	s.maxResult = MaxItemBytes - overhead
+	if !config.SkipTableCheck {
+		if err := s.checkTable(ctx, config.SkipTTL); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
 }
 

@@ -380,7 +380,7 @@ func TestUnreachableServerKeepsTheCause(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	_ = l.Close() // nothing listens there now
-	s := newStore(t, dynamo.Config{Client: newClient("http://"+addr, 1)})
+	s := newStore(t, dynamo.Config{Client: newClient("http://"+addr, 1), SkipTableCheck: true})
 	ctx := context.Background()
 	claim := dedup.Claim{Key: "k", Token: storekit.NewToken()}
 	_, claimErr := s.Claim(ctx, "k", "", time.Minute)
@@ -449,7 +449,7 @@ func TestConfigValidate(t *testing.T) {
 	if !errors.Is(err, dedup.ErrInvalidDuration) {
 		t.Errorf("negative margin: %v does not match ErrInvalidDuration", err)
 	}
-	if _, nerr := dynamo.New(dynamo.Config{}); nerr == nil {
+	if _, nerr := dynamo.New(context.Background(), dynamo.Config{}); nerr == nil {
 		t.Error("New accepted an empty config")
 	}
 }

@@ -188,9 +188,9 @@ func TestHTTPTxCrashBeforeCommit(t *testing.T) {
 }
 
 // TestHTTPTxResponseTooLarge: the handler writes its row, then a response
-// larger than MaxResponseBytes. The row is rolled back with the released
-// key, the client gets 500 response-not-storable, and the retry runs the
-// handler again.
+// larger than MaxResponseBytes. The handler ran to its end: its row
+// commits with the record, completed without the response, and the client
+// and the retry get 409 response-not-stored; the handler runs once.
 func TestHTTPTxResponseTooLarge(t *testing.T) {
 	o := newOrders(t)
 	api := newPaymentsAPI(t, o, true, httpdedup.Config{MaxResponseBytes: 1024})
@@ -202,18 +202,18 @@ func TestHTTPTxResponseTooLarge(t *testing.T) {
 	defer srv.Close()
 	for i := range 2 {
 		status, _, body := post(t, srv.URL, "big")
-		if status != http.StatusInternalServerError || problemType(body) != httpdedup.ProblemResponseNotStorable {
-			t.Fatalf("attempt %d: %d %s, want 500 response-not-storable", i, status, body)
+		if status != http.StatusConflict || problemType(body) != httpdedup.ProblemResponseNotStored {
+			t.Fatalf("attempt %d: %d %s, want 409 response-not-stored", i, status, body)
 		}
-		if n := o.count(t, "big"); n != 0 {
-			t.Fatalf("attempt %d: %d rows, want 0 (rolled back)", i, n)
+		if n := o.count(t, "big"); n != 1 {
+			t.Fatalf("attempt %d: %d rows, want 1 (committed with the record)", i, n)
 		}
-		if got := readReadable(t, o.store, "big"); !released(got) {
-			t.Fatalf("attempt %d: key %+v, want released", i, got)
+		if got := readReadable(t, o.store, "big"); len(got) != 1 || got[0].State != "completed" {
+			t.Fatalf("attempt %d: key %+v, want completed", i, got)
 		}
 	}
-	if calls := api.calls.Load(); calls != 2 {
-		t.Fatalf("handler ran %d times, want 2 (the key was released after the first)", calls)
+	if calls := api.calls.Load(); calls != 1 {
+		t.Fatalf("handler ran %d times, want 1 (the key was completed)", calls)
 	}
 }
 

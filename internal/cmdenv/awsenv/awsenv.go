@@ -103,7 +103,7 @@ func LoadAWS(ctx context.Context, services ...string) (*AWS, error) {
 		return nil, fmt.Errorf("awsenv: loading the AWS configuration: %w", err)
 	}
 	if cfg.Region == "" {
-		return nil, errors.New("awsenv: no AWS region: set AWS_REGION to use AWS, or AWS_ENDPOINT_URL to use a local emulator")
+		return nil, &ConfigError{What: "region", Err: errors.New("set AWS_REGION to use AWS, or AWS_ENDPOINT_URL to use a local emulator")}
 	}
 	a.Config = cfg
 	return a, nil
@@ -156,10 +156,37 @@ func (e *UnreachableError) Error() string {
 func (e *UnreachableError) Unwrap() error { return e.Err }
 
 // Unreachable wraps the error of a ping of service into an
-// *UnreachableError carrying the endpoint and hint; nil stays nil.
+// *UnreachableError carrying the endpoint and hint; nil stays nil. When
+// the configuration's credentials cannot be retrieved, the request never
+// left: the error is a *ConfigError about them instead.
 func (a *AWS) Unreachable(service, hint string, err error) error {
 	if err == nil {
 		return nil
 	}
+	if a.Config.Credentials != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), PingTimeout)
+		defer cancel()
+		if _, cerr := a.Config.Credentials.Retrieve(ctx); cerr != nil && ctx.Err() == nil {
+			return &ConfigError{What: "credentials", Err: cerr}
+		}
+	}
 	return &UnreachableError{Service: service, Endpoint: a.Endpoint(service), Hint: hint, Err: err}
 }
+
+// ConfigError says that the AWS SDK configuration cannot make a request:
+// no region, or credentials that cannot be retrieved. Nothing was sent;
+// the environment (AWS_REGION, AWS_PROFILE, the credentials) needs fixing,
+// not the network.
+type ConfigError struct {
+	What string // "region" or "credentials"
+	Err  error
+}
+
+func (e *ConfigError) Error() string {
+	if e.What == "credentials" {
+		return fmt.Sprintf("awsenv: no usable AWS credentials (set AWS_PROFILE or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, renew the SSO session, or set AWS_ENDPOINT_URL for a local emulator): %v", e.Err)
+	}
+	return fmt.Sprintf("awsenv: no AWS %s: %v", e.What, e.Err)
+}
+
+func (e *ConfigError) Unwrap() error { return e.Err }

@@ -76,7 +76,7 @@ func (l *decisionLog) transportKeyRefused(uuid string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, d := range l.all {
-		if d.Event == dedup.EventKeyMissing && d.MessageUUID == uuid && errors.Is(d.Err, dedup.ErrTransportKey) {
+		if d.Event == dedup.EventTransportKey && d.MessageUUID == uuid && errors.Is(d.Err, dedup.ErrTransportKey) {
 			return true
 		}
 	}

@@ -148,10 +148,14 @@ func (c Config) Validate() error {
 
 // Result is one run's figures.
 type Result struct {
-	Idempotency    bool
-	Shadow         bool // the idempotent run was in shadow mode
-	WouldSkip      int  // shadow mode: copies charged that dedup would have skipped
-	Messages       int  // published copies
+	Idempotency bool
+	Shadow      bool // the idempotent run was in shadow mode
+	// Scope is the dedup scope of an idempotent run (fresh per run): its
+	// records are under admin.ScopedKey(Scope, order id), each kept for
+	// Retention.
+	Scope          string
+	WouldSkip      int // shadow mode: copies charged that dedup would have skipped
+	Messages       int // published copies
 	DistinctOrders int
 	Charges        int // effects performed
 	Acked          int // messages acked by the consumer
@@ -263,10 +267,10 @@ type run struct {
 	cfg         Config
 	name        string // "off", "on" or "shadow"
 	idempotency bool
+	scope       string // the dedup scope of an idempotent run, fresh per run
 	msgs        []*message.Message
 	distinct    int
 	lose        map[string]bool // UUIDs whose first ack is lost
-	scope       string          // the idempotent run's dedup scope
 
 	charges, nacks, published atomic.Int64
 	obs                       *counter
@@ -408,6 +412,17 @@ func (r *run) bound() message.HandlerMiddleware {
 	}
 }
 
+// Retention is the dedup retention of the lab's records: what a run
+// leaves in a shared store is kept this long (unless evicted).
+const Retention = 24 * time.Hour
+
+// newScope makes the run's fresh scope (a shared store may hold earlier
+// runs) and keeps it for the Result.
+func (r *run) newScope() string {
+	r.scope = "charge-orders-" + watermill.NewShortUUID()
+	return r.scope
+}
+
 // dedupMiddleware returns the poison queue for permanent errors and the
 // Deduplicator, on a fresh scope (a shared store may hold earlier runs).
 func (r *run) dedupMiddleware(ctx context.Context, tr *Transport) ([]message.HandlerMiddleware, error) {
@@ -415,14 +430,14 @@ func (r *run) dedupMiddleware(ctx context.Context, tr *Transport) ([]message.Han
 	if err != nil {
 		return nil, fmt.Errorf("lab: store %s: %w", r.cfg.StoreName, err)
 	}
-	r.scope = "charge-orders-" + watermill.NewShortUUID()
 	d, err := dedup.New(dedup.Config{
-		Store:    store,
-		Key:      keyfuncs.JSON("order_id"),
-		Scope:    r.scope,
-		Observer: r.obs,
-		Logger:   r.cfg.Logger,
-		Shadow:   r.cfg.Shadow,
+		Store:     store,
+		Key:       keyfuncs.JSON("order_id"),
+		Scope:     r.newScope(),
+		Retention: Retention,
+		Observer:  r.obs,
+		Logger:    r.cfg.Logger,
+		Shadow:    r.cfg.Shadow,
 	})
 	if err != nil {
 		return nil, err
@@ -556,7 +571,7 @@ func (r *run) report(what string) {
 // result collects the run's figures.
 func (r *run) result(pending int) Result {
 	res := Result{
-		Idempotency: r.idempotency, Shadow: r.idempotency && r.cfg.Shadow, Messages: len(r.msgs), DistinctOrders: r.distinct,
+		Idempotency: r.idempotency, Shadow: r.idempotency && r.cfg.Shadow, Scope: r.scope, Messages: len(r.msgs), DistinctOrders: r.distinct,
 		Charges: int(r.charges.Load()), HandlerErrors: int(r.nacks.Load()), Pending: pending,
 		Outcomes: map[dedup.Event]int{},
 	}

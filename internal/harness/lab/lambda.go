@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
@@ -120,8 +119,8 @@ func (r *run) lambdaHandler(ctx context.Context) (any, error) {
 		return nil, fmt.Errorf("lab: store %s: %w", r.cfg.StoreName, err)
 	}
 	h, err := lambdadedup.New(lambdadedup.Config{
-		Scope: "charge-orders-" + watermill.NewShortUUID(),
-		Dedup: dedup.Config{Store: store, Key: keyfuncs.JSON("order_id"), Observer: r.obs, Logger: r.cfg.Logger, Shadow: r.cfg.Shadow},
+		Scope: r.newScope(),
+		Dedup: dedup.Config{Store: store, Key: keyfuncs.JSON("order_id"), Retention: Retention, Observer: r.obs, Logger: r.cfg.Logger, Shadow: r.cfg.Shadow},
 	}, r.charge)
 	if err != nil {
 		return nil, err

@@ -26,5 +26,6 @@ func DynamoStore(ctx context.Context, client *dynamodb.Client, table string) (*d
 	default:
 		return nil, err
 	}
-	return dynamo.New(dynamo.Config{Client: client, Table: table})
+	// SkipTTL: the lab's table is its own, TTL is best effort above.
+	return dynamo.New(ctx, dynamo.Config{Client: client, Table: table, SkipTTL: true})
 }

@@ -286,7 +286,7 @@ func openDynamo(ctx context.Context, id string) (*backend, error) {
 		b.close()
 		return nil, err
 	}
-	store, err := dynamo.New(dynamo.Config{Client: client, Table: table})
+	store, err := dynamo.New(ctx, dynamo.Config{Client: client, Table: table, SkipTTL: true})
 	if err != nil {
 		b.close()
 		return nil, err

@@ -382,7 +382,7 @@ func openBatchDynamo(ctx context.Context, id string) (*batchBackend, error) {
 		b.close()
 		return nil, err
 	}
-	store, err := dynamo.New(dynamo.Config{Client: countingDynamo{client, b.requests}, Table: table})
+	store, err := dynamo.New(ctx, dynamo.Config{Client: countingDynamo{client, b.requests}, Table: table, SkipTTL: true}) // dynalite has no Time to Live
 	if err != nil {
 		b.close()
 		return nil, err
