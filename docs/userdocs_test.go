@@ -141,7 +141,7 @@ var facts = []fact{
 	},
 	{
 		name:  "a PostgreSQL claim is one INSERT … ON CONFLICT DO NOTHING statement with a takeover UPDATE",
-		says:  regexp.MustCompile(`ON CONFLICT (\(key_hash\) )?DO NOTHING`),
+		says:  regexp.MustCompile(`ON CONFLICT\s+(\(key_hash\)\s+)?DO NOTHING`),
 		pages: []string{"README.md", "docs/postgres.md", "stores/postgres/README.md"},
 	},
 	{
