@@ -392,3 +392,27 @@ func TestDynamoDBGuideRuns(t *testing.T) {
 		}
 	}
 }
+
+// The README's install table names every library module of the workspace
+// (go.work's modules but the tooling ones: cmd, docs, examples, internal/…,
+// reliability), so a user knows what to go get for each store and adapter.
+func TestReadmeNamesEveryLibraryModule(t *testing.T) {
+	root := repoRoot(t)
+	work := readRepoFile(t, root, "go.work")
+	readme := readRepoFile(t, root, "README.md")
+	tooling := regexp.MustCompile(`^(cmd|docs|examples|reliability|internal/.*)$`)
+	found := 0
+	for _, m := range regexp.MustCompile(`(?m)^\s+\./?(\S*)\s*$`).FindAllStringSubmatch(work, -1) {
+		dir := m[1]
+		if dir == "" || tooling.MatchString(dir) {
+			continue
+		}
+		found++
+		if !strings.Contains(readme, "`…/"+dir+"`") {
+			t.Errorf("README.md's install table does not name the module …/%s", dir)
+		}
+	}
+	if found < 7 {
+		t.Errorf("go.work lists %d library modules besides the root; want the stores, lambdadedup, oteldedup, metrics and cmd/dedupctl", found)
+	}
+}
