@@ -394,13 +394,13 @@ func TestDynamoDBGuideRuns(t *testing.T) {
 }
 
 // The README's install table names every library module of the workspace
-// (go.work's modules but the tooling ones: cmd, docs, examples, internal/…,
+// (go.work's modules but the tooling ones: cmd, docs, examples, ops, internal/…,
 // reliability), so a user knows what to go get for each store and adapter.
 func TestReadmeNamesEveryLibraryModule(t *testing.T) {
 	root := repoRoot(t)
 	work := readRepoFile(t, root, "go.work")
 	readme := readRepoFile(t, root, "README.md")
-	tooling := regexp.MustCompile(`^(cmd|docs|examples|reliability|internal/.*)$`)
+	tooling := regexp.MustCompile(`^(cmd|docs|examples|ops|reliability|internal/.*)$`)
 	found := 0
 	for _, m := range regexp.MustCompile(`(?m)^\s+\./?(\S*)\s*$`).FindAllStringSubmatch(work, -1) {
 		dir := m[1]
