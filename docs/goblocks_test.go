@@ -54,47 +54,80 @@ type harness struct {
 // a harness fails TestGoBlocksCompile, so it gets one; a harness that
 // matches no block fails it too.
 var harnesses = map[blockKey]harness{
-	{"README.md", "poison, _ := middleware.PoisonQueueWithFilter(publisher, \"orders.poison\", dedup.IsPermanent)"}: {
-		imports: []string{"time", "github.com/ThreeDotsLabs/watermill/message", "github.com/ThreeDotsLabs/watermill/message/router/middleware", "github.com/watermill-dedup/watermill-dedup/dedup"},
-		names:   "publisher message.Publisher\nrouter *message.Router\nd *dedup.Deduplicator",
+	// docs/router.md: the wiring of the Quick start, as a fragment.
+	{"docs/router.md", "poison, err := middleware.PoisonQueueWithFilter(publisher, \"orders.poison\", dedup.IsPermanent)"}: {
+		imports: []string{"time", "github.com/ThreeDotsLabs/watermill", "github.com/ThreeDotsLabs/watermill/message", "github.com/ThreeDotsLabs/watermill/message/router/middleware", "github.com/watermill-dedup/watermill-dedup/dedup"},
+		names:   "publisher message.Publisher\nlogger watermill.LoggerAdapter\nrouter *message.Router\nd *dedup.Deduplicator",
+		results: "error",
+		after:   "return nil",
 	},
-	{"README.md", "func TestConformance(t *testing.T) {"}: {
+	// docs/dev/conformance.md
+	{"docs/dev/conformance.md", "func TestConformance(t *testing.T) {"}: {
 		imports:  []string{"testing", "time", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/dedup/storetest"},
 		topLevel: true,
 		names:    "newStoreForTest func(t *testing.T) dedup.Store",
 	},
-	{"README.md", "router.AddMiddleware(d.Middleware, store.TxMiddleware) // the first added is the outermost"}: {
-		imports: []string{"github.com/ThreeDotsLabs/watermill/message", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/stores/postgres"},
-		names:   "router *message.Router\nd *dedup.Deduplicator\nstore *postgres.Store\nsub message.Subscriber\nparseOrder func(*message.Message) struct{ ID string; Amount int }",
+	// docs/keys.md
+	{"docs/keys.md", "d, err := dedup.New(dedup.Config{"}: {
+		imports: []string{"github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/keyfuncs"},
+		names:   "store dedup.Store",
+		after:   "_, _ = d, err",
 	},
-	{"README.md", "idem, err := httpdedup.New(httpdedup.Config{"}: {
+	// docs/redis.md
+	{"docs/redis.md", "client := redis.NewUniversalClient(&redis.UniversalOptions{"}: {
+		imports: []string{"context", "github.com/redis/go-redis/v9", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/keyfuncs", "dedupredis github.com/watermill-dedup/watermill-dedup/stores/redis"},
+		names:   "ctx context.Context",
+		results: "error",
+		after:   "_, _ = d, err\nreturn nil",
+	},
+	{"docs/redis.md", "store, err := dedupredis.New(ctx, client, dedupredis.Config{"}: {
+		imports: []string{"context", "time", "github.com/redis/go-redis/v9", "dedupredis github.com/watermill-dedup/watermill-dedup/stores/redis"},
+		names:   "ctx context.Context\nclient redis.UniversalClient",
+		after:   "_, _ = store, err",
+	},
+	// docs/dynamodb.md: the fragment takes its imports from the page's import block.
+	{"docs/dynamodb.md", "awsConfig, err := config.LoadDefaultConfig(ctx)"}: {
+		imports: []string{"context"},
+		names:   "ctx context.Context",
+		results: "error",
+		after:   "_, _ = d, err\nreturn nil",
+	},
+	// docs/postgres.md
+	{"docs/postgres.md", "store, err := postgres.New(pool, postgres.Config{})"}: {
+		imports: []string{"context", "github.com/ThreeDotsLabs/watermill/message", "github.com/jackc/pgx/v5/pgxpool", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/keyfuncs", "github.com/watermill-dedup/watermill-dedup/stores/postgres"},
+		names:   "pool *pgxpool.Pool\nctx context.Context\nrouter *message.Router\nsubscriber message.Subscriber\norderOf func(*message.Message) (string, int)",
+		results: "error",
+		after:   "return nil",
+	},
+	// docs/http.md
+	{"docs/http.md", "idem, err := httpdedup.New(httpdedup.Config{"}: {
 		imports: []string{"net/http", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/httpdedup"},
 		names:   "store dedup.Store\naccountOf func(*http.Request) (string, error)\nmux *http.ServeMux\nauthenticate func(http.Handler) http.Handler\ncreatePayment http.Handler",
 		after:   "_ = err",
 	},
-	{"README.md", "h, err := lambdadedup.New(lambdadedup.Config{"}: {
+	// docs/lambda.md
+	{"docs/lambda.md", "h, err := lambdadedup.New(lambdadedup.Config{"}: {
 		imports: []string{"log", "github.com/ThreeDotsLabs/watermill/message", "github.com/aws/aws-lambda-go/lambda", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/keyfuncs", "github.com/watermill-dedup/watermill-dedup/lambdadedup"},
 		names:   "store dedup.Store\nchargeOrder func(*message.Message) error",
 	},
-	{"README.md", "d, err := dedup.New(dedup.Config{"}: { // InProgressWait
-		imports: []string{"time", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/keyfuncs"},
-		names:   "store dedup.Store",
-		after:   "_, _ = d, err",
-	},
-	{"README.md", "router, err := message.NewRouter(message.RouterConfig{}, dedup.InProgressAtInfo(logger))"}: {
-		imports: []string{"github.com/ThreeDotsLabs/watermill", "github.com/ThreeDotsLabs/watermill/message", "github.com/watermill-dedup/watermill-dedup/dedup"},
-		names:   "logger watermill.LoggerAdapter",
-		after:   "_, _ = router, err",
-	},
-	{"README.md", "tracer := oteldedup.New(oteldedup.Config{TracerProvider: provider}) // default: otel.GetTracerProvider()"}: {
-		imports: []string{"github.com/ThreeDotsLabs/watermill/message", "go.opentelemetry.io/otel/trace", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/keyfuncs", "github.com/watermill-dedup/watermill-dedup/oteldedup"},
-		names:   "store dedup.Store\nprovider trace.TracerProvider\nrouter *message.Router",
-		after:   "_ = err",
-	},
-	{"README.md", "obs, err := metrics.New(prometheus.DefaultRegisterer, metrics.Config{})"}: {
+	// docs/operations.md
+	{"docs/operations.md", "obs, err := metrics.New(prometheus.DefaultRegisterer, metrics.Config{})"}: {
 		imports: []string{"github.com/ThreeDotsLabs/watermill/message", "github.com/prometheus/client_golang/prometheus", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/metrics"},
 		names:   "store dedup.Store\nkey func(*message.Message) (string, error)",
 		after:   "_, _ = d, err",
+	},
+	// docs/migrating-from-deduplicator.md: before and after.
+	{"docs/migrating-from-deduplicator.md", "repository, err := middleware.NewMapExpiringKeyRepository(time.Hour)"}: {
+		imports: []string{"time", "github.com/ThreeDotsLabs/watermill/message", "github.com/ThreeDotsLabs/watermill/message/router/middleware"},
+		names:   "router *message.Router",
+		results: "error",
+		after:   "return nil",
+	},
+	{"docs/migrating-from-deduplicator.md", "d, err := dedup.New(dedup.Config{"}: {
+		imports: []string{"time", "github.com/ThreeDotsLabs/watermill/message", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/keyfuncs"},
+		names:   "store dedup.Store\nrouter *message.Router",
+		results: "error",
+		after:   "return nil",
 	},
 
 	// docs/batches.md

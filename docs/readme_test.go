@@ -94,10 +94,11 @@ func TestReadmeQuickStartIsTheProgram(t *testing.T) {
 	}
 }
 
-// The Quick start program charges ORDER-003 once for ten copies, leaves
-// exactly the key it says it leaves (dedup:charge-orders:ORDER-003, for 24
-// hours), and a second run within that time charges nothing: what the
-// README shows.
+// The Quick start program charges ORDER-003 once for ten copies, sends the
+// message without a key to the poison topic once (one key_missing error
+// line, no nack loop), leaves exactly the key it says it leaves
+// (dedup:charge-orders:ORDER-003, for 24 hours), and a second run within
+// that time charges nothing: what the README shows, stdout and stderr.
 func TestQuickStartRuns(t *testing.T) {
 	root := repoRoot(t)
 	r, err := testserver.StartRedis()
@@ -107,24 +108,41 @@ func TestQuickStartRuns(t *testing.T) {
 	t.Cleanup(func() { _ = r.Close() })
 	bin := filepath.Join(t.TempDir(), "quickstart")
 	runGo(t, root, "build", "-o", bin, "./examples/quickstart")
-	run := func() string {
+	run := func() (stdout, stderr string) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, bin)
 		cmd.Env = append(os.Environ(), "REDIS_ADDR="+r.Addr)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
+		var errBuf bytes.Buffer
+		cmd.Stderr = &errBuf
 		out, err := cmd.Output()
 		if err != nil {
-			t.Fatalf("quickstart: %v\n%s", err, stderr.String())
+			t.Fatalf("quickstart: %v\n%s", err, errBuf.String())
 		}
-		return string(out)
+		return string(out), errBuf.String()
 	}
-	first, second := run(), run()
-	const once, none = "10 copies of ORDER-003, 1 charge(s)\n", "10 copies of ORDER-003, 0 charge(s)\n"
+	first, firstLog := run()
+	second, _ := run()
+	const once = "10 copies of ORDER-003, 1 charge(s); 1 message(s) without a key on orders.poison\n"
+	const none = "10 copies of ORDER-003, 0 charge(s); 1 message(s) without a key on orders.poison\n"
 	if first != once || second != none {
 		t.Fatalf("quickstart printed %q, then %q; want %q, then %q", first, second, once, none)
+	}
+	// stderr: nine duplicates skipped, one error line (the message without
+	// a key), and no handler error from the router: the poison queue took it.
+	var errorLines []string
+	for _, line := range strings.Split(firstLog, "\n") {
+		if strings.Contains(line, "level=ERROR") {
+			errorLines = append(errorLines, line)
+		}
+	}
+	if n := strings.Count(firstLog, "dedup: skip_duplicate"); n != 9 {
+		t.Errorf("the first run logged %d skip_duplicate lines, want 9:\n%s", n, firstLog)
+	}
+	if len(errorLines) != 1 || !strings.Contains(errorLines[0], `msg="dedup: key_missing"`) ||
+		!strings.Contains(errorLines[0], "no usable business key at json:order_id: missing") {
+		t.Errorf("the first run logged these ERROR lines, want one key_missing line:\n%s", strings.Join(errorLines, "\n"))
 	}
 
 	client := goredis.NewClient(&goredis.Options{Addr: r.Addr})
@@ -145,7 +163,11 @@ func TestQuickStartRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{strings.TrimSpace(once), strings.TrimSpace(none), "`dedup:charge-orders:ORDER-003`"} {
+	for _, want := range []string{
+		strings.TrimSpace(once), strings.TrimSpace(none), "`dedup:charge-orders:ORDER-003`",
+		"$ grep -c 'dedup: skip_duplicate' quickstart.log\n9\n",
+		`level=ERROR msg="dedup: key_missing" dedup_event=key_missing err="dedup: no usable business key at json:order_id: missing (message `,
+	} {
 		if !bytes.Contains(readme, []byte(want)) {
 			t.Errorf("README.md does not show %q", want)
 		}
