@@ -10,10 +10,12 @@ import (
 // method signatures, so *dynamodb.Client satisfies it unchanged. Wrap it to
 // add tracing, metrics or fault injection; the store never type-asserts it.
 //
-// Claim issues one UpdateItem (a PutItem after a completed item's
-// retention), plus one strongly consistent GetItem only when a failed
-// condition comes back without the old item (some DynamoDB-compatible
-// servers ignore ReturnValuesOnConditionCheckFailure). Complete, Extend and
+// Claim issues one PutItem conditioned on attribute_not_exists(pk); only a
+// record found no longer live costs a second, conditional takeover write
+// (an UpdateItem for a released or abandoned record, a PutItem after a
+// completed record's retention), plus one strongly consistent GetItem when
+// a failed condition comes back without the old item (some
+// DynamoDB-compatible servers ignore ReturnValuesOnConditionCheckFailure). Complete, Extend and
 // Release issue one UpdateItem each; admin's Evict one DeleteItem. New
 // checks the table once with DescribeTable and DescribeTimeToLive (see
 // Config.SkipTableCheck, Config.SkipTTL).
