@@ -48,9 +48,9 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 
+	"github.com/watermill-dedup/watermill-dedup/internal/cmdenv/redisaddr"
 	"github.com/watermill-dedup/watermill-dedup/internal/harness/kafkabroker"
 	"github.com/watermill-dedup/watermill-dedup/internal/harness/lab"
-	"github.com/watermill-dedup/watermill-dedup/internal/cmdenv/redisaddr"
 )
 
 func main() {
