@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
@@ -134,10 +135,10 @@ func TestDeadlinePassedInAdmissionIsNoStoreFailure(t *testing.T) {
 	if errors.As(err, &se) {
 		t.Errorf("second call: a *StoreError (%v), but the store did not fail", err)
 	}
-	for _, d := range obs.of(dedup.EventStoreError) {
+	for _, d := range obs.of(event.StoreError) {
 		t.Errorf("spurious store_error decision: %v", d.Err)
 	}
-	for _, d := range obs.of(dedup.EventFailOpen) {
+	for _, d := range obs.of(event.FailOpen) {
 		t.Errorf("spurious fail_open decision: %v", d.Err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/internal/fanout"
 	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
 )
@@ -413,7 +414,7 @@ func (r *batchRun) turns(results []BatchResult) {
 func (r *batchRun) notStarted(s *batchSlot) error {
 	err := fmt.Errorf("%w (group %q)", ErrNotStarted, r.b.Calls[s.i].Group)
 	if s.won {
-		s.f.claimEvent(EventClaimWon, s.res, s.elapsed, 0)
+		s.f.claimEvent(event.ClaimWon, s.res, s.elapsed, 0)
 		s.release(err)
 	}
 	r.end(s, false, nil)
@@ -464,7 +465,7 @@ func (r *batchRun) turn(s *batchSlot) (ClaimResult, error) {
 	}
 	switch res.Outcome {
 	case Acquired:
-		f.claimEvent(EventClaimWon, res, elapsed, waited)
+		f.claimEvent(event.ClaimWon, res, elapsed, waited)
 		if f.work.Err() != nil {
 			// The caller's context ended, or the lease did (the keeper
 			// reported it), before the call's turn: not started.
@@ -475,7 +476,7 @@ func (r *batchRun) turn(s *batchSlot) (ClaimResult, error) {
 		return f.runHeld(ctx, w, s)
 	case Duplicate:
 		if !e.cfg.Shadow {
-			f.claimEvent(EventSkipDuplicate, res, elapsed, waited)
+			f.claimEvent(event.SkipDuplicate, res, elapsed, waited)
 			return res, nil
 		}
 	}
@@ -511,7 +512,7 @@ func (r *batchRun) copyTurn(s *batchSlot, w worker) (ClaimResult, error) {
 		return f.do(s.ctx, w)
 	}
 	if res.Outcome == Duplicate && !e.cfg.Shadow {
-		f.claimEvent(EventSkipDuplicate, res, 0, 0)
+		f.claimEvent(event.SkipDuplicate, res, 0, 0)
 		return res, nil
 	}
 	return f.refused(s.ctx, res, 0, 0, w)
@@ -546,7 +547,7 @@ func (r *batchRun) copyWhileFirstRuns(s, first *batchSlot, w worker) (ClaimResul
 	var waited time.Duration
 	switch res.Outcome {
 	case Acquired: // the first call's claim was lost meanwhile
-		f.claimEvent(EventClaimWon, res, elapsed, 0)
+		f.claimEvent(event.ClaimWon, res, elapsed, 0)
 		return f.run(ctx, res.Claim, w)
 	case InProgress:
 		if e.cfg.InProgressWait > 0 && !e.cfg.Shadow {
@@ -555,13 +556,13 @@ func (r *batchRun) copyWhileFirstRuns(s, first *batchSlot, w worker) (ClaimResul
 			ok, out, waited = r.awaitFirst(ctx, f, first)
 			if ok {
 				res = ClaimResult{Outcome: Duplicate, Result: out}
-				f.claimEvent(EventSkipDuplicate, res, elapsed, waited)
+				f.claimEvent(event.SkipDuplicate, res, elapsed, waited)
 				return res, nil
 			}
 		}
 	case Duplicate:
 		if !e.cfg.Shadow {
-			f.claimEvent(EventSkipDuplicate, res, elapsed, 0)
+			f.claimEvent(event.SkipDuplicate, res, elapsed, 0)
 			return res, nil
 		}
 	}

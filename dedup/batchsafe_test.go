@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
@@ -17,7 +18,7 @@ import (
 // eventRecorder records the events of the engine's decisions.
 type eventRecorder struct {
 	mu     sync.Mutex
-	events []dedup.Event
+	events []event.Event
 	inProg chan struct{} // closed at the first in_progress decision
 	once   sync.Once
 }
@@ -28,14 +29,14 @@ func (o *eventRecorder) ObserveDecision(d dedup.Decision) {
 	o.mu.Lock()
 	o.events = append(o.events, d.Event)
 	o.mu.Unlock()
-	if d.Event == dedup.EventInProgress {
+	if d.Event == event.InProgress {
 		o.once.Do(func() { close(o.inProg) })
 	}
 }
 
 func (o *eventRecorder) ObserveStoreOp(string, time.Duration, error) {}
 
-func (o *eventRecorder) count(e dedup.Event) int {
+func (o *eventRecorder) count(e event.Event) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	n := 0
@@ -171,7 +172,7 @@ func TestDoBatchKeyErrIsUnkeyed(t *testing.T) {
 			if ran.Load() != 3 || res[1].Err != nil || res[2].Err != nil {
 				t.Errorf("shadow: ran %d, results %+v; want 3 runs and no error", ran.Load(), res)
 			}
-			if n := obs.count(dedup.EventWouldReject); n != 2 {
+			if n := obs.count(event.WouldReject); n != 2 {
 				t.Errorf("shadow: %d would_reject, want 2", n)
 			}
 			continue
@@ -179,7 +180,7 @@ func TestDoBatchKeyErrIsUnkeyed(t *testing.T) {
 		if ran.Load() != 1 || !errors.Is(res[1].Err, dedup.ErrNoKey) || !errors.Is(res[2].Err, dedup.ErrTransportKey) {
 			t.Errorf("ran %d, results %+v; want 1 run, ErrNoKey, ErrTransportKey", ran.Load(), res)
 		}
-		if obs.count(dedup.EventKeyMissing) != 1 || obs.count(dedup.EventTransportKey) != 1 {
+		if obs.count(event.KeyMissing) != 1 || obs.count(event.TransportKey) != 1 {
 			t.Errorf("events %v, want one key_missing and one transport_key", obs.events)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
@@ -21,7 +22,7 @@ type batchTracer struct {
 
 type batchTrace struct {
 	t      *batchTracer
-	events []dedup.Event
+	events []event.Event
 	ops    []string
 	ends   int
 	res    dedup.ClaimResult
@@ -76,7 +77,7 @@ func TestDoBatchTracesEachCall(t *testing.T) {
 	if ok == nil || bad == nil {
 		t.Fatalf("traced calls %v, want ok and bad", tr.calls)
 	}
-	want := map[*batchTrace][]dedup.Event{ok: {dedup.EventClaimWon, dedup.EventCompleted}, bad: {dedup.EventClaimWon, dedup.EventReleased}}
+	want := map[*batchTrace][]event.Event{ok: {event.ClaimWon, event.Completed}, bad: {event.ClaimWon, event.Released}}
 	wantOps := map[*batchTrace][]string{ok: {"claim", "complete"}, bad: {"claim", "release"}}
 	for c, events := range want {
 		if c.ends != 1 || len(c.events) != 2 || c.events[0] != events[0] || c.events[1] != events[1] {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
@@ -57,7 +58,7 @@ func TestFailureAfterInWorkCompletionIsNoLostClaim(t *testing.T) {
 			if !panics && !errors.Is(err, errAfter) {
 				t.Errorf("Do: %v, want the work's error", err)
 			}
-			for _, d := range obs.of(dedup.EventClaimLost) {
+			for _, d := range obs.of(event.ClaimLost) {
 				t.Errorf("claim_lost (op %q) for a record this claim completed: %v", d.Op, d.Err)
 			}
 			// The record is completed: a retry is a duplicate.

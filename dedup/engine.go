@@ -11,6 +11,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
 	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
 )
@@ -205,13 +206,13 @@ func (f *flight) do(ctx context.Context, w worker) (ClaimResult, error) {
 	}
 	switch res.Outcome {
 	case Acquired:
-		f.claimEvent(EventClaimWon, res, elapsed, waited)
+		f.claimEvent(event.ClaimWon, res, elapsed, waited)
 		return f.run(ctx, res.Claim, w)
 	case Duplicate:
 		if e.cfg.Shadow {
 			return f.refused(ctx, res, elapsed, waited, w)
 		}
-		f.claimEvent(EventSkipDuplicate, res, elapsed, waited)
+		f.claimEvent(event.SkipDuplicate, res, elapsed, waited)
 		return res, nil
 	default:
 		return f.refused(ctx, res, elapsed, waited, w)
@@ -245,12 +246,12 @@ func (f *flight) keyMissing(ctx context.Context, err error, w worker) (ClaimResu
 // claimEvent decides a claim's outcome.
 //
 //go:noinline
-func (f *flight) claimEvent(ev Event, res ClaimResult, elapsed, waited time.Duration) {
+func (f *flight) claimEvent(ev event.Event, res ClaimResult, elapsed, waited time.Duration) {
 	if f.e.quiet && f.call.trace == nil {
 		return
 	}
 	f.e.decide(&f.call, Decision{Event: ev, Op: "claim", Key: f.hc.Key, Elapsed: elapsed, Waited: waited, Outcome: res.Outcome,
-		Replayed: ev == EventSkipDuplicate && len(res.Result) > 0})
+		Replayed: ev == event.SkipDuplicate && len(res.Result) > 0})
 }
 
 // claimFailed reports a claim that got no answer, and runs the work
@@ -260,11 +261,11 @@ func (f *flight) claimEvent(ev Event, res ClaimResult, elapsed, waited time.Dura
 func (f *flight) claimFailed(ctx context.Context, w worker, elapsed, waited time.Duration, err error) (ClaimResult, error) {
 	e, call, key := f.e, &f.call, f.hc.Key
 	err = &StoreError{Op: "claim", Key: key, Err: err}
-	e.decide(call, Decision{Event: EventStoreError, Op: "claim", Key: key, Elapsed: elapsed, Waited: waited, Err: err})
+	e.decide(call, Decision{Event: event.StoreError, Op: "claim", Key: key, Elapsed: elapsed, Waited: waited, Err: err})
 	if !(e.cfg.FailOpen || e.cfg.Shadow) || ctx.Err() != nil {
 		return ClaimResult{}, err
 	}
-	e.event(call, EventFailOpen, "claim", key, 0, err)
+	e.event(call, event.FailOpen, "claim", key, 0, err)
 	// Marked as a run without a claim, as shadow runs are: it hides the
 	// claim of an enclosing call (OutcomeFromContext says 0, false), and
 	// stores/postgres RunInTx commits its writes without completing.
@@ -283,14 +284,14 @@ func (f *flight) refused(ctx context.Context, res ClaimResult, elapsed, waited t
 	dec := Decision{Op: "claim", Key: key, Elapsed: elapsed, Waited: waited, Outcome: res.Outcome}
 	switch res.Outcome {
 	case Duplicate:
-		dec.Event = EventSkipDuplicate
+		dec.Event = event.SkipDuplicate
 	case InProgress:
-		dec.Event, dec.Err = EventInProgress, fmt.Errorf("%w: %q", ErrInProgress, key)
+		dec.Event, dec.Err = event.InProgress, fmt.Errorf("%w: %q", ErrInProgress, key)
 		if f.waitErr != nil {
 			dec.Err = fmt.Errorf("%w: %q; the wait for it ended on a store error: %w", ErrInProgress, key, f.waitErr)
 		}
 	default: // Conflict
-		dec.Event, dec.Err = EventKeyReuse, fmt.Errorf("%w: %q", ErrKeyReuse, key)
+		dec.Event, dec.Err = event.KeyReuse, fmt.Errorf("%w: %q", ErrKeyReuse, key)
 	}
 	if e.cfg.Shadow {
 		return f.runShadow(ctx, dec, w)
@@ -494,7 +495,7 @@ func (f *flight) runHeld(ctx context.Context, w worker, b *batchSlot) (ClaimResu
 // completedInWork ends a claim whose work completed the record itself.
 func (f *flight) completedInWork(claim Claim) {
 	f.keeper.stop()
-	f.e.event(&f.call, EventCompleted, "complete", claim.Key, f.e.cfg.Clock.Now().Sub(f.keeper.claimedAt), nil)
+	f.e.event(&f.call, event.Completed, "complete", claim.Key, f.e.cfg.Clock.Now().Sub(f.keeper.claimedAt), nil)
 }
 
 // release releases the claim's record so that a retry can run the work again.
@@ -515,13 +516,13 @@ func (f *flight) released(err, cause error) {
 	elapsed := e.cfg.Clock.Now().Sub(keeper.claimedAt)
 	switch {
 	case err == nil:
-		e.event(call, EventReleased, "release", claim.Key, elapsed, cause)
+		e.event(call, event.Released, "release", claim.Key, elapsed, cause)
 	case errors.Is(err, ErrClaimLost):
-		e.event(call, EventClaimLost, "release", claim.Key, elapsed, fmt.Errorf("releasing after a failure (%v): %w", cause, err))
+		e.event(call, event.ClaimLost, "release", claim.Key, elapsed, fmt.Errorf("releasing after a failure (%v): %w", cause, err))
 	default:
 		// The record stays in progress until its lease ends; retries get
 		// ErrInProgress until then.
-		e.event(call, EventStoreError, "release", claim.Key, elapsed, &StoreError{Op: "release", Key: claim.Key, Err: err})
+		e.event(call, event.StoreError, "release", claim.Key, elapsed, &StoreError{Op: "release", Key: claim.Key, Err: err})
 	}
 }
 
@@ -559,7 +560,7 @@ func (f *flight) completeAgain(err error, result *[]byte, attempt int) (again, p
 		// key in progress (which would run the effect again after the
 		// lease): the replay is lost, the effect is not repeated. Op is
 		// empty: the claim is not over yet.
-		f.e.event(&f.call, EventStoreError, "", f.hc.Key, 0, fmt.Errorf("storing the result for replay (%d bytes); completing without it: %w", len(*result), err))
+		f.e.event(&f.call, event.StoreError, "", f.hc.Key, 0, fmt.Errorf("storing the result for replay (%d bytes); completing without it: %w", len(*result), err))
 		*result = nil
 		return true, false
 	}
@@ -579,13 +580,13 @@ func (f *flight) completed(err error) {
 	case err == nil || errors.Is(err, ErrAlreadyCompleted):
 		// ErrAlreadyCompleted: an earlier attempt whose reply was lost
 		// completed the record with this claim.
-		e.event(call, EventCompleted, "complete", claim.Key, elapsed, nil)
+		e.event(call, event.Completed, "complete", claim.Key, elapsed, nil)
 	case errors.Is(err, ErrClaimLost):
-		e.event(call, EventClaimLost, "complete", claim.Key, elapsed, fmt.Errorf("the work ran but the record was taken over before completing: %w", err))
+		e.event(call, event.ClaimLost, "complete", claim.Key, elapsed, fmt.Errorf("the work ran but the record was taken over before completing: %w", err))
 	default:
 		// Reported as success anyway: the record stays in progress until its
 		// lease ends, then a retry (if any) would run the work again.
-		e.event(call, EventStoreError, "complete", claim.Key, elapsed, &StoreError{Op: "complete", Key: claim.Key, Err: err})
+		e.event(call, event.StoreError, "complete", claim.Key, elapsed, &StoreError{Op: "complete", Key: claim.Key, Err: err})
 	}
 }
 
@@ -622,7 +623,7 @@ func (e *Engine) heartbeat(lease time.Duration) time.Duration {
 // deepest call.
 //
 //go:noinline
-func (e *Engine) event(call *Call, ev Event, op, key string, elapsed time.Duration, err error) {
+func (e *Engine) event(call *Call, ev event.Event, op, key string, elapsed time.Duration, err error) {
 	if e.quiet && call.trace == nil {
 		return
 	}

@@ -6,77 +6,22 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-)
 
-// Event names one decision of the middleware. The names are stable: logs
-// carry them in the field "dedup_event" and metrics label by them.
-type Event string
-
-const (
-	// EventClaimWon: the key was acquired; the handler runs. Debug level.
-	EventClaimWon Event = "claim_won"
-	// EventCompleted: the handler succeeded and the record is completed.
-	// Debug level.
-	EventCompleted Event = "completed"
-	// EventSkipDuplicate: the key was already completed; acked without
-	// calling the handler. Info level.
-	EventSkipDuplicate Event = "skip_duplicate"
-	// EventInProgress: another consumer holds the key; nacked with
-	// ErrInProgress. Info level.
-	EventInProgress Event = "in_progress"
-	// EventReleased: the handler failed or panicked; the claim was released
-	// so a redelivery runs it again. Info level.
-	EventReleased Event = "released"
-	// EventClaimLost: the record no longer carried this claim's token when
-	// extending, completing or releasing it, or the lease ended (no
-	// extension succeeded) before the work finished: another consumer may
-	// have run the effect too. Error level. A work cancelled at the lease
-	// deadline that still completes its record within the lease is
-	// completed, not claim_lost: one call, one outcome.
-	EventClaimLost Event = "claim_lost"
-	// EventKeyMissing: no usable key (ErrNoKey). Error level: the message
-	// goes to the poison queue, if any.
-	EventKeyMissing Event = "key_missing"
-	// EventTransportKey: the key is a transport id of the message
-	// (ErrTransportKey): the key function reads the broker's message id
-	// instead of a business id, a fault of the consumer's code rather than
-	// of the message. Error level: the message goes to the poison queue, if
-	// any.
-	EventTransportKey Event = "transport_key"
-	// EventKeyReuse: the key was recorded with another fingerprint
-	// (ErrKeyReuse). Error level.
-	EventKeyReuse Event = "key_reuse"
-	// EventStoreError: a store operation failed. Error level.
-	EventStoreError Event = "store_error"
-	// EventFailOpen: Config.FailOpen ran the handler without a claim because
-	// the store failed. Error level.
-	EventFailOpen Event = "fail_open"
-	// EventWouldSkip: Config.Shadow ran the handler without a claim although
-	// the key was completed (Decision.Outcome Duplicate: it would have been
-	// acked without running) or held by another claim (InProgress: it would
-	// have been nacked, then skipped once the holder completed). The record
-	// is left as it was. Info level.
-	EventWouldSkip Event = "would_skip"
-	// EventWouldReject: Config.Shadow ran the handler without a claim although
-	// dedup would have refused the message with a permanent error: the key
-	// was recorded with another fingerprint (Outcome Conflict, ErrKeyReuse)
-	// or the message has no usable key (ErrNoKey, ErrTransportKey; no
-	// Outcome). Decision.Err says which. Info level.
-	EventWouldReject Event = "would_reject"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 )
 
 // keyEvent is the event of a key that cannot be claimed: transport_key
 // for ErrTransportKey, key_missing for the others (ErrNoKey).
-func keyEvent(err error) Event {
+func keyEvent(err error) event.Event {
 	if errors.Is(err, ErrTransportKey) {
-		return EventTransportKey
+		return event.TransportKey
 	}
-	return EventKeyMissing
+	return event.KeyMissing
 }
 
 // Decision describes one event, as passed to an Observer and logged.
 type Decision struct {
-	Event Event
+	Event event.Event
 	// Op is the store operation that led to the event: "claim", "extend",
 	// "complete", "release", or "" when no store was involved (key_missing,
 	// transport_key).
@@ -185,9 +130,9 @@ func (d Decision) log(l watermill.LoggerAdapter) {
 	}
 	msg := "dedup: " + string(d.Event)
 	switch d.Event {
-	case EventClaimWon, EventCompleted:
+	case event.ClaimWon, event.Completed:
 		l.Debug(msg, d.fields())
-	case EventSkipDuplicate, EventInProgress, EventReleased, EventWouldSkip, EventWouldReject:
+	case event.SkipDuplicate, event.InProgress, event.Released, event.WouldSkip, event.WouldReject:
 		f := d.fields()
 		if d.Err != nil {
 			f["err"] = d.Err.Error()

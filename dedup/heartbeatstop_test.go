@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
@@ -44,7 +45,7 @@ func TestStoppingTheHeartbeatIsNoStoreError(t *testing.T) {
 	if err != nil || res.Outcome != dedup.Acquired {
 		t.Fatalf("Do = %v, %v", res.Outcome, err)
 	}
-	for _, d := range obs.of(dedup.EventStoreError) {
+	for _, d := range obs.of(event.StoreError) {
 		t.Errorf("spurious %s on %q after a successful completion: %v", d.Event, d.Op, d.Err)
 	}
 }

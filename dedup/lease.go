@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 )
 
 // leaseKeeper holds one acquired claim while its work runs and until its
@@ -246,7 +248,7 @@ func (k *leaseKeeper) leaseEnded(end time.Time) {
 	k.mu.Unlock()
 	defer k.extensions.Done()
 	err := fmt.Errorf("%w: the lease of %q ended at %s and no extension succeeded", ErrClaimLost, k.f.hc.Key, end.Format(time.RFC3339Nano))
-	k.event(EventClaimLost, k.f.e.cfg.Clock.Now().Sub(k.claimedAt), err)
+	k.event(event.ClaimLost, k.f.e.cfg.Clock.Now().Sub(k.claimedAt), err)
 }
 
 // extend extends the lease once, within StoreTimeout and before the
@@ -304,13 +306,13 @@ func (k *leaseKeeper) extend() bool {
 			return false
 		}
 		err = fmt.Errorf("extending the lease of %q: %w", claim.Key, err)
-		k.event(EventClaimLost, sent.Sub(k.claimedAt), err)
+		k.event(event.ClaimLost, sent.Sub(k.claimedAt), err)
 		k.f.work.end(err)
 		return false
 	default:
 		// The deadline cancels the work if the lease ends before an
 		// extension succeeds; until then, keep trying.
-		k.event(EventStoreError, sent.Sub(k.claimedAt), &StoreError{Op: "extend", Key: claim.Key, Err: err})
+		k.event(event.StoreError, sent.Sub(k.claimedAt), &StoreError{Op: "extend", Key: claim.Key, Err: err})
 		return true
 	}
 }
@@ -353,7 +355,7 @@ func (p *extensionPanic) Unwrap() []error {
 // goroutine: a panic of the Observer, the CallTrace or the Logger is
 // recovered (see recoverObserver), so that the lease goes on as if it had
 // returned (expire still cancels the work).
-func (k *leaseKeeper) event(ev Event, elapsed time.Duration, err error) {
+func (k *leaseKeeper) event(ev event.Event, elapsed time.Duration, err error) {
 	defer k.recoverObserver("a decision")
 	k.f.e.event(&k.f.call, ev, "extend", k.f.hc.Key, elapsed, err)
 }

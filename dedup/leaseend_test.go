@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
@@ -36,7 +37,7 @@ func (t *endedTrace) ObserveDecision(d dedup.Decision) {
 		t.late = append(t.late, d)
 	default:
 	}
-	if d.Event == dedup.EventClaimLost {
+	if d.Event == event.ClaimLost {
 		t.lostOnce.Do(func() { close(t.lost) })
 	}
 }
@@ -58,7 +59,7 @@ type blockingObserver struct {
 }
 
 func (o *blockingObserver) ObserveDecision(d dedup.Decision) {
-	if d.Event == dedup.EventClaimLost {
+	if d.Event == event.ClaimLost {
 		o.once.Do(func() {
 			close(o.entered)
 			<-o.proceed

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
@@ -111,15 +112,15 @@ func TestPanickingExtendIsAStoreError(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			lost := func() bool { return len(obs.of(dedup.EventClaimLost)) > 0 }
-			err = runToTheDeadline(t, e, clock, untilLost(lost), func() int { return len(obs.of(dedup.EventStoreError)) })
+			lost := func() bool { return len(obs.of(event.ClaimLost)) > 0 }
+			err = runToTheDeadline(t, e, clock, untilLost(lost), func() int { return len(obs.of(event.StoreError)) })
 			if !errors.Is(err, dedup.ErrClaimLost) {
 				t.Errorf("Do = %v; want the work cancelled with ErrClaimLost at the lease deadline", err)
 			}
 			if n := store.calls.Load(); n != 2 {
 				t.Errorf("%d extensions sent, want 2 (one per heartbeat before the deadline)", n)
 			}
-			storeErrors := obs.of(dedup.EventStoreError)
+			storeErrors := obs.of(event.StoreError)
 			if len(storeErrors) != 2 {
 				t.Errorf("%d store_error decisions, want 2 (one per panicking extension)", len(storeErrors))
 			}
@@ -137,7 +138,7 @@ func TestPanickingExtendIsAStoreError(t *testing.T) {
 			}
 			// One of the lease's end (op extend); then the release finds the
 			// claim lost too (op release), the call's outcome.
-			if lost := obs.of(dedup.EventClaimLost); len(lost) != 2 || lost[0].Op != "extend" || lost[1].Op != "release" {
+			if lost := obs.of(event.ClaimLost); len(lost) != 2 || lost[0].Op != "extend" || lost[1].Op != "release" {
 				t.Errorf("claim_lost decisions %v; want one of op extend, then one of op release", lost)
 			}
 		})
@@ -223,7 +224,7 @@ func TestObserverPanicOnTheLeaseGoroutine(t *testing.T) {
 		if n := obs.entered["op:extend"]; n != 4 {
 			t.Errorf("ObserveStoreOp(extend) called %d times, want 4", n)
 		}
-		if n := len(obs.of(dedup.EventStoreError)) + len(obs.of(dedup.EventClaimLost)); n != 0 {
+		if n := len(obs.of(event.StoreError)) + len(obs.of(event.ClaimLost)); n != 0 {
 			t.Errorf("%d store_error or claim_lost decisions, want none (the Observer is not told of its own panic)", n)
 		}
 	})
@@ -239,14 +240,14 @@ func TestObserverPanicOnTheLeaseGoroutine(t *testing.T) {
 			defer obs.mu.Unlock()
 			return obs.entered[what]
 		}
-		lost := func() bool { return entered(string(dedup.EventClaimLost)) > 0 }
-		err = runToTheDeadline(t, e, clock, untilLost(lost), func() int { return entered(string(dedup.EventStoreError)) })
+		lost := func() bool { return entered(string(event.ClaimLost)) > 0 }
+		err = runToTheDeadline(t, e, clock, untilLost(lost), func() int { return entered(string(event.StoreError)) })
 		if !errors.Is(err, dedup.ErrClaimLost) {
 			t.Errorf("Do = %v; want the work cancelled with ErrClaimLost at the lease deadline", err)
 		}
 		obs.mu.Lock()
 		defer obs.mu.Unlock()
-		want := map[string]int{"op:extend": 2, string(dedup.EventStoreError): 2, string(dedup.EventClaimLost): 1}
+		want := map[string]int{"op:extend": 2, string(event.StoreError): 2, string(event.ClaimLost): 1}
 		for what, n := range want {
 			if obs.entered[what] != n {
 				t.Errorf("Observer told of %s %d times, want %d", what, obs.entered[what], n)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
@@ -38,7 +39,7 @@ type blockingLostObserver struct {
 
 func (o *blockingLostObserver) ObserveDecision(d dedup.Decision) {
 	o.decisions.ObserveDecision(d)
-	if d.Event == dedup.EventClaimLost && o.lost.Add(1) == 1 {
+	if d.Event == event.ClaimLost && o.lost.Add(1) == 1 {
 		close(o.entered)
 		<-o.proceed
 	}
@@ -91,7 +92,7 @@ func TestClaimLostIsDecidedOnce(t *testing.T) {
 		t.Logf("Do: %v", err)
 	}
 	var extendLost int
-	for _, d := range obs.of(dedup.EventClaimLost) {
+	for _, d := range obs.of(event.ClaimLost) {
 		t.Logf("claim_lost op %q: %v", d.Op, d.Err)
 		if d.Op == "extend" {
 			extendLost++

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 )
 
 // decisions records the decisions an Engine reports.
@@ -25,7 +26,7 @@ func (d *decisions) ObserveDecision(dec dedup.Decision) {
 func (d *decisions) ObserveStoreOp(string, time.Duration, error) {}
 
 // of returns the decisions of one event.
-func (d *decisions) of(e dedup.Event) []dedup.Decision {
+func (d *decisions) of(e event.Event) []dedup.Decision {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var out []dedup.Decision

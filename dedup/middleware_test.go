@@ -14,6 +14,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
 	"github.com/watermill-dedup/watermill-dedup/internal/faultstore"
@@ -49,7 +50,7 @@ func recv[T any](t testing.TB, what string, ch <-chan T) T {
 var epoch = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 // hasEvent reports whether logs hold the event at the level.
-func hasEvent(logs *watermill.CaptureLoggerAdapter, level watermill.LogLevel, e dedup.Event) bool {
+func hasEvent(logs *watermill.CaptureLoggerAdapter, level watermill.LogLevel, e event.Event) bool {
 	for _, m := range logs.Captured()[level] {
 		if m.Fields["dedup_event"] == string(e) {
 			return true
@@ -333,7 +334,7 @@ func TestFailOpenRunsHandlerAndSaysSo(t *testing.T) {
 	if _, err := h(order("ORDER-1")); err != nil || calls.Load() != 1 {
 		t.Fatalf("fail-open: err %v, calls %d", err, calls.Load())
 	}
-	if !hasEvent(logs, watermill.ErrorLogLevel, dedup.EventFailOpen) {
+	if !hasEvent(logs, watermill.ErrorLogLevel, event.FailOpen) {
 		t.Fatalf("fail_open was not logged at error level: %v", logs.Captured())
 	}
 }
@@ -452,7 +453,7 @@ func TestWithoutHeartbeatALongHandlerIsTakenOver(t *testing.T) {
 	if calls.Load() != 2 {
 		t.Fatalf("handler ran %d times, want 2 (the limit without heartbeat)", calls.Load())
 	}
-	if !hasEvent(logs, watermill.ErrorLogLevel, dedup.EventClaimLost) {
+	if !hasEvent(logs, watermill.ErrorLogLevel, event.ClaimLost) {
 		t.Fatalf("losing the claim was not logged as an error")
 	}
 }
@@ -578,7 +579,7 @@ func TestResultTooLargeCompletesWithoutReplay(t *testing.T) {
 	if err != nil || len(out) != 0 || calls.Load() != 1 {
 		t.Fatalf("duplicate: out %d, err %v, handler calls %d; want a duplicate with no replay", len(out), err, calls.Load())
 	}
-	if !hasEvent(logs, watermill.ErrorLogLevel, dedup.EventStoreError) {
+	if !hasEvent(logs, watermill.ErrorLogLevel, event.StoreError) {
 		t.Fatalf("the lost replay was not logged as an error")
 	}
 }
@@ -595,7 +596,7 @@ func TestCompleteWhoseReplyWasLostCountsAsCompleted(t *testing.T) {
 	if n := store.Count("complete"); n != 2 {
 		t.Fatalf("Complete called %d times, want 2", n)
 	}
-	if hasEvent(logs, watermill.ErrorLogLevel, dedup.EventClaimLost) {
+	if hasEvent(logs, watermill.ErrorLogLevel, event.ClaimLost) {
 		t.Fatalf("a retried Complete that found its own completed record was logged as claim_lost")
 	}
 	if _, err := h(order("ORDER-1")); err != nil {

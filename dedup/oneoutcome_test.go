@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
@@ -37,7 +38,7 @@ func TestClaimLostThenCompletedReportsOneOutcome(t *testing.T) {
 		done <- err
 	}()
 	for i, at := range []time.Duration{heartbeat, 2 * heartbeat, lease - deadlineMarginOf(lease)} {
-		for len(obs.of(dedup.EventStoreError)) < i { // the previous extension failed
+		for len(obs.of(event.StoreError)) < i { // the previous extension failed
 			if ctx.Err() != nil {
 				t.Fatalf("extension %d never failed", i)
 			}
@@ -51,10 +52,10 @@ func TestClaimLostThenCompletedReportsOneOutcome(t *testing.T) {
 	if err := recv(t, "Do to return", done); err != nil {
 		t.Fatalf("Do: %v", err)
 	}
-	for _, d := range obs.of(dedup.EventClaimLost) {
+	for _, d := range obs.of(event.ClaimLost) {
 		t.Errorf("claim_lost (op %q) for a claim whose Complete succeeded: %v", d.Op, d.Err)
 	}
-	if n := len(obs.of(dedup.EventCompleted)); n != 1 {
+	if n := len(obs.of(event.Completed)); n != 1 {
 		t.Errorf("%d completed decisions, want 1", n)
 	}
 	res, err := e.Do(context.Background(), dedup.Call{Scope: "s", Key: "k"}, func(context.Context) ([]byte, error) { return nil, nil })
@@ -106,10 +107,10 @@ func TestInProgressWaitStoreErrorStaysInProgress(t *testing.T) {
 	if n := store.claims.Load(); n != 2 {
 		t.Errorf("%d claims, want 2 (the wait ends on the first error)", n)
 	}
-	if d := obs.of(dedup.EventInProgress); len(d) != 1 {
+	if d := obs.of(event.InProgress); len(d) != 1 {
 		t.Errorf("%d in_progress decisions, want 1", len(d))
 	}
-	if d := obs.of(dedup.EventFailOpen); len(d) != 0 {
+	if d := obs.of(event.FailOpen); len(d) != 0 {
 		t.Errorf("fail_open decided: %v", d)
 	}
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
 )
 
@@ -15,9 +16,9 @@ import (
 func (e *Engine) runShadow(ctx context.Context, call *Call, dec Decision,
 	fn func(ctx context.Context) ([]byte, error)) (ClaimResult, error) {
 	if dec.Outcome == Duplicate || dec.Outcome == InProgress {
-		dec.Event = EventWouldSkip
+		dec.Event = event.WouldSkip
 	} else {
-		dec.Event = EventWouldReject
+		dec.Event = event.WouldReject
 	}
 	e.decide(call, dec)
 	result, err := fn(claimctx.WithShadow(ctx, int(dec.Outcome)))
@@ -60,7 +61,7 @@ func (d *Deduplicator) refuse(h message.HandlerFunc, msg *message.Message, call 
 		d.engine.decide(call, dec)
 		return nil, dec.Err
 	}
-	dec.Event = EventWouldReject
+	dec.Event = event.WouldReject
 	d.engine.decide(call, dec)
 	ctx := msg.Context()
 	msg.SetContext(claimctx.WithShadow(ctx, 0))

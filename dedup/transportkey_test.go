@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
@@ -54,17 +55,17 @@ func TestTransportKeyIsItsOwnEvent(t *testing.T) {
 	if _, err := e.Unkeyed(context.Background(), dedup.Call{Scope: "s"}, terr, work); !errors.Is(err, dedup.ErrTransportKey) {
 		t.Errorf("Unkeyed: %v", err)
 	}
-	if n := len(obs.of(dedup.EventTransportKey)); n != 4 {
+	if n := len(obs.of(event.TransportKey)); n != 4 {
 		t.Errorf("%d transport_key decisions, want 4", n)
 	}
-	for _, dec := range obs.of(dedup.EventKeyMissing) {
+	for _, dec := range obs.of(event.KeyMissing) {
 		t.Errorf("key_missing decided for %v", dec.Err)
 	}
 	// A missing key stays key_missing.
 	if _, err := e.Unkeyed(context.Background(), dedup.Call{Scope: "s"}, &dedup.KeyError{Reason: "missing"}, work); !errors.Is(err, dedup.ErrNoKey) {
 		t.Errorf("Unkeyed: %v", err)
 	}
-	if n := len(obs.of(dedup.EventKeyMissing)); n != 1 {
+	if n := len(obs.of(event.KeyMissing)); n != 1 {
 		t.Errorf("%d key_missing decisions, want 1", n)
 	}
 }
@@ -87,7 +88,7 @@ func TestStartByReleasesALateClaim(t *testing.T) {
 	if !errors.Is(err, dedup.ErrStartDeadline) || dedup.IsPermanent(err) {
 		t.Errorf("Do: %v, want ErrStartDeadline (retryable)", err)
 	}
-	if n := len(obs.of(dedup.EventReleased)); n != 1 {
+	if n := len(obs.of(event.Released)); n != 1 {
 		t.Errorf("%d released decisions, want 1", n)
 	}
 	// The key is free again.

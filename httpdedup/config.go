@@ -320,7 +320,7 @@ type Config struct {
 	ProblemTypeBase string
 
 	// Logger receives one event per decision, with the names of
-	// dedup.Event. Defaults to watermill.NopLogger.
+	// package dedup/event. Defaults to watermill.NopLogger.
 	Logger watermill.LoggerAdapter
 
 	// Observer, when set, is told of every decision (Handler holds "METHOD

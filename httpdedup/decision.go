@@ -6,6 +6,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 )
 
 // decide logs a decision and passes it to the Observer. Handler is
@@ -27,10 +28,10 @@ func (m *Middleware) decide(info requestInfo, d dedup.Decision) {
 	}
 	msg := "httpdedup: " + string(d.Event)
 	switch d.Event {
-	case dedup.EventClaimWon, dedup.EventCompleted:
+	case event.ClaimWon, event.Completed:
 		m.cfg.Logger.Debug(msg, fields)
-	case dedup.EventSkipDuplicate, dedup.EventInProgress, dedup.EventReleased, dedup.EventKeyMissing, dedup.EventKeyReuse,
-		dedup.EventWouldSkip, dedup.EventWouldReject:
+	case event.SkipDuplicate, event.InProgress, event.Released, event.KeyMissing, event.KeyReuse,
+		event.WouldSkip, event.WouldReject:
 		// Client-side problems are not server errors.
 		if d.Err != nil {
 			fields["err"] = d.Err.Error()
@@ -64,7 +65,7 @@ func engineLogger(l watermill.LoggerAdapter) watermill.LoggerAdapter {
 type clientProblemsAtInfo struct{ watermill.LoggerAdapter }
 
 func (l clientProblemsAtInfo) Error(msg string, err error, fields watermill.LogFields) {
-	if fields["dedup_event"] == string(dedup.EventKeyReuse) {
+	if fields["dedup_event"] == string(event.KeyReuse) {
 		l.Info(msg, fields.Add(watermill.LogFields{"err": err.Error()}))
 		return
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
 	"github.com/watermill-dedup/watermill-dedup/internal/recordinfo"
 )
@@ -164,7 +165,7 @@ func (m *Middleware) shadowed(req *request, dec dedup.Decision) bool {
 	if !m.cfg.Shadow {
 		return false
 	}
-	dec.Event = dedup.EventWouldReject
+	dec.Event = event.WouldReject
 	m.decide(req.info, dec)
 	req.body.restore(req.r)
 	if m.cfg.InTransaction == nil {
@@ -201,7 +202,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	if err != nil {
-		if !m.bodyProblem(req, err) && m.shadowed(req, dedup.Decision{Event: dedup.EventKeyMissing, Err: err}) {
+		if !m.bodyProblem(req, err) && m.shadowed(req, dedup.Decision{Event: event.KeyMissing, Err: err}) {
 			return
 		}
 		m.refuseKey(req, err)
@@ -223,7 +224,7 @@ func (m *Middleware) bodyProblem(req *request, err error) bool {
 
 // refuseKey answers a request whose key could not be read.
 func (m *Middleware) refuseKey(req *request, err error) {
-	m.decide(req.info, dedup.Decision{Event: dedup.EventKeyMissing, Err: err})
+	m.decide(req.info, dedup.Decision{Event: event.KeyMissing, Err: err})
 	switch {
 	case m.bodyProblem(req, err):
 		m.refuseBody(req, err)
@@ -251,7 +252,7 @@ func (m *Middleware) call(req *request, key string) (dedup.Call, bool) {
 	}
 	fingerprint, err := m.cfg.Fingerprint(req.r, b)
 	if err != nil {
-		dec := dedup.Decision{Event: dedup.EventKeyMissing, Key: req.info.key, Err: fmt.Errorf("fingerprint: %w", err)}
+		dec := dedup.Decision{Event: event.KeyMissing, Key: req.info.key, Err: fmt.Errorf("fingerprint: %w", err)}
 		if m.shadowed(req, dec) {
 			return dedup.Call{}, false
 		}
@@ -270,7 +271,7 @@ func (m *Middleware) scope(req *request) (string, bool) {
 		err = errors.New("httpdedup: Identity returned an empty identity")
 	}
 	if err != nil {
-		dec := dedup.Decision{Event: dedup.EventKeyMissing, Err: fmt.Errorf("identifying the caller: %w", err)}
+		dec := dedup.Decision{Event: event.KeyMissing, Err: fmt.Errorf("identifying the caller: %w", err)}
 		if m.shadowed(req, dec) {
 			return "", false
 		}
@@ -287,7 +288,7 @@ func (m *Middleware) scope(req *request) (string, bool) {
 func (m *Middleware) readBody(req *request) ([]byte, bool) {
 	b, err := req.body.get()
 	if err != nil {
-		m.decide(req.info, dedup.Decision{Event: dedup.EventKeyMissing, Key: req.info.key, Err: err})
+		m.decide(req.info, dedup.Decision{Event: event.KeyMissing, Key: req.info.key, Err: err})
 		m.refuseBody(req, err)
 		return nil, false
 	}
@@ -384,7 +385,7 @@ func (m *Middleware) replay(w http.ResponseWriter, info requestInfo, result []by
 	}
 	resp, err := DecodeResponse(result)
 	if err != nil {
-		m.decide(info, dedup.Decision{Event: dedup.EventStoreError, Op: "claim", Key: info.key, Err: fmt.Errorf("replaying %q: %w", info.key, err)})
+		m.decide(info, dedup.Decision{Event: event.StoreError, Op: "claim", Key: info.key, Err: fmt.Errorf("replaying %q: %w", info.key, err)})
 		m.problem(w, http.StatusInternalServerError, ProblemStoredResponse, "Stored response unreadable",
 			"The request was already processed, but its stored response cannot be decoded.")
 		return
@@ -407,7 +408,7 @@ func (m *Middleware) overLimit(req *request, err error) bool {
 		return false
 	}
 	req.overLimit = true
-	m.decide(req.info, dedup.Decision{Event: dedup.EventStoreError, Key: req.info.key,
+	m.decide(req.info, dedup.Decision{Event: event.StoreError, Key: req.info.key,
 		Err: fmt.Errorf("completing the record without its response (over MaxResponseBytes, %d): %w", m.cfg.MaxResponseBytes, err)})
 	return true
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 )
 
 // item is one record of any event source, as the shared batch path
@@ -74,7 +75,7 @@ func (h *Handler) batch(ctx context.Context, items []item, concurrency int) []er
 		if err != nil {
 			// No message for the handler, not even in shadow mode.
 			err = &dedup.KeyError{Reason: "the record cannot be converted to a message", MessageUUID: it.uuid, Err: err}
-			h.decideItem(it, dedup.Decision{Event: dedup.EventKeyMissing, Err: err})
+			h.decideItem(it, dedup.Decision{Event: event.KeyMissing, Err: err})
 			c.Err = err
 		} else {
 			msg.SetContext(it.with(ctx))

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 )
 
 // Events of the adapter itself, logged and passed to Dedup.Observer like
@@ -22,18 +23,18 @@ const (
 	// EventDeadline: the record was not started because the invocation had
 	// less than DeadlineMargin left (or had ended); listed as a failure.
 	// Info level.
-	EventDeadline dedup.Event = "deadline_skipped"
+	EventDeadline event.Event = "deadline_skipped"
 	// EventGroupSkipped: an earlier record of the same FIFO message group
 	// failed in this batch, so this one was not started; listed as a
 	// failure. Info level.
-	EventGroupSkipped dedup.Event = "group_skipped"
+	EventGroupSkipped event.Event = "group_skipped"
 	// EventDropped: a permanent failure (ErrNoKey, ErrTransportKey,
 	// ErrKeyReuse) reported as processed because Config.DropPermanent is
 	// set: SQS deletes the message. Error level.
-	EventDropped dedup.Event = "permanent_dropped"
+	EventDropped event.Event = "permanent_dropped"
 	// EventHandlerPanic: the handler panicked; its claim was released and
 	// the record is listed as a failure. Error level.
-	EventHandlerPanic dedup.Event = "handler_panic"
+	EventHandlerPanic event.Event = "handler_panic"
 )
 
 // Handler is an SQS batch handler for AWS Lambda (an event source mapping

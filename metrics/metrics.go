@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 )
 
 // Config configures the metrics.
@@ -114,7 +115,7 @@ func (o *Observer) ObserveDecision(d dedup.Decision) {
 		o.waits.WithLabelValues(d.Handler, string(d.Event)).Observe(d.Waited.Seconds())
 	}
 	switch {
-	case d.Event == dedup.EventClaimWon:
+	case d.Event == event.ClaimWon:
 		o.inFlight.WithLabelValues(d.Handler).Inc()
 	case d.Op == "complete" || d.Op == "release":
 		o.inFlight.WithLabelValues(d.Handler).Dec()

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/metrics"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
@@ -52,8 +53,8 @@ func TestShadowReplayAndWaitMetrics(t *testing.T) {
 		t.Errorf("replays = %v, want 1", got)
 	}
 
-	obs.ObserveDecision(dedup.Decision{Event: dedup.EventSkipDuplicate, Handler: "charge", Waited: 60 * time.Millisecond})
-	obs.ObserveDecision(dedup.Decision{Event: dedup.EventInProgress, Handler: "charge", Waited: 30 * time.Second})
+	obs.ObserveDecision(dedup.Decision{Event: event.SkipDuplicate, Handler: "charge", Waited: 60 * time.Millisecond})
+	obs.ObserveDecision(dedup.Decision{Event: event.InProgress, Handler: "charge", Waited: 30 * time.Second})
 	waits := map[string]uint64{}
 	for _, m := range gather(t, reg, "dedup_in_progress_wait_seconds") {
 		waits[labels(m)["event"]] += m.GetHistogram().GetSampleCount()

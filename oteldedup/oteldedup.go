@@ -55,6 +55,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 )
 
 // instrumentation is the name of the tracer, the instrumentation scope.
@@ -170,7 +171,7 @@ func (c callSpan) ObserveDecision(d dedup.Decision) {
 		summary := []attribute.KeyValue{
 			attribute.String("dedup.outcome", outcome),
 			attribute.Bool("dedup.replayed", d.Replayed),
-			attribute.Bool("dedup.shadow", d.Event == dedup.EventWouldSkip || d.Event == dedup.EventWouldReject),
+			attribute.Bool("dedup.shadow", d.Event == event.WouldSkip || d.Event == event.WouldReject),
 		}
 		if d.Waited > 0 {
 			summary = append(summary, attribute.Float64("dedup.waited_s", d.Waited.Seconds()))
@@ -178,7 +179,7 @@ func (c callSpan) ObserveDecision(d dedup.Decision) {
 		c.span.SetAttributes(summary...)
 	}
 	switch d.Event {
-	case dedup.EventClaimLost, dedup.EventStoreError, dedup.EventFailOpen, dedup.EventKeyMissing, dedup.EventTransportKey, dedup.EventKeyReuse:
+	case event.ClaimLost, event.StoreError, event.FailOpen, event.KeyMissing, event.TransportKey, event.KeyReuse:
 		c.span.SetStatus(codes.Error, string(d.Event))
 	}
 }
@@ -187,11 +188,11 @@ func (c callSpan) ObserveDecision(d dedup.Decision) {
 // (completed, released, claim_lost of a later operation, fail_open).
 func outcomeOf(d dedup.Decision) string {
 	switch {
-	case d.Event == dedup.EventTransportKey || d.Event == dedup.EventWouldReject && d.Outcome == 0 && errors.Is(d.Err, dedup.ErrTransportKey):
+	case d.Event == event.TransportKey || d.Event == event.WouldReject && d.Outcome == 0 && errors.Is(d.Err, dedup.ErrTransportKey):
 		return "transport_key"
-	case d.Event == dedup.EventKeyMissing || d.Event == dedup.EventWouldReject && d.Outcome == 0:
+	case d.Event == event.KeyMissing || d.Event == event.WouldReject && d.Outcome == 0:
 		return "no_key"
-	case d.Event == dedup.EventStoreError && d.Op == "claim":
+	case d.Event == event.StoreError && d.Op == "claim":
 		return "store_error"
 	case d.Op == "claim" && d.Outcome != 0:
 		return d.Outcome.String()

@@ -13,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 )
@@ -198,7 +199,7 @@ func TestCompletesUnderBacklogAcrossRedisCrash(t *testing.T) {
 	for _, e := range tl.errorSamples() {
 		t.Logf("store error: %s", e)
 	}
-	for _, e := range logs.find(string(dedup.EventClaimLost), "complete") {
+	for _, e := range logs.find(string(event.ClaimLost), "complete") {
 		t.Logf("first claim_lost on complete: %v", e.err)
 		break
 	}

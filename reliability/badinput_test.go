@@ -16,6 +16,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
@@ -175,12 +176,12 @@ func runBadInputs(t *testing.T, store dedup.Store, stored func() int) {
 				t.Errorf("the store holds %d records after a bad message, want none", n)
 			}
 			// A transport id as key is its own event (transport_key).
-			event := string(dedup.EventKeyMissing)
+			ev := string(event.KeyMissing)
 			if in.want == dedup.ErrTransportKey {
-				event = string(dedup.EventTransportKey)
+				ev = string(event.TransportKey)
 			}
-			if ops := tl.op("claim") + tl.op("complete") + tl.op("release") + tl.op("extend"); tl.event(event) != 1 || ops != 0 {
-				t.Errorf("%d %s decisions, %d store operations; want 1 and none", tl.event(event), event, ops)
+			if ops := tl.op("claim") + tl.op("complete") + tl.op("release") + tl.op("extend"); tl.event(ev) != 1 || ops != 0 {
+				t.Errorf("%d %s decisions, %d store operations; want 1 and none", tl.event(ev), ev, ops)
 			}
 			if got == nil {
 				return // acked: nothing was poisoned (already reported above)

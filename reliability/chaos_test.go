@@ -16,6 +16,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
@@ -208,7 +209,7 @@ func TestChaosRedisRestarts(t *testing.T) {
 	for _, e := range tl.errorSamples() {
 		t.Logf("store error: %s", e)
 	}
-	lost := logs.find(string(dedup.EventClaimLost), "")
+	lost := logs.find(string(event.ClaimLost), "")
 	for _, e := range lost {
 		t.Logf("claim_lost (%s): %v", e.fields["op"], e.err)
 	}
@@ -330,7 +331,7 @@ func TestOutageLongerThanLeaseLosesTheClaim(t *testing.T) {
 	if _, err := h(message.NewMessage(watermill.NewUUID(), []byte(payload))); err != nil {
 		t.Fatalf("copy: %v", err)
 	}
-	lost := logs.find(string(dedup.EventClaimLost), "complete")
+	lost := logs.find(string(event.ClaimLost), "complete")
 	figures(t, "outage-longer-than-lease", "lease", lease, "outage", lease+500*time.Millisecond,
 		"claim_lost_logged", len(lost), "effects", effects.Load())
 	if len(lost) != 1 || lost[0].level != "error" || !errors.Is(lost[0].err, dedup.ErrClaimLost) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
@@ -128,15 +129,15 @@ func runLongHandler(t *testing.T, disableHeartbeat bool) {
 	if err := await(t, waitLimit, "consumer A's return", errA); err != nil {
 		t.Errorf("consumer A: %v, want an ack", err)
 	}
-	lostA := logA.find(string(dedup.EventClaimLost), "complete")
+	lostA := logA.find(string(event.ClaimLost), "complete")
 	arm := map[bool]string{false: "heartbeat-on", true: "heartbeat-off"}[disableHeartbeat]
 	figures(t, "long-handler/"+arm,
 		"lease", lease, "handler", work, "heartbeat", map[bool]any{false: heartbeat, true: "off"}[disableHeartbeat],
 		"extensions_by_A", tlA.op("extend"), "refusals_of_B", refusals,
 		"takeover_by_B_after", takeover.Round(10*time.Millisecond),
 		"effects", effectsA.Load()+effectsB.Load(), "claim_lost_logged_by_A", len(lostA),
-		"claim_lost_logged_by_B", len(logB.find(string(dedup.EventClaimLost), "complete")))
-	for _, e := range append(lostA, logB.find(string(dedup.EventClaimLost), "complete")...) {
+		"claim_lost_logged_by_B", len(logB.find(string(event.ClaimLost), "complete")))
+	for _, e := range append(lostA, logB.find(string(event.ClaimLost), "complete")...) {
 		t.Logf("logged at %s level: %s: %v", e.level, e.msg, e.err)
 	}
 
@@ -255,8 +256,8 @@ func TestLostClaimIsReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lostExtend := logA.find(string(dedup.EventClaimLost), "extend")
-	lostComplete := logA.find(string(dedup.EventClaimLost), "complete")
+	lostExtend := logA.find(string(event.ClaimLost), "extend")
+	lostComplete := logA.find(string(event.ClaimLost), "complete")
 	figures(t, "lost-claim",
 		"lease", lease, "heartbeat", heartbeat, "record_expired_after_pause", expiredAfter.Round(10*time.Millisecond),
 		"handler_cancelled_after", cancelledAfter.Round(10*time.Millisecond), "cause", fmt.Sprintf("%q", errString(cause)),

@@ -13,6 +13,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 )
@@ -94,7 +95,7 @@ func TestLostCompleteReplyIsNotClaimLost(t *testing.T) {
 	if err != nil || redisRecordState(v) != 'C' {
 		t.Fatalf("record: %q %v, want completed (the first Complete ran on the server)", v, err)
 	}
-	lost := logs.find(string(dedup.EventClaimLost), "complete")
+	lost := logs.find(string(event.ClaimLost), "complete")
 	for _, e := range lost {
 		t.Logf("logged at %s level: %s: %v (ErrAlreadyCompleted: %v)", e.level, e.msg, e.err, errors.Is(e.err, dedup.ErrAlreadyCompleted))
 	}

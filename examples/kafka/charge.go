@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 )
 
@@ -117,12 +118,12 @@ type printer struct {
 	out io.Writer
 
 	mu      sync.Mutex
-	counts  map[dedup.Event]int
+	counts  map[event.Event]int
 	members map[string]map[string]bool // business key → handlers that decided on a copy
 }
 
 func newPrinter(out io.Writer) *printer {
-	return &printer{out: out, counts: map[dedup.Event]int{}, members: map[string]map[string]bool{}}
+	return &printer{out: out, counts: map[event.Event]int{}, members: map[string]map[string]bool{}}
 }
 
 func (p *printer) ObserveDecision(d dedup.Decision) {
@@ -137,18 +138,18 @@ func (p *printer) ObserveDecision(d dedup.Decision) {
 		p.members[key][d.Handler] = true
 	}
 	switch d.Event {
-	case dedup.EventSkipDuplicate:
+	case event.SkipDuplicate:
 		fmt.Fprintf(p.out, "skipped  %-9s already charged (%s)\n", key, d.Handler)
-	case dedup.EventInProgress:
+	case event.InProgress:
 		fmt.Fprintf(p.out, "deferred %-9s being charged by another member (%s): retried\n", key, d.Handler)
-	case dedup.EventKeyMissing, dedup.EventTransportKey:
+	case event.KeyMissing, event.TransportKey:
 		fmt.Fprintf(p.out, "refused  message %s: %v\n", d.MessageUUID, d.Err)
 	}
 }
 
 func (p *printer) ObserveStoreOp(string, time.Duration, error) {}
 
-func (p *printer) count(e dedup.Event) int {
+func (p *printer) count(e event.Event) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.counts[e]

@@ -12,7 +12,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill"
 
-	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 )
 
@@ -79,7 +79,7 @@ func TestDemoChargesEachOrderOnce(t *testing.T) {
 			// The key from the header and the key from the body are the
 			// same key: ORDER-003's five copies, with and without header,
 			// give one charge.
-			if won, rel, dup := p.count(dedup.EventClaimWon), p.count(dedup.EventReleased), p.count(dedup.EventSkipDuplicate); won != 4 || rel != 1 || dup != 5 {
+			if won, rel, dup := p.count(event.ClaimWon), p.count(event.Released), p.count(event.SkipDuplicate); won != 4 || rel != 1 || dup != 5 {
 				t.Errorf("claims won %d, released %d, duplicates skipped %d; want 4, 1, 5", won, rel, dup)
 			}
 			for _, want := range []string{
@@ -155,7 +155,7 @@ func TestConsumerGroupOfTwoChargesEachOrderOnce(t *testing.T) {
 		t.Errorf("charges per member: %v, want both members charging", l.byMember)
 	}
 	l.mu.Unlock()
-	if won, dup := p.count(dedup.EventClaimWon), p.count(dedup.EventSkipDuplicate); won != len(orders) || dup < messages-len(orders) {
+	if won, dup := p.count(event.ClaimWon), p.count(event.SkipDuplicate); won != len(orders) || dup < messages-len(orders) {
 		t.Errorf("claims won %d, duplicates skipped %d; want %d, at least %d", won, dup, len(orders), messages-len(orders))
 	}
 	spread := p.spread()
@@ -163,5 +163,5 @@ func TestConsumerGroupOfTwoChargesEachOrderOnce(t *testing.T) {
 		t.Error("no order had copies handled by both members")
 	}
 	t.Logf("%d messages of %d orders; copies of %d orders handled by both members; charges per member %v; in progress %d",
-		messages, len(orders), len(spread), l.byMember, p.count(dedup.EventInProgress))
+		messages, len(orders), len(spread), l.byMember, p.count(event.InProgress))
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 )
 
@@ -134,24 +135,24 @@ type printer struct {
 	out io.Writer
 
 	mu     sync.Mutex
-	counts map[dedup.Event]int
+	counts map[event.Event]int
 	// seen, when set, is told of every decision (tests wait on it).
 	seen func(dedup.Decision)
 }
 
 func newPrinter(out io.Writer) *printer {
-	return &printer{out: out, counts: map[dedup.Event]int{}}
+	return &printer{out: out, counts: map[event.Event]int{}}
 }
 
 func (p *printer) ObserveDecision(d dedup.Decision) {
 	p.mu.Lock()
 	p.counts[d.Event]++
 	switch d.Event {
-	case dedup.EventSkipDuplicate:
+	case event.SkipDuplicate:
 		fmt.Fprintf(p.out, "skipped  %-9s already charged (%s)\n", businessKey(d.Key), d.Handler)
-	case dedup.EventInProgress:
+	case event.InProgress:
 		fmt.Fprintf(p.out, "deferred %-9s being charged by another consumer (%s): retried later\n", businessKey(d.Key), d.Handler)
-	case dedup.EventKeyMissing, dedup.EventTransportKey:
+	case event.KeyMissing, event.TransportKey:
 		fmt.Fprintf(p.out, "refused  message %s: %v\n", d.MessageUUID, d.Err)
 	}
 	seen := p.seen
@@ -163,7 +164,7 @@ func (p *printer) ObserveDecision(d dedup.Decision) {
 
 func (p *printer) ObserveStoreOp(string, time.Duration, error) {}
 
-func (p *printer) count(e dedup.Event) int {
+func (p *printer) count(e event.Event) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.counts[e]

@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 )
 
@@ -98,7 +99,7 @@ func TestDemoChargesEachOrderOnce(t *testing.T) {
 			// 3 charges and 1 failed attempt won a claim; the failed one was
 			// released; the other 8-3 copies were acked as duplicates (some
 			// after being deferred while another consumer held the key).
-			if won, rel, dup := p.count(dedup.EventClaimWon), p.count(dedup.EventReleased), p.count(dedup.EventSkipDuplicate); won != 4 || rel != 1 || dup != 5 {
+			if won, rel, dup := p.count(event.ClaimWon), p.count(event.Released), p.count(event.SkipDuplicate); won != 4 || rel != 1 || dup != 5 {
 				t.Errorf("claims won %d, released %d, duplicates skipped %d; want 4, 1, 5", won, rel, dup)
 			}
 			for _, want := range []string{
@@ -149,7 +150,7 @@ func TestVisibilityTimeoutRedeliveryIsChargedOnce(t *testing.T) {
 	inProgress := make(chan struct{})
 	var once sync.Once
 	p.seen = func(d dedup.Decision) {
-		if d.Event == dedup.EventInProgress {
+		if d.Event == event.InProgress {
 			once.Do(func() { close(inProgress) })
 		}
 	}
@@ -182,7 +183,7 @@ func TestVisibilityTimeoutRedeliveryIsChargedOnce(t *testing.T) {
 	if _, charges := l.summary(); charges != 1 {
 		t.Errorf("%d charges, want 1", charges)
 	}
-	if won, inprog, dup := p.count(dedup.EventClaimWon), p.count(dedup.EventInProgress), p.count(dedup.EventSkipDuplicate); won != 1 || inprog < 1 || dup < 1 {
+	if won, inprog, dup := p.count(event.ClaimWon), p.count(event.InProgress), p.count(event.SkipDuplicate); won != 1 || inprog < 1 || dup < 1 {
 		t.Errorf("claims won %d, in progress %d, duplicates skipped %d; want 1, ≥1, ≥1", won, inprog, dup)
 	}
 }

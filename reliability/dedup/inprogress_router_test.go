@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 )
 
@@ -176,7 +177,7 @@ func runTenCopies(t *testing.T, name string, wait time.Duration, quietLogger boo
 		run.redeliveries += n - 1
 	}
 	for _, dec := range obs.all {
-		if dec.Event == dedup.EventInProgress {
+		if dec.Event == event.InProgress {
 			run.inProgress++
 		}
 		if dec.Waited > 0 {

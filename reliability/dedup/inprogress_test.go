@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
@@ -89,11 +90,11 @@ func TestInProgressWaitEndsAsDuplicateWithReplay(t *testing.T) {
 		if n := counted.Count("claim"); n != 4 {
 			t.Errorf("%d claims, want 4 (the holder's, the copy's first, two after pauses)", n)
 		}
-		dups := seen.of(dedup.EventSkipDuplicate)
+		dups := seen.of(event.SkipDuplicate)
 		if len(dups) != 1 || dups[0].Waited != 300*time.Millisecond || !dups[0].Replayed {
 			t.Errorf("skip_duplicate decisions %+v, want one with Waited 300ms, Replayed", dups)
 		}
-		if n := len(seen.of(dedup.EventInProgress)); n != 0 {
+		if n := len(seen.of(event.InProgress)); n != 0 {
 			t.Errorf("%d in_progress decisions, want 0 (no nack)", n)
 		}
 	})
@@ -126,7 +127,7 @@ func TestInProgressWaitGivesUpAtItsBound(t *testing.T) {
 		if n := counted.Count("claim"); n != 6 {
 			t.Errorf("%d claims, want 6 (holder, copy, 4 after pauses)", n)
 		}
-		inprog := seen.of(dedup.EventInProgress)
+		inprog := seen.of(event.InProgress)
 		if len(inprog) != 1 || inprog[0].Waited != time.Second {
 			t.Errorf("in_progress decisions %+v, want one with Waited 1s", inprog)
 		}
@@ -168,7 +169,7 @@ func TestInProgressWaitTakesOverAReleasedKey(t *testing.T) {
 		if got.err != nil || got.res.Outcome != dedup.Acquired || string(got.res.Result) != "charged by the copy" {
 			t.Fatalf("copy: %+v, %v; want it to win the released key and run", got.res, got.err)
 		}
-		won := seen.of(dedup.EventClaimWon)
+		won := seen.of(event.ClaimWon)
 		if len(won) != 2 || won[1].Waited != 100*time.Millisecond {
 			t.Fatalf("claim_won decisions %+v, want the copy's with Waited 100ms", won)
 		}

@@ -15,6 +15,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/internal/faultstore"
 	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
@@ -86,7 +87,7 @@ func (d *decisions) ObserveDecision(dec dedup.Decision) {
 func (d *decisions) ObserveStoreOp(string, time.Duration, error) {}
 
 // of returns the decisions of one event.
-func (d *decisions) of(e dedup.Event) []dedup.Decision {
+func (d *decisions) of(e event.Event) []dedup.Decision {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var out []dedup.Decision
@@ -138,7 +139,7 @@ type faultStore = faultstore.Store
 func newFaultStore(s dedup.Store) *faultStore { return faultstore.New(s) }
 
 // hasEvent reports whether logs hold the event at the level.
-func hasEvent(logs *watermill.CaptureLoggerAdapter, level watermill.LogLevel, e dedup.Event) bool {
+func hasEvent(logs *watermill.CaptureLoggerAdapter, level watermill.LogLevel, e event.Event) bool {
 	for _, m := range logs.Captured()[level] {
 		if m.Fields["dedup_event"] == string(e) {
 			return true

@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
@@ -76,20 +77,20 @@ func TestShadowRunsEveryCopyAndLeavesTheRecord(t *testing.T) {
 			t.Fatalf("after the shadow runs: %+v (result %q), %v; want the first copy's completed record", res, res.Result, err)
 		}
 
-		if got := len(seen.of(dedup.EventWouldSkip)); got != 2 {
+		if got := len(seen.of(event.WouldSkip)); got != 2 {
 			t.Errorf("would_skip decided %d times, want 2", got)
 		}
-		for _, d := range seen.of(dedup.EventWouldSkip) {
+		for _, d := range seen.of(event.WouldSkip) {
 			if d.Outcome != dedup.Duplicate || d.Op != "claim" || d.Key == "" {
 				t.Errorf("would_skip decision %+v, want Outcome duplicate, op claim, a key", d)
 			}
 		}
-		rejects := seen.of(dedup.EventWouldReject)
+		rejects := seen.of(event.WouldReject)
 		if len(rejects) != 2 || rejects[0].Outcome != dedup.Conflict || !errors.Is(rejects[0].Err, dedup.ErrKeyReuse) ||
 			!errors.Is(rejects[1].Err, dedup.ErrNoKey) {
 			t.Errorf("would_reject decisions %+v, want key reuse then no key", rejects)
 		}
-		for _, e := range []dedup.Event{dedup.EventSkipDuplicate, dedup.EventKeyReuse, dedup.EventKeyMissing, dedup.EventReleased} {
+		for _, e := range []event.Event{event.SkipDuplicate, event.KeyReuse, event.KeyMissing, event.Released} {
 			if n := len(seen.of(e)); n != 0 {
 				t.Errorf("%s decided %d times in shadow mode, want 0", e, n)
 			}
@@ -133,7 +134,7 @@ func TestShadowInProgressCopyRunsAtOnce(t *testing.T) {
 		if err != nil || res.Outcome != dedup.Duplicate || string(res.Result) != "first" {
 			t.Fatalf("record after: %+v, %v; want the first copy's", res, err)
 		}
-		skips := seen.of(dedup.EventWouldSkip)
+		skips := seen.of(event.WouldSkip)
 		if len(skips) != 1 || skips[0].Outcome != dedup.InProgress || skips[0].Waited != 0 {
 			t.Fatalf("would_skip decisions %+v, want one with Outcome in_progress, no wait", skips)
 		}
@@ -156,7 +157,7 @@ func TestShadowMiddlewareRunsMessagesWithoutKey(t *testing.T) {
 		})
 		_, err := h(message.NewMessage(watermill.NewUUID(), []byte(`{"amount":150}`)))
 		switch {
-		case shadow && (err != nil || ran != 1 || !hasEvent(logs, watermill.InfoLogLevel, dedup.EventWouldReject)):
+		case shadow && (err != nil || ran != 1 || !hasEvent(logs, watermill.InfoLogLevel, event.WouldReject)):
 			t.Errorf("shadow: err %v, handler ran %d times; want nil, 1, would_reject at info", err, ran)
 		case !shadow && (!errors.Is(err, dedup.ErrNoKey) || ran != 0):
 			t.Errorf("without shadow: err %v, handler ran %d times; want ErrNoKey, 0", err, ran)

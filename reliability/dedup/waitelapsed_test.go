@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
@@ -56,7 +57,7 @@ func TestWaitEndedBeforeAnyPollKeepsTheClaimsRoundTrip(t *testing.T) {
 	if err := recv(t, "the holder", holder); err != nil {
 		t.Fatal(err)
 	}
-	got := obs.of(dedup.EventInProgress)
+	got := obs.of(event.InProgress)
 	if len(got) != 1 || got[0].Elapsed <= 0 {
 		t.Fatalf("in_progress decisions %+v, want one with the claim's round trip as Elapsed", got)
 	}

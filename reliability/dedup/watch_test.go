@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 )
 
@@ -39,7 +40,7 @@ func TestInProgressWaitWokenByRedis(t *testing.T) {
 	if got.err != nil || got.res.Outcome != dedup.Acquired || string(got.res.Result) != "charged by the copy" {
 		t.Fatalf("copy: %+v, %v; want it to win the released key and run", got.res, got.err)
 	}
-	if won := seen.of(dedup.EventClaimWon); len(won) != 2 || won[1].Waited != 0 {
+	if won := seen.of(event.ClaimWon); len(won) != 2 || won[1].Waited != 0 {
 		t.Fatalf("claim_won decisions %+v, want the copy's with Waited 0 (the clock never moved)", won)
 	}
 }

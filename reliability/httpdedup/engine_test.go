@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/httpdedup"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
@@ -43,14 +44,14 @@ func TestLostCompleteReplyCountsAsCompleted(t *testing.T) {
 	if r := mustSend(t, a.srv, req{key: "k-lost-reply", body: "x"}); r.status != http.StatusCreated {
 		t.Fatalf("first: %d %s", r.status, r.body)
 	}
-	var events []dedup.Event
+	var events []event.Event
 	for _, d := range rec.all() {
 		if d.Op == "complete" {
 			events = append(events, d.Event)
 		}
 	}
-	if len(events) != 1 || events[0] != dedup.EventCompleted {
-		t.Fatalf("complete decisions %v, want one %q", events, dedup.EventCompleted)
+	if len(events) != 1 || events[0] != event.Completed {
+		t.Fatalf("complete decisions %v, want one %q", events, event.Completed)
 	}
 	if r := mustSend(t, a.srv, req{key: "k-lost-reply", body: "x"}); r.header.Get("Idempotent-Replayed") != "true" || a.pay.runs.Load() != 1 {
 		t.Fatalf("retry: %d, replayed %q, runs %d; want a replay of the one run", r.status, r.header.Get("Idempotent-Replayed"), a.pay.runs.Load())

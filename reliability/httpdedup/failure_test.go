@@ -15,6 +15,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/httpdedup"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
@@ -102,7 +103,7 @@ func TestCompleteFailureStillSendsTheResponse(t *testing.T) {
 	var storeErr *dedup.StoreError
 	decisions := rec.all()
 	last := decisions[len(decisions)-1]
-	if last.Event != dedup.EventStoreError || !errors.As(last.Err, &storeErr) || storeErr.Op != "complete" || !errors.Is(last.Err, errStoreDown) {
+	if last.Event != event.StoreError || !errors.As(last.Err, &storeErr) || storeErr.Op != "complete" || !errors.Is(last.Err, errStoreDown) {
 		t.Fatalf("last decision %+v, want a complete store_error", last)
 	}
 	// The record stays in progress until its lease ends.
@@ -271,7 +272,7 @@ func TestLostClaimCancelsTheHandler(t *testing.T) {
 	}
 	found := false
 	for _, d := range rec.all() {
-		found = found || d.Event == dedup.EventClaimLost && d.Op == "extend"
+		found = found || d.Event == event.ClaimLost && d.Op == "extend"
 	}
 	if !found {
 		t.Fatalf("no claim_lost decision: %v", rec.events())
@@ -431,7 +432,7 @@ func TestDecisionsAreObserved(t *testing.T) {
 	mustSend(t, a.srv, req{key: "k", body: "x"})
 	mustSend(t, a.srv, req{key: "k", body: "y"})
 	mustSend(t, a.srv, req{body: "x"})
-	want := []dedup.Event{dedup.EventClaimWon, dedup.EventCompleted, dedup.EventSkipDuplicate, dedup.EventKeyReuse, dedup.EventKeyMissing}
+	want := []event.Event{event.ClaimWon, event.Completed, event.SkipDuplicate, event.KeyReuse, event.KeyMissing}
 	got := rec.events()
 	if len(got) != len(want) {
 		t.Fatalf("events %v, want %v", got, want)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/httpdedup"
 )
 
@@ -61,10 +62,10 @@ func TestInFlightKeyWaitsAndGetsTheReplay(t *testing.T) {
 		}
 		var waited time.Duration
 		for _, d := range rec.all() {
-			if d.Event == dedup.EventInProgress {
+			if d.Event == event.InProgress {
 				t.Errorf("in_progress decided while waiting: %+v", d)
 			}
-			if d.Event == dedup.EventSkipDuplicate {
+			if d.Event == event.SkipDuplicate {
 				waited = d.Waited
 			}
 		}

@@ -17,6 +17,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/httpdedup"
 	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
@@ -295,10 +296,10 @@ func (r *recorder) all() []dedup.Decision {
 	return append([]dedup.Decision(nil), r.decisions...)
 }
 
-func (r *recorder) events() []dedup.Event {
+func (r *recorder) events() []event.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []dedup.Event
+	var out []event.Event
 	for _, d := range r.decisions {
 		out = append(out, d.Event)
 	}

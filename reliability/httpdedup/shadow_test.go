@@ -8,6 +8,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/httpdedup"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
@@ -40,7 +41,7 @@ func TestShadowRunsEveryRequest(t *testing.T) {
 			t.Fatalf("handler ran %d times, want 6", n)
 		}
 		events := rec.events()
-		for _, want := range []dedup.Event{dedup.EventClaimWon, dedup.EventCompleted, dedup.EventWouldSkip, dedup.EventWouldReject} {
+		for _, want := range []event.Event{event.ClaimWon, event.Completed, event.WouldSkip, event.WouldReject} {
 			if !slices.Contains(events, want) {
 				t.Errorf("decisions %v lack %s", events, want)
 			}

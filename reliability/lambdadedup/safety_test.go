@@ -16,6 +16,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/lambdadedup"
@@ -25,7 +26,7 @@ import (
 // eventLog records the events of the decisions it is told of.
 type eventLog struct {
 	mu     sync.Mutex
-	events []dedup.Event
+	events []event.Event
 }
 
 func (o *eventLog) ObserveDecision(d dedup.Decision) {
@@ -36,7 +37,7 @@ func (o *eventLog) ObserveDecision(d dedup.Decision) {
 
 func (o *eventLog) ObserveStoreOp(string, time.Duration, error) {}
 
-func (o *eventLog) count(e dedup.Event) int {
+func (o *eventLog) count(e event.Event) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	n := 0
@@ -82,7 +83,7 @@ func TestShadowRunsEveryRecord(t *testing.T) {
 	if n := runs.Load(); n != 5 {
 		t.Errorf("the handler ran %d times, want 5", n)
 	}
-	if n := obs.count(dedup.EventWouldReject); n != 3 {
+	if n := obs.count(event.WouldReject); n != 3 {
 		t.Errorf("%d would_reject decisions, want 3", n)
 	}
 
@@ -176,7 +177,7 @@ func TestTransportIDsAreRefused(t *testing.T) {
 	if n := runs.Load(); n != 1 {
 		t.Errorf("the handler ran %d times, want 1 (B)", n)
 	}
-	if n := obs.count(dedup.EventTransportKey); n != 1 {
+	if n := obs.count(event.TransportKey); n != 1 {
 		t.Errorf("%d transport_key decisions, want 1 (%v)", n, obs.events)
 	}
 }
@@ -200,7 +201,7 @@ func TestPanickingFingerprintIsPermanent(t *testing.T) {
 		if n := obs.count(lambdadedup.EventHandlerPanic); n != 0 {
 			t.Errorf("DropPermanent %v: %d handler_panic decisions, want none", drop, n)
 		}
-		if n := obs.count(dedup.EventKeyMissing); n != 1 {
+		if n := obs.count(event.KeyMissing); n != 1 {
 			t.Errorf("DropPermanent %v: %d key_missing decisions, want 1", drop, n)
 		}
 		if n := runs.Load(); n != 1 {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 
 	"github.com/watermill-dedup/watermill-dedup/lambdadedup"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
@@ -250,7 +251,7 @@ func TestStreamTransportKey(t *testing.T) {
 type keyEvents struct{ seen atomic.Bool }
 
 func (o *keyEvents) ObserveDecision(d dedup.Decision) {
-	if d.Event == dedup.EventTransportKey && errors.Is(d.Err, dedup.ErrTransportKey) {
+	if d.Event == event.TransportKey && errors.Is(d.Err, dedup.ErrTransportKey) {
 		o.seen.Store(true)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/httpdedup"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
@@ -251,7 +252,7 @@ func lostPublishAck(t *testing.T, newMessage bool, wantCharges int64) {
 
 	// The consumer: the key from the metadata the decorator stamped.
 	var charges atomic.Int64
-	outcomes := &outcomeCounter{counts: map[dedup.Event]int{}}
+	outcomes := &outcomeCounter{counts: map[event.Event]int{}}
 	d, err := dedup.New(dedup.Config{Store: newStore(t), Key: keyfuncs.Metadata(producerkey.DefaultMetadata), Scope: "charge-orders", Observer: outcomes})
 	if err != nil {
 		t.Fatal(err)
@@ -270,7 +271,7 @@ func lostPublishAck(t *testing.T, newMessage bool, wantCharges int64) {
 	router.AddConsumerHandler("charge", stream, sub, func(*message.Message) error { charges.Add(1); return nil })
 	go func() { _ = router.Run(ctx) }()
 	t.Cleanup(func() { _ = router.Close() })
-	for charges.Load()+int64(outcomes.get(dedup.EventSkipDuplicate)) < 2 {
+	for charges.Load()+int64(outcomes.get(event.SkipDuplicate)) < 2 {
 		select {
 		case <-ctx.Done():
 			t.Fatalf("the consumer did not decide on both copies within 2 minutes: %v", outcomes.snapshot())
@@ -282,14 +283,14 @@ func lostPublishAck(t *testing.T, newMessage bool, wantCharges int64) {
 	if (keys[0] == keys[1]) == newMessage {
 		t.Errorf("keys %q", keys)
 	}
-	if charges.Load() != wantCharges || outcomes.get(dedup.EventSkipDuplicate) != 2-int(wantCharges) {
+	if charges.Load() != wantCharges || outcomes.get(event.SkipDuplicate) != 2-int(wantCharges) {
 		t.Errorf("%d charges, %v; want %d", charges.Load(), outcomes.snapshot(), wantCharges)
 	}
 }
 
 type outcomeCounter struct {
 	mu     sync.Mutex
-	counts map[dedup.Event]int
+	counts map[event.Event]int
 }
 
 func (o *outcomeCounter) ObserveDecision(d dedup.Decision) {
@@ -300,16 +301,16 @@ func (o *outcomeCounter) ObserveDecision(d dedup.Decision) {
 
 func (o *outcomeCounter) ObserveStoreOp(string, time.Duration, error) {}
 
-func (o *outcomeCounter) get(e dedup.Event) int {
+func (o *outcomeCounter) get(e event.Event) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.counts[e]
 }
 
-func (o *outcomeCounter) snapshot() map[dedup.Event]int {
+func (o *outcomeCounter) snapshot() map[event.Event]int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	m := map[dedup.Event]int{}
+	m := map[event.Event]int{}
 	for k, v := range o.counts {
 		m[k] = v
 	}

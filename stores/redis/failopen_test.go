@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
@@ -39,7 +40,7 @@ func (o *countingObserver) ObserveStoreOp(op string, _ time.Duration, err error)
 	}
 }
 
-func (o *countingObserver) count(e dedup.Event) int {
+func (o *countingObserver) count(e event.Event) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	n := 0
@@ -51,7 +52,7 @@ func (o *countingObserver) count(e dedup.Event) int {
 	return n
 }
 
-func (o *countingObserver) find(e dedup.Event) (dedup.Decision, bool) {
+func (o *countingObserver) find(e event.Event) (dedup.Decision, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, d := range o.decisions {
@@ -122,7 +123,7 @@ func TestFailOpenWithRedisDown(t *testing.T) {
 			if obs.storeOps["claim"] == 0 {
 				t.Errorf("no failed claim observed: %v", obs.storeOps)
 			}
-			storeErr, ok := obs.find(dedup.EventStoreError)
+			storeErr, ok := obs.find(event.StoreError)
 			var se *dedup.StoreError
 			if !ok || storeErr.Op != "claim" || !errors.As(storeErr.Err, &se) || se.Key != "charge-orders:ORDER-003" {
 				t.Errorf("store_error decision = %+v (found %v)", storeErr, ok)
@@ -131,7 +132,7 @@ func TestFailOpenWithRedisDown(t *testing.T) {
 				if err != nil || charges != 1 {
 					t.Errorf("fail open: handler returned %v after %d charges; want nil (ack) after 1", err, charges)
 				}
-				if n := obs.count(dedup.EventFailOpen); n != 1 {
+				if n := obs.count(event.FailOpen); n != 1 {
 					t.Errorf("fail open: Observer saw %d fail_open decisions, want 1", n)
 				}
 				if got := errorEvents(logger); len(got) != 2 || got[0] != "store_error" || got[1] != "fail_open" {
@@ -144,7 +145,7 @@ func TestFailOpenWithRedisDown(t *testing.T) {
 				if charges != 0 {
 					t.Errorf("fail closed: %d charges while the store is down", charges)
 				}
-				if n := obs.count(dedup.EventFailOpen); n != 0 {
+				if n := obs.count(event.FailOpen); n != 0 {
 					t.Errorf("fail closed: %d fail_open decisions", n)
 				}
 				if got := errorEvents(logger); len(got) != 1 || got[0] != "store_error" {
@@ -174,8 +175,8 @@ func TestFailOpenWithRedisDown(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if charges != 1 || obs.count(dedup.EventFailOpen) != 0 || obs.count(dedup.EventSkipDuplicate) != 1 {
+	if charges != 1 || obs.count(event.FailOpen) != 0 || obs.count(event.SkipDuplicate) != 1 {
 		t.Errorf("after the restart: %d charges, %d fail_open, %d skip_duplicate; want 1, 0, 1",
-			charges, obs.count(dedup.EventFailOpen), obs.count(dedup.EventSkipDuplicate))
+			charges, obs.count(event.FailOpen), obs.count(event.SkipDuplicate))
 	}
 }

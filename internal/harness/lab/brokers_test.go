@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/internal/cmdenv/awsenv"
 	"github.com/watermill-dedup/watermill-dedup/internal/harness/awsbroker"
 	"github.com/watermill-dedup/watermill-dedup/internal/harness/embedded"
@@ -167,7 +168,7 @@ func checkRuns(t *testing.T, cfg lab.Config) {
 	if on.Charges != on.DistinctOrders {
 		t.Errorf("on: %d charges for %d distinct orders", on.Charges, on.DistinctOrders)
 	}
-	won, dup := on.Outcomes[dedup.EventClaimWon], on.Outcomes[dedup.EventSkipDuplicate]
+	won, dup := on.Outcomes[event.ClaimWon], on.Outcomes[event.SkipDuplicate]
 	if won != on.DistinctOrders {
 		t.Errorf("on: claim won %d times for %d orders", won, on.DistinctOrders)
 	}
@@ -176,7 +177,7 @@ func checkRuns(t *testing.T, cfg lab.Config) {
 	if won+dup != on.Messages+on.LostAcks {
 		t.Errorf("on: %d claims won + %d duplicates skipped != %d messages + %d redeliveries", won, dup, on.Messages, on.LostAcks)
 	}
-	if released, lost := on.Outcomes[dedup.EventReleased], on.Outcomes[dedup.EventClaimLost]; released != 0 || lost != 0 {
+	if released, lost := on.Outcomes[event.Released], on.Outcomes[event.ClaimLost]; released != 0 || lost != 0 {
 		t.Errorf("on: %d released, %d claims lost", released, lost)
 	}
 	if !off.OK() || !on.OK() {

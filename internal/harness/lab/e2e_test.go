@@ -15,6 +15,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/internal/harness/lab"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
@@ -58,7 +59,7 @@ func (l *decisionLog) ObserveStoreOp(string, time.Duration, error) {}
 
 // count returns how many decisions of event were taken on keys containing
 // part.
-func (l *decisionLog) count(event dedup.Event, part string) int {
+func (l *decisionLog) count(event event.Event, part string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0
@@ -76,7 +77,7 @@ func (l *decisionLog) transportKeyRefused(uuid string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, d := range l.all {
-		if d.Event == dedup.EventTransportKey && d.MessageUUID == uuid && errors.Is(d.Err, dedup.ErrTransportKey) {
+		if d.Event == event.TransportKey && d.MessageUUID == uuid && errors.Is(d.Err, dedup.ErrTransportKey) {
 			return true
 		}
 	}
@@ -278,11 +279,11 @@ func checkGroupOfTwo(t *testing.T, tr *lab.Transport, e *effects, prefix string)
 		}
 	}
 	waitFor(t, "every group order charged and every copy skipped", func() bool {
-		return decisions.count(dedup.EventClaimWon, prefix) == orders && decisions.count(dedup.EventSkipDuplicate, prefix) == orders
+		return decisions.count(event.ClaimWon, prefix) == orders && decisions.count(event.SkipDuplicate, prefix) == orders
 	}, func() string {
 		return fmt.Sprintf("claims won %d, skipped %d, in progress %d, released %d, charges per member %v",
-			decisions.count(dedup.EventClaimWon, prefix), decisions.count(dedup.EventSkipDuplicate, prefix),
-			decisions.count(dedup.EventInProgress, prefix), decisions.count(dedup.EventReleased, prefix), e.members())
+			decisions.count(event.ClaimWon, prefix), decisions.count(event.SkipDuplicate, prefix),
+			decisions.count(event.InProgress, prefix), decisions.count(event.Released, prefix), e.members())
 	})
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -295,7 +296,7 @@ func checkGroupOfTwo(t *testing.T, tr *lab.Transport, e *effects, prefix string)
 		t.Errorf("deliveries per member %v: both members should receive messages", e.received)
 	}
 	t.Logf("group of two: deliveries per member %v, charges per member %v, in progress (nacked, redelivered) %d",
-		e.received, e.byMember, decisions.count(dedup.EventInProgress, prefix))
+		e.received, e.byMember, decisions.count(event.InProgress, prefix))
 }
 
 // checkRedeliveryAfterRelease: the first charge of order fails: claimed,
@@ -308,7 +309,7 @@ func checkRedeliveryAfterRelease(t *testing.T, tr *lab.Transport, e *effects, or
 	publishOrder(t, tr, watermill.NewUUID(), order)
 	waitFor(t, "the failed order charged after its redelivery", func() bool { c, _ := e.snapshot(order); return c == 1 })
 	_, calls := e.snapshot(order)
-	if won, released := decisions.count(dedup.EventClaimWon, order), decisions.count(dedup.EventReleased, order); won != 2 || released != 1 || calls != 2 {
+	if won, released := decisions.count(event.ClaimWon, order), decisions.count(event.Released, order); won != 2 || released != 1 || calls != 2 {
 		t.Errorf("failed order: %d claims won, %d released, %d handler calls; want 2, 1, 2", won, released, calls)
 	}
 }
@@ -319,7 +320,7 @@ func checkDuplicateAfterCompletion(t *testing.T, tr *lab.Transport, e *effects, 
 	t.Helper()
 	_, before := e.snapshot(order)
 	publishOrder(t, tr, watermill.NewUUID(), order)
-	waitFor(t, "the completed order's copy skipped", func() bool { return decisions.count(dedup.EventSkipDuplicate, order) == 1 })
+	waitFor(t, "the completed order's copy skipped", func() bool { return decisions.count(event.SkipDuplicate, order) == 1 })
 	if c, calls := e.snapshot(order); c != 1 || calls != before {
 		t.Errorf("after the duplicate: %d charges, %d handler calls; want 1, %d", c, calls, before)
 	}

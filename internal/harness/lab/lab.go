@@ -20,6 +20,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 )
 
@@ -160,7 +161,7 @@ type Result struct {
 	Charges        int // effects performed
 	Acked          int // messages acked by the consumer
 	LostAcks       int // first acks turned into nacks (Config.LoseAcks), each redelivered
-	Outcomes       map[dedup.Event]int
+	Outcomes       map[event.Event]int
 	HandlerErrors  int // nacks returned to the broker (in-progress copies, lost acks, store errors, ...)
 	// Pending is what Transport.Pending reported last: messages the broker
 	// still held when the run ended (0 when every ack reached the broker;
@@ -250,7 +251,7 @@ func Run(ctx context.Context, cfg Config, off, on bool) ([]Result, error) {
 // counter is the dedup.Observer of a run.
 type counter struct {
 	mu       sync.Mutex
-	outcomes map[dedup.Event]int
+	outcomes map[event.Event]int
 }
 
 func (c *counter) ObserveDecision(d dedup.Decision) {
@@ -294,7 +295,7 @@ func newRun(cfg Config, idempotency bool) *run {
 	return &run{
 		cfg: cfg, name: name, idempotency: idempotency,
 		msgs: msgs, distinct: distinct, lose: lostAcks(cfg, msgs),
-		obs:   &counter{outcomes: map[dedup.Event]int{}},
+		obs:   &counter{outcomes: map[event.Event]int{}},
 		acked: map[string]bool{}, lost: map[string]bool{}, allAcked: make(chan struct{}),
 	}
 }
@@ -573,7 +574,7 @@ func (r *run) result(pending int) Result {
 	res := Result{
 		Idempotency: r.idempotency, Shadow: r.idempotency && r.cfg.Shadow, Scope: r.scope, Messages: len(r.msgs), DistinctOrders: r.distinct,
 		Charges: int(r.charges.Load()), HandlerErrors: int(r.nacks.Load()), Pending: pending,
-		Outcomes: map[dedup.Event]int{},
+		Outcomes: map[event.Event]int{},
 	}
 	r.mu.Lock()
 	res.Acked, res.LostAcks = len(r.acked), len(r.lost)
@@ -582,7 +583,7 @@ func (r *run) result(pending int) Result {
 	for k, v := range r.obs.outcomes {
 		res.Outcomes[k] = v
 	}
-	res.WouldSkip = r.obs.outcomes[dedup.EventWouldSkip]
+	res.WouldSkip = r.obs.outcomes[event.WouldSkip]
 	r.obs.mu.Unlock()
 	return res
 }
@@ -659,12 +660,12 @@ func PrintTable(w io.Writer, results []Result) {
 		state, won, dup, inprog := "off", "-", "-", "-"
 		switch {
 		case r.Shadow:
-			state, won = "shadow", fmt.Sprint(r.Outcomes[dedup.EventClaimWon])
+			state, won = "shadow", fmt.Sprint(r.Outcomes[event.ClaimWon])
 		case r.Idempotency:
 			state = "on"
-			won = fmt.Sprint(r.Outcomes[dedup.EventClaimWon])
-			dup = fmt.Sprint(r.Outcomes[dedup.EventSkipDuplicate])
-			inprog = fmt.Sprint(r.Outcomes[dedup.EventInProgress])
+			won = fmt.Sprint(r.Outcomes[event.ClaimWon])
+			dup = fmt.Sprint(r.Outcomes[event.SkipDuplicate])
+			inprog = fmt.Sprint(r.Outcomes[event.InProgress])
 		}
 		fmt.Fprintf(w, "%-12s %9d %16d %8d %10s %18s %20s %7d\n",
 			state, r.Messages, r.DistinctOrders, r.Charges, won, dup, inprog, r.HandlerErrors)

@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/internal/harness/lab"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
@@ -42,11 +43,11 @@ func TestLabOnGoChannelAndMemory(t *testing.T) {
 	if on.Charges != on.DistinctOrders || on.DistinctOrders != 301 || on.Acked != on.Messages {
 		t.Fatalf("on: %d charges for %d orders, %d acked of %d", on.Charges, on.DistinctOrders, on.Acked, on.Messages)
 	}
-	if won := on.Outcomes[dedup.EventClaimWon]; won != 301 {
+	if won := on.Outcomes[event.ClaimWon]; won != 301 {
 		t.Fatalf("claim won %d times, want 301", won)
 	}
-	if dup, inprog := on.Outcomes[dedup.EventSkipDuplicate], on.Outcomes[dedup.EventInProgress]; dup+on.Outcomes[dedup.EventClaimWon] != on.Messages {
-		t.Fatalf("%d claims won + %d duplicates skipped != %d messages (in progress: %d)", on.Outcomes[dedup.EventClaimWon], dup, on.Messages, inprog)
+	if dup, inprog := on.Outcomes[event.SkipDuplicate], on.Outcomes[event.InProgress]; dup+on.Outcomes[event.ClaimWon] != on.Messages {
+		t.Fatalf("%d claims won + %d duplicates skipped != %d messages (in progress: %d)", on.Outcomes[event.ClaimWon], dup, on.Messages, inprog)
 	}
 	if !off.OK() || !on.OK() {
 		t.Fatalf("OK() false")
@@ -119,7 +120,7 @@ func TestLabLostAcksOnGoChannel(t *testing.T) {
 	if off.LostAcks != 7 || off.Charges != off.Messages+7 || !off.OK() {
 		t.Errorf("off: %d lost acks, %d charges for %d messages", off.LostAcks, off.Charges, off.Messages)
 	}
-	if on.LostAcks != 7 || on.Charges != on.DistinctOrders || on.Outcomes[dedup.EventSkipDuplicate]+on.Outcomes[dedup.EventClaimWon] != on.Messages+7 || !on.OK() {
+	if on.LostAcks != 7 || on.Charges != on.DistinctOrders || on.Outcomes[event.SkipDuplicate]+on.Outcomes[event.ClaimWon] != on.Messages+7 || !on.OK() {
 		t.Errorf("on: %d lost acks, %d charges for %d orders, outcomes %v", on.LostAcks, on.Charges, on.DistinctOrders, on.Outcomes)
 	}
 }
@@ -140,9 +141,9 @@ func TestLabShadowOnGoChannelAndMemory(t *testing.T) {
 		t.Fatalf("results %+v, want one shadow run", results)
 	}
 	r := results[0]
-	if r.Charges != r.Messages || r.WouldSkip != r.Messages-r.DistinctOrders || r.Outcomes[dedup.EventClaimWon] != r.DistinctOrders ||
+	if r.Charges != r.Messages || r.WouldSkip != r.Messages-r.DistinctOrders || r.Outcomes[event.ClaimWon] != r.DistinctOrders ||
 		r.HandlerErrors != 0 || !r.OK() {
 		t.Fatalf("shadow: %d charges, %d would skip, %d claims won, %d nacks for %d messages of %d orders",
-			r.Charges, r.WouldSkip, r.Outcomes[dedup.EventClaimWon], r.HandlerErrors, r.Messages, r.DistinctOrders)
+			r.Charges, r.WouldSkip, r.Outcomes[event.ClaimWon], r.HandlerErrors, r.Messages, r.DistinctOrders)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/internal/harness/lab"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
@@ -28,11 +29,11 @@ func TestLabLambdaRuntime(t *testing.T) {
 	if !off.OK() || off.Charges != off.Messages {
 		t.Errorf("off: %d charges, %d acked for %d messages", off.Charges, off.Acked, off.Messages)
 	}
-	if !on.OK() || on.Charges != 201 || on.Outcomes[dedup.EventClaimWon] != 201 {
-		t.Errorf("on: %d charges (%d claims won) for %d orders, %d acked of %d", on.Charges, on.Outcomes[dedup.EventClaimWon], on.DistinctOrders, on.Acked, on.Messages)
+	if !on.OK() || on.Charges != 201 || on.Outcomes[event.ClaimWon] != 201 {
+		t.Errorf("on: %d charges (%d claims won) for %d orders, %d acked of %d", on.Charges, on.Outcomes[event.ClaimWon], on.DistinctOrders, on.Acked, on.Messages)
 	}
-	if on.HandlerErrors != on.Outcomes[dedup.EventInProgress] {
-		t.Errorf("on: %d batch item failures, want one per in-progress copy (%d)", on.HandlerErrors, on.Outcomes[dedup.EventInProgress])
+	if on.HandlerErrors != on.Outcomes[event.InProgress] {
+		t.Errorf("on: %d batch item failures, want one per in-progress copy (%d)", on.HandlerErrors, on.Outcomes[event.InProgress])
 	}
 	if _, err := lab.RunLambda(context.Background(), lab.Config{LoseAcks: 1, NewStore: cfg.NewStore}, true, true); err == nil {
 		t.Error("RunLambda accepted LoseAcks")
