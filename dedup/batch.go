@@ -9,6 +9,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/internal/fanout"
+	"github.com/watermill-dedup/watermill-dedup/internal/originctx"
 	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
 )
 
@@ -326,7 +327,7 @@ func (e *Engine) claimMany(ctx context.Context, reqs []ClaimRequest) ([]ClaimRes
 	res, errs := make([]ClaimResult, len(reqs)), make([]error, len(reqs))
 	fanout.Each(len(reqs), batchFallbackConcurrency, func(i int) {
 		rq := reqs[i]
-		res[i], errs[i] = e.cfg.Store.Claim(WithOrigin(ctx, rq.Origin), rq.Key, rq.Fingerprint, rq.Lease)
+		res[i], errs[i] = e.cfg.Store.Claim(originctx.With(ctx, rq.Origin.TransportID, rq.Origin.MessageID), rq.Key, rq.Fingerprint, rq.Lease)
 	})
 	return res, errs
 }

@@ -87,9 +87,9 @@ type Call struct {
 	// MessageID is the broker's own id of this copy of the message (the
 	// SQS MessageId) when it has one besides MessageUUID. The store keeps
 	// MessageUUID and MessageID of the key's first claim with its record,
-	// as its Origin (TransportID and MessageID). When both are empty, the
-	// Origin that Do's context carries (WithOrigin), if any, is kept
-	// instead. Optional.
+	// as its Origin (TransportID and MessageID). When both are empty, an
+	// Origin that Do's context already carries (httpdedup puts the
+	// request id there), if any, is kept instead. Optional.
 	MessageID string
 	// StartBy, when set, is the latest time the work may start (a Lambda
 	// invocation's deadline less the time a record needs): an

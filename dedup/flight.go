@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
+	"github.com/watermill-dedup/watermill-dedup/internal/originctx"
 )
 
 // flight is one Engine.Do call (or one message of the middleware) from its
@@ -123,7 +124,7 @@ func (w *workCtx) Value(key any) any {
 	if claimctx.IsKey(key) {
 		return &w.f.hc
 	}
-	if _, ok := key.(originKey); ok && (w.f.call.MessageUUID != "" || w.f.call.MessageID != "") {
+	if _, ok := key.(originctx.Key); ok && (w.f.call.MessageUUID != "" || w.f.call.MessageID != "") {
 		// The claim's context answers OriginFromContext from the call,
 		// without an allocation.
 		return &w.f.call

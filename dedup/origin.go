@@ -5,6 +5,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/watermill-dedup/watermill-dedup/internal/originctx"
 )
 
 // Origin says which copy of a message (or which request) a claim was made
@@ -19,9 +21,8 @@ import (
 // message_id or sns_message_id, or the first of Config.TransportIDs),
 // the Lambda adapter with the record's message id, httpdedup with the
 // request's X-Request-Id header (see its Config.RequestID), Engine.Do
-// with Call.MessageUUID and Call.MessageID (or WithOrigin on its context).
-// A store reads it with OriginFromContext on the context its Claim was
-// given.
+// with Call.MessageUUID and Call.MessageID. A store reads it with
+// OriginFromContext on the context its Claim was given.
 type Origin struct {
 	// TransportID is the id the transport gave this copy: the Watermill
 	// message UUID, the Lambda record's message id, an HTTP request id.
@@ -32,40 +33,22 @@ type Origin struct {
 	MessageID string
 }
 
-// IsZero reports whether o has neither id.
-func (o Origin) IsZero() bool { return o.TransportID == "" && o.MessageID == "" }
-
-// MaxOriginIDLength is the longest id, in bytes, that OriginFromContext
-// returns; longer ids are cut (at a character boundary).
-const MaxOriginIDLength = 100
-
-// originKey is the context key of the Origin.
-type originKey struct{}
-
-// WithOrigin returns a context carrying o, for code that calls a Store's
-// Claim directly (tests, a store wrapper), or an Engine.Do whose Call has
-// neither MessageUUID nor MessageID (httpdedup's request id). Cost: one
-// context.WithValue (two allocations).
-func WithOrigin(ctx context.Context, o Origin) context.Context {
-	return context.WithValue(ctx, originKey{}, &o)
-}
-
 // OriginFromContext returns the Origin of the claim whose context ctx is
 // (a Store calls it in Claim), and whether there is one. The ids are
-// cleaned so that every store can keep them as text: at most
-// MaxOriginIDLength bytes, invalid UTF-8 and control characters replaced
-// by U+FFFD. The claim contexts the Engine passes answer it without an
-// allocation (an id that needs cleaning costs one); an Origin given by
-// WithOrigin is found through any context derived from it.
+// cleaned so that every store can keep them as text: at most 100 bytes
+// each (a longer id is cut at a character boundary; a store may size its
+// record by that bound), invalid UTF-8 and control characters replaced by
+// U+FFFD. The claim contexts the Engine passes answer it without an
+// allocation (an id that needs cleaning costs one).
 func OriginFromContext(ctx context.Context) (Origin, bool) {
 	var o Origin
-	switch v := ctx.Value(originKey{}).(type) {
+	switch v := ctx.Value(originctx.Key{}).(type) {
 	case *Call: // the claim's context (workCtx.Value)
 		o = Origin{TransportID: v.MessageUUID, MessageID: v.MessageID}
-	case *Origin:
-		o = *v
+	case *originctx.IDs:
+		o = Origin{TransportID: v.TransportID, MessageID: v.MessageID}
 	}
-	if o.IsZero() {
+	if o.TransportID == "" && o.MessageID == "" {
 		return Origin{}, false
 	}
 	return Origin{TransportID: cleanID(o.TransportID), MessageID: cleanID(o.MessageID)}, true
@@ -73,7 +56,7 @@ func OriginFromContext(ctx context.Context) (Origin, bool) {
 
 // cleanID returns id as OriginFromContext promises it.
 func cleanID(id string) string {
-	clean := len(id) <= MaxOriginIDLength
+	clean := len(id) <= originctx.MaxIDLength
 	for i := 0; clean && i < len(id); i++ {
 		c := id[i]
 		clean = c >= 0x20 && c < 0x7f // the usual case: printable ASCII
@@ -86,7 +69,7 @@ func cleanID(id string) string {
 		if unicode.IsControl(r) {
 			r = utf8.RuneError
 		}
-		if b.Len()+utf8.RuneLen(r) > MaxOriginIDLength {
+		if b.Len()+utf8.RuneLen(r) > originctx.MaxIDLength {
 			break
 		}
 		b.WriteRune(r)

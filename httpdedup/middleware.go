@@ -12,6 +12,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
+	"github.com/watermill-dedup/watermill-dedup/internal/originctx"
 	"github.com/watermill-dedup/watermill-dedup/internal/recordinfo"
 )
 
@@ -330,7 +331,7 @@ func (m *Middleware) run(req *request, call dedup.Call, next http.Handler) (resp
 	}
 	ctx := recordinfo.With(req.r.Context(), info)
 	if id := m.cfg.RequestID(req.r); id != "" {
-		ctx = dedup.WithOrigin(ctx, dedup.Origin{TransportID: id})
+		ctx = originctx.With(ctx, id, "")
 	}
 	res, err = m.engine.Do(ctx, call, work)
 	return resp, res, err

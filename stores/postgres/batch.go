@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/originctx"
 	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
 	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 )
@@ -46,7 +47,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []dedup.ClaimRequest) ([]de
 	sender, ok := s.db.(batchSender)
 	if !ok {
 		for i, r := range reqs {
-			res[i], errs[i] = s.Claim(dedup.WithOrigin(ctx, r.Origin), r.Key, r.Fingerprint, r.Lease)
+			res[i], errs[i] = s.Claim(originctx.With(ctx, r.Origin.TransportID, r.Origin.MessageID), r.Key, r.Fingerprint, r.Lease)
 		}
 		return res, errs
 	}

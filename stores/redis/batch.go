@@ -10,6 +10,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/internal/fanout"
+	"github.com/watermill-dedup/watermill-dedup/internal/originctx"
 	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 )
 
@@ -41,7 +42,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []dedup.ClaimRequest) ([]de
 	if s.waitReplicas > 0 {
 		fanout.Each(len(reqs), waitReplicasConcurrency, func(i int) {
 			r := reqs[i]
-			res[i], errs[i] = s.Claim(dedup.WithOrigin(ctx, r.Origin), r.Key, r.Fingerprint, r.Lease)
+			res[i], errs[i] = s.Claim(originctx.With(ctx, r.Origin.TransportID, r.Origin.MessageID), r.Key, r.Fingerprint, r.Lease)
 		})
 		return res, errs
 	}
