@@ -7,6 +7,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/watermill-dedup/watermill-dedup/internal/keyrule"
 )
 
 // KeyFunc returns the business key of a message: an order id, a payment id, a
@@ -26,7 +28,7 @@ const (
 	defaultLease             = 30 * time.Second
 	defaultRetention         = 24 * time.Hour
 	defaultStoreTimeout      = 5 * time.Second
-	defaultMaxKeyLength      = 1024
+	defaultMaxKeyLength      = keyrule.DefaultMaxLength
 	defaultCompleteRetries   = 3
 	defaultCompleteBackoff   = 100 * time.Millisecond
 	defaultMaxClaimsInFlight = 16

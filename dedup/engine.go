@@ -4,15 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
+	"github.com/watermill-dedup/watermill-dedup/internal/keyrule"
 	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
 )
 
@@ -387,31 +385,13 @@ func (e *Engine) checkKey(key, transportID string) error {
 	return checkKey(key, transportID, e.cfg.MaxKeyLength)
 }
 
-// CheckKey reports whether an Engine with the default MaxKeyLength accepts
-// key as a business key: nil, or a *KeyError (matching ErrNoKey) saying
-// why not (empty or blank, not UTF-8, a control character, too long).
-// This is the engine's key rule, stated once: valid UTF-8 without control
-// characters, not blank, up to 1024 bytes (Config.MaxKeyLength); an HTTP
-// Idempotency-Key has a stricter rule of its own (httpdedup.CheckKey:
-// printable ASCII up to 255 bytes). A
-// producer that stamps keys (package producerkey) checks them with it, so
-// that a message its consumers would refuse for good is refused at
-// publish time instead, while it can still be fixed.
-func CheckKey(key string) error {
-	return checkKey(key, "", defaultMaxKeyLength)
-}
-
+// checkKey applies the engine's key rule (internal/keyrule) and refuses a
+// key equal to the message's transport id.
 func checkKey(key, transportID string, maxKeyLength int) error {
-	switch {
-	case strings.TrimFunc(key, unicode.IsSpace) == "":
-		return &KeyError{Reason: "empty or blank key", MessageUUID: transportID}
-	case !utf8.ValidString(key):
-		return &KeyError{Reason: "key is not valid UTF-8", MessageUUID: transportID}
-	case strings.IndexFunc(key, unicode.IsControl) >= 0:
-		return &KeyError{Reason: "key contains a control character (NUL, newline, ...)", MessageUUID: transportID}
-	case len(key) > maxKeyLength:
-		return &KeyError{Reason: fmt.Sprintf("key is %d bytes, longer than MaxKeyLength %d", len(key), maxKeyLength), MessageUUID: transportID}
-	case transportID != "" && key == transportID:
+	if reason := keyrule.Problem(key, maxKeyLength); reason != "" {
+		return &KeyError{Reason: reason, MessageUUID: transportID}
+	}
+	if transportID != "" && key == transportID {
 		return fmt.Errorf("%w: key %q is the message's transport id; take the key from the business payload", ErrTransportKey, key)
 	}
 	return nil

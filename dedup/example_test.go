@@ -141,16 +141,3 @@ func ExampleEngine_Do() {
 	// error: card declined
 	// no key: true
 }
-
-// CheckKey tells, before publishing, whether a consumer's dedup would take
-// a key or refuse the message for good.
-func ExampleCheckKey() {
-	for _, key := range []string{"ORDER-003", " ", "ORDER\n003"} {
-		err := dedup.CheckKey(key)
-		fmt.Printf("%q: accepted %v, ErrNoKey %v\n", key, err == nil, errors.Is(err, dedup.ErrNoKey))
-	}
-	// Output:
-	// "ORDER-003": accepted true, ErrNoKey false
-	// " ": accepted false, ErrNoKey true
-	// "ORDER\n003": accepted false, ErrNoKey true
-}

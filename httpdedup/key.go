@@ -104,8 +104,8 @@ func printable(c byte) bool { return c >= 0x20 && c <= 0x7e }
 // of printable ASCII (0x20-0x7E), not blank, with no space at either end
 // (a header value's are trimmed) and no leading '"' (it would read as a
 // structured-field string). It is stricter than the engine's rule for
-// message keys (dedup.CheckKey: UTF-8 without control characters, up to
-// 1024 bytes). A client that stamps keys (producerkey.WithKey) checks them
+// message keys (UTF-8 without control characters, up to
+// dedup.Config.MaxKeyLength, 1024 bytes by default). A client that stamps keys (producerkey.WithKey) checks them
 // with it, so that a key every attempt would get 400 for is refused before
 // it is sent. Cost: one pass over the key.
 func CheckKey(key string) error {

@@ -7,6 +7,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/keyrule"
 )
 
 // DefaultMetadata is the metadata entry Publisher stamps the key into.
@@ -25,10 +26,10 @@ type PublisherConfig struct {
 	// kinds of events about one order share a topic and a consumer, or the
 	// second is skipped as a duplicate of the first). A key the consumer's
 	// dedup would refuse (blank, control characters, not UTF-8, longer than
-	// 1024 bytes: dedup.CheckKey) fails Publish with ErrNoKey, as does a
-	// failing or panicking Key. Defaults to nil: a
-	// random key, made the first time the message is published; a retry
-	// must then publish the same *message.Message again to keep it.
+	// 1024 bytes) fails Publish with ErrNoKey, as does a failing or
+	// panicking Key. Defaults to nil: a random key, made the first time the
+	// message is published; a retry must then publish the same
+	// *message.Message again to keep it.
 	Key dedup.KeyFunc
 }
 
@@ -96,7 +97,9 @@ func (p *Publisher) stamp(msg *message.Message) error {
 	}
 	key, err := p.key(msg)
 	if err == nil {
-		err = dedup.CheckKey(key)
+		if reason := keyrule.Problem(key, keyrule.DefaultMaxLength); reason != "" {
+			err = &dedup.KeyError{Reason: reason}
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("producerkey: key of message %s: %w", msg.UUID, err)
