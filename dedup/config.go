@@ -38,7 +38,7 @@ const (
 	maxInProgressPoll = time.Second
 )
 
-// MinLease is the shortest Config.Lease accepted: one second. A lease must
+// minLease is the shortest Config.Lease accepted: one second. A lease must
 // outlast a claim's round trip and then give the heartbeat time to extend
 // it: with the default heartbeat (Lease/3) and deadline margin (Lease/10),
 // the first extension has 0.57×Lease to reach the store, and a store round
@@ -47,7 +47,7 @@ const (
 // milliseconds. Below a second the work's context is cancelled at the
 // lease deadline before an extension lands, and every copy runs and loses
 // its claim (a 1ms lease gave 258 cancelled runs for a few copies).
-const MinLease = time.Second
+const minLease = time.Second
 
 // Config configures a Deduplicator. It is passed by value; New never writes
 // to the caller's copy. Durations left at zero take their defaults; negative
@@ -73,8 +73,10 @@ type Config struct {
 
 	// Lease is how long a claim holds a key before it counts as abandoned
 	// and another consumer may take it over: the longest a crashed
-	// consumer delays a redelivered copy. Defaults to 30s; at least MinLease
-	// (1s). With the heartbeat on, a handler may run longer than the lease.
+	// consumer delays a redelivered copy. Defaults to 30s; at least 1s (New
+	// refuses less: a shorter lease ends before its heartbeat can extend it
+	// under a store's worst round trips, and every copy's work is cancelled).
+	// With the heartbeat on, a handler may run longer than the lease.
 	Lease time.Duration
 
 	// Retention is how long a completed key suppresses duplicates. It must
@@ -319,9 +321,9 @@ func (c Config) validate(needKey bool) error {
 // change.
 func checkLease(lease, retention, heartbeat time.Duration, heartbeatSet, disabled bool) []error {
 	var errs []error
-	if lease > 0 && lease < MinLease {
-		errs = append(errs, fmt.Errorf("%w: Config.Lease (%v) must be at least %v (MinLease): a shorter lease ends before its heartbeat can extend it, and every copy's work is cancelled; "+
-			"set the longest time a crashed consumer may hold a key (seconds to minutes)", ErrInvalidDuration, lease, MinLease))
+	if lease > 0 && lease < minLease {
+		errs = append(errs, fmt.Errorf("%w: Config.Lease (%v) must be at least %v: a shorter lease ends before its heartbeat can extend it, and every copy's work is cancelled; "+
+			"set the longest time a crashed consumer may hold a key (seconds to minutes)", ErrInvalidDuration, lease, minLease))
 	}
 	if lease > 0 && retention > 0 && retention < lease {
 		errs = append(errs, fmt.Errorf("%w: Config.Retention (%v) must not be shorter than Config.Lease (%v): a completed key would be forgotten before a crashed claim's lease ends; "+

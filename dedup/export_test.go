@@ -3,3 +3,6 @@ package dedup
 // SetTestHookOpTimedOut sets testHookOpTimedOut for the external tests;
 // nil removes it.
 func SetTestHookOpTimedOut(f func()) { testHookOpTimedOut = f }
+
+// MinLease is the shortest Config.Lease that New accepts.
+const MinLease = minLease

@@ -227,7 +227,7 @@ type Config struct {
 
 	// Lease is how long a claim holds a key before it counts as abandoned
 	// (the instance serving it crashed) and a retry may run the handler
-	// again. Defaults to 30s; at least dedup.MinLease (1s). With the
+	// again. Defaults to 30s; at least 1s (as dedup.Config.Lease). With the
 	// heartbeat on, a handler may run longer.
 	Lease time.Duration
 

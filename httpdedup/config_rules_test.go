@@ -12,13 +12,13 @@ import (
 
 // TestNewRefusesWhatCannotWork: the engine's rules, stated once in package
 // dedup, refuse at New what would fail on every request: a Retention
-// shorter than the Lease, a Lease below dedup.MinLease, a Heartbeat with
-// DisableHeartbeat.
+// shorter than the Lease, a Lease below 1s (the engine's minimum), a
+// Heartbeat with DisableHeartbeat.
 func TestNewRefusesWhatCannotWork(t *testing.T) {
 	base := httpdedup.Config{Store: memory.New(nil), Identity: httpdedup.StaticIdentity("acct")}
 	for name, mutate := range map[string]func(*httpdedup.Config){
 		"retention shorter than lease": func(c *httpdedup.Config) { c.Lease, c.Retention = time.Hour, time.Minute },
-		"lease below MinLease":         func(c *httpdedup.Config) { c.Lease = time.Millisecond },
+		"lease below 1s":               func(c *httpdedup.Config) { c.Lease = time.Millisecond },
 		"heartbeat with disable":       func(c *httpdedup.Config) { c.Heartbeat, c.DisableHeartbeat = time.Second, true },
 	} {
 		cfg := base
