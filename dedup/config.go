@@ -273,12 +273,10 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Validate reports every problem in the configuration at once (joined with
-// errors.Join), after applying defaults to a copy. Zero values are not
-// problems: they take their defaults.
-func (c Config) Validate() error { return c.validate(true) }
-
-// validate is Validate; the Engine alone needs no key function.
+// validate reports every problem in the configuration at once (joined with
+// errors.Join), after applying defaults to a copy: New and NewEngine return
+// it. Zero values are not problems: they take their defaults. The Engine
+// alone needs no key function.
 func (c Config) validate(needKey bool) error {
 	heartbeatSet := c.Heartbeat != 0
 	c.setDefaults()

@@ -21,7 +21,9 @@ type Deduplicator struct {
 }
 
 // New validates config, applies its defaults and returns a Deduplicator. A
-// configuration problem fails here, not on the first message.
+// configuration problem fails here, not on the first message: the error
+// reports every problem at once (errors.Join), each saying what to change;
+// a negative or unworkable duration matches ErrInvalidDuration.
 func New(config Config) (*Deduplicator, error) {
 	if err := config.validate(true); err != nil {
 		return nil, err

@@ -103,11 +103,11 @@ func TestNewValidatesEverything(t *testing.T) {
 	if _, err := dedup.New(cfg); err != nil {
 		t.Fatalf("heartbeat disabled: %v", err)
 	}
-	if err := base.Validate(); err != nil {
+	if _, err := dedup.New(base); err != nil {
 		t.Fatalf("zero durations take defaults: %v", err)
 	}
 	if base.Lease != 0 {
-		t.Fatalf("Validate wrote defaults into the caller's config")
+		t.Fatalf("New wrote defaults into the caller's config")
 	}
 }
 

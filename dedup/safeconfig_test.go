@@ -13,10 +13,17 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
-// validConfig is a Config that passes Validate, for the cases below to
+// validConfig is a Config that New accepts, for the cases below to
 // break one field at a time.
 func validConfig() dedup.Config {
 	return dedup.Config{Store: memory.New(nil), Key: keyfuncs.JSON("id")}
+}
+
+// newErr is New's error for cfg: the configuration checks that New
+// applies (NewEngine applies the same, less the key function).
+func newErr(cfg dedup.Config) error {
+	_, err := dedup.New(cfg)
+	return err
 }
 
 // wantRefused checks that err matches ErrInvalidDuration and names every
@@ -35,12 +42,12 @@ func wantRefused(t *testing.T, err error, fragments ...string) {
 
 // TestConfigRefusesRetentionShorterThanLease: a completed record would
 // vanish before a crashed claim's lease could end (copies 20ms apart all
-// ran the handler with Retention: 1ms). New, NewEngine and Validate
+// ran the handler with Retention: 1ms). New and NewEngine
 // refuse it; Retention equal to Lease is the least accepted.
 func TestConfigRefusesRetentionShorterThanLease(t *testing.T) {
 	cfg := validConfig()
 	cfg.Lease, cfg.Retention = time.Minute, time.Second
-	wantRefused(t, cfg.Validate(), "Config.Retention (1s)", "Config.Lease (1m0s)")
+	wantRefused(t, newErr(cfg), "Config.Retention (1s)", "Config.Lease (1m0s)")
 	if _, err := dedup.New(cfg); !errors.Is(err, dedup.ErrInvalidDuration) {
 		t.Errorf("New: %v", err)
 	}
@@ -50,9 +57,9 @@ func TestConfigRefusesRetentionShorterThanLease(t *testing.T) {
 	// The default retention (24h) against a longer lease.
 	cfg = validConfig()
 	cfg.Lease = 48 * time.Hour
-	wantRefused(t, cfg.Validate(), "Config.Retention")
+	wantRefused(t, newErr(cfg), "Config.Retention")
 	cfg.Lease, cfg.Retention = time.Minute, time.Minute
-	if err := cfg.Validate(); err != nil {
+	if err := newErr(cfg); err != nil {
 		t.Errorf("Retention == Lease: %v", err)
 	}
 }
@@ -63,14 +70,14 @@ func TestConfigRefusesLeaseBelowMinLease(t *testing.T) {
 	for _, lease := range []time.Duration{time.Nanosecond, time.Millisecond, dedup.MinLease - time.Millisecond} {
 		cfg := validConfig()
 		cfg.Lease = lease
-		wantRefused(t, cfg.Validate(), "Config.Lease ("+lease.String()+")", "at least "+dedup.MinLease.String())
+		wantRefused(t, newErr(cfg), "Config.Lease ("+lease.String()+")", "at least "+dedup.MinLease.String())
 		if _, err := dedup.NewEngine(cfg); !errors.Is(err, dedup.ErrInvalidDuration) {
 			t.Errorf("NewEngine with Lease %v: %v", lease, err)
 		}
 	}
 	cfg := validConfig()
 	cfg.Lease = dedup.MinLease
-	if err := cfg.Validate(); err != nil {
+	if err := newErr(cfg); err != nil {
 		t.Errorf("Lease == MinLease: %v", err)
 	}
 }
@@ -80,26 +87,26 @@ func TestConfigRefusesLeaseBelowMinLease(t *testing.T) {
 func TestConfigRefusesHeartbeatWithDisableHeartbeat(t *testing.T) {
 	cfg := validConfig()
 	cfg.Heartbeat, cfg.DisableHeartbeat = 5*time.Second, true
-	wantRefused(t, cfg.Validate(), "Config.Heartbeat", "Config.DisableHeartbeat")
+	wantRefused(t, newErr(cfg), "Config.Heartbeat", "Config.DisableHeartbeat")
 	cfg.Heartbeat = 0
-	if err := cfg.Validate(); err != nil {
+	if err := newErr(cfg); err != nil {
 		t.Errorf("DisableHeartbeat alone: %v", err)
 	}
 	// A heartbeat not shorter than the lease less its margin.
 	cfg = validConfig()
 	cfg.Lease, cfg.Heartbeat = 10*time.Second, 9*time.Second
-	wantRefused(t, cfg.Validate(), "Config.Heartbeat (9s)", "shorter than")
+	wantRefused(t, newErr(cfg), "Config.Heartbeat (9s)", "shorter than")
 }
 
-// TestConfigValidateJoinsEveryProblem: every problem at once, each on its
+// TestNewJoinsEveryProblem: every problem at once, each on its
 // own line (errors.Join), each saying what to change.
-func TestConfigValidateJoinsEveryProblem(t *testing.T) {
-	err := dedup.Config{
+func TestNewJoinsEveryProblem(t *testing.T) {
+	err := newErr(dedup.Config{
 		Lease: time.Millisecond, Retention: -time.Second, Heartbeat: time.Second, DisableHeartbeat: true,
 		MaxKeyLength: -1,
-	}.Validate()
+	})
 	if err == nil {
-		t.Fatal("Validate accepted it")
+		t.Fatal("New accepted it")
 	}
 	var joined interface{ Unwrap() []error }
 	if !errors.As(err, &joined) {

@@ -309,7 +309,7 @@ func TestWatchEndsWithTheWait(t *testing.T) {
 }
 
 func TestInProgressFallbackValidated(t *testing.T) {
-	err := dedup.Config{Store: memory.New(nil), InProgressFallback: -time.Second}.Validate()
+	_, err := dedup.NewEngine(dedup.Config{Store: memory.New(nil), InProgressFallback: -time.Second})
 	if !errors.Is(err, dedup.ErrInvalidDuration) {
 		t.Fatalf("negative InProgressFallback: %v, want ErrInvalidDuration", err)
 	}

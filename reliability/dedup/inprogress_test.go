@@ -177,13 +177,13 @@ func TestInProgressWaitTakesOverAReleasedKey(t *testing.T) {
 }
 
 func TestInProgressWaitValidated(t *testing.T) {
-	err := dedup.Config{Store: memory.New(nil), Key: keyfuncs.JSON("order_id"), InProgressWait: -time.Second, InProgressPoll: -time.Millisecond}.Validate()
+	_, err := dedup.New(dedup.Config{Store: memory.New(nil), Key: keyfuncs.JSON("order_id"), InProgressWait: -time.Second, InProgressPoll: -time.Millisecond})
 	if !errors.Is(err, dedup.ErrInvalidDuration) {
-		t.Fatalf("Validate: %v, want ErrInvalidDuration", err)
+		t.Fatalf("New: %v, want ErrInvalidDuration", err)
 	}
 	for _, field := range []string{"InProgressWait", "InProgressPoll"} {
 		if !strings.Contains(err.Error(), field) {
-			t.Errorf("Validate does not name %s: %v", field, err)
+			t.Errorf("New does not name %s: %v", field, err)
 		}
 	}
 }
