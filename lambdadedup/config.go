@@ -85,7 +85,7 @@ func (c *Config) setDefaults() {
 func (c Config) Validate() error {
 	c.setDefaults()
 	var errs []error
-	if err := c.Dedup.Validate(); err != nil {
+	if _, err := dedup.New(c.Dedup); err != nil { // dedup's own checks; nothing started
 		if joined, ok := err.(interface{ Unwrap() []error }); ok {
 			errs = append(errs, joined.Unwrap()...) // one list of problems
 		} else {
