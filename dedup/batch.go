@@ -28,17 +28,8 @@ type BatchCall struct {
 	// Err at its turn (stopping its group as any failure does) and is not
 	// decided by the engine. For an entry point that could not build the
 	// call (a record that is not a message): it keeps its place in its
-	// group's order.
+	// group's order. When Call.KeyErr is set too, Err wins.
 	Err error
-	// KeyErr, when not nil, says why the caller could not take the call's
-	// key (the key function or the fingerprint failed, the key is a
-	// transport id): the call is decided at its turn as Engine.Unkeyed
-	// decides it. Nothing is claimed; it ends with key_missing
-	// (transport_key for ErrTransportKey) and KeyErr, or, with
-	// Config.Shadow, with would_reject and a run of the work without a
-	// claim. Key, if set, names the record in the decision. Err, when set
-	// too, wins.
-	KeyErr error
 }
 
 // Batch is what Engine.DoBatch runs.
@@ -101,7 +92,7 @@ const batchFallbackConcurrency = 16
 // claimed on its own too. Unusable keys and
 // scopes are refused as Do refuses them, before anything is claimed; a
 // call without a Scope takes Config.Scope, as in Do. A call with
-// BatchCall.KeyErr is decided as Engine.Unkeyed decides it.
+// Call.KeyErr is decided as Do decides it, at its turn.
 //
 // A call's StartBy (Call.StartBy) bounds its InProgressWait, and is
 // checked again at its turn: a claim won with the batch whose turn comes
@@ -213,7 +204,7 @@ func (r *batchRun) prepare() {
 		if call.Scope == "" {
 			call.Scope = e.cfg.Scope // as Do takes it
 		}
-		call.trace, call.keyErr = nil, r.b.Calls[i].KeyErr
+		call.trace = nil
 		if e.cfg.Tracer != nil {
 			ctx, trace := e.cfg.Tracer.StartCall(r.ctx, call)
 			if trace == nil {
@@ -232,9 +223,9 @@ func (r *batchRun) prepare() {
 			s.preset = ErrNoScope
 			continue
 		}
-		if call.keyErr != nil { // as Unkeyed
+		if call.KeyErr != nil { // as Do
 			s.f.nameUnkeyed()
-			s.keyErr = call.keyErr
+			s.keyErr = call.KeyErr
 			continue
 		}
 		if err := e.checkKey(call.Key, call.MessageUUID); err != nil {

@@ -138,8 +138,8 @@ func TestDoBatchStartByBoundsACopysWait(t *testing.T) {
 	}
 }
 
-// TestDoBatchKeyErrIsUnkeyed: a call with BatchCall.KeyErr is decided as
-// Engine.Unkeyed decides it: nothing claimed, key_missing (transport_key
+// TestDoBatchKeyErrIsUnkeyed: a call with Call.KeyErr is decided in a
+// batch as Engine.Do decides it: nothing claimed, key_missing (transport_key
 // for ErrTransportKey) and KeyErr; in shadow mode would_reject and the
 // work runs without a claim. A call without a Scope takes Config.Scope.
 func TestDoBatchKeyErrIsUnkeyed(t *testing.T) {
@@ -154,8 +154,8 @@ func TestDoBatchKeyErrIsUnkeyed(t *testing.T) {
 		transport := dedup.ErrTransportKey
 		b := []dedup.BatchCall{
 			{Call: dedup.Call{Key: "a"}}, // Config.Scope
-			{Call: dedup.Call{Key: "x"}, KeyErr: noKey},
-			{KeyErr: transport},
+			{Call: dedup.Call{Key: "x", KeyErr: noKey}},
+			{Call: dedup.Call{KeyErr: transport}},
 		}
 		var ran atomic.Int32
 		res := e.DoBatch(ctx, dedup.Batch{Calls: b}, func(ctx context.Context, i int) ([]byte, error) {

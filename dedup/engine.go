@@ -94,29 +94,21 @@ type Call struct {
 	// InProgressWait ends by then, and a claim acquired later is released
 	// without running the work, Do returning ErrStartDeadline. Optional.
 	StartBy time.Time
+	// KeyErr, when not nil, says why the caller could not take the call's
+	// key (it should match ErrNoKey or ErrTransportKey: the key function or
+	// the fingerprint failed, the key is a transport id): nothing is
+	// claimed. Without Config.Shadow the call decides key_missing
+	// (transport_key for ErrTransportKey) and Do returns KeyErr; with
+	// Config.Shadow it decides would_reject and runs the work without a
+	// claim, returning its result and error, as Do does for a key it
+	// refuses itself. Key, if set, names the record in the decision. Entry
+	// points that take keys themselves (the Lambda adapter) set it, so that
+	// every refusal is decided, traced and shadowed alike. Cost: no store
+	// round trip. Optional.
+	KeyErr error
 
 	// trace follows the call when Config.Tracer is set (see doTraced).
 	trace CallTrace
-	// keyErr: the caller could not take the key (Unkeyed).
-	keyErr error
-}
-
-// Unkeyed decides a call whose key the caller could not take (keyErr,
-// which should match ErrNoKey or ErrTransportKey: the key function or the
-// fingerprint failed, the key is a transport id): nothing is claimed.
-// Without Config.Shadow it decides key_missing (transport_key for
-// ErrTransportKey) and returns keyErr; with Config.Shadow it decides
-// would_reject and runs fn without a claim, returning fn's result and
-// error, as Do does for a key it refuses itself. call.Key, if set, names
-// the record in the decision. Entry points that take keys themselves (the
-// Lambda adapter) call it, so that every refusal is decided, traced and
-// shadowed alike. Cost: no store round trip.
-func (e *Engine) Unkeyed(ctx context.Context, call Call, keyErr error, fn func(ctx context.Context) ([]byte, error)) (ClaimResult, error) {
-	if keyErr == nil {
-		keyErr = &KeyError{Reason: "no key"}
-	}
-	call.keyErr = keyErr
-	return e.Do(ctx, call, fn)
 }
 
 // Do runs fn at most once for (call.Scope, call.Key) across every process
@@ -138,7 +130,8 @@ func (e *Engine) Unkeyed(ctx context.Context, call Call, keyErr error, fn func(c
 //     store error during the wait ends it with ErrInProgress too (wrapping
 //     the store's error), never with a fail-open run.
 //   - the key was completed with another fingerprint: ErrKeyReuse.
-//   - the key or scope is unusable: a *KeyError (ErrNoKey) or ErrNoScope.
+//   - the key or scope is unusable: a *KeyError (ErrNoKey) or ErrNoScope;
+//     the caller could not take the key: call.KeyErr (see there).
 //   - the store failed: a *StoreError; with Config.FailOpen, fn runs
 //     unclaimed instead and Do returns its result with a zero Outcome.
 //
@@ -168,9 +161,9 @@ func (f *flight) do(ctx context.Context, w worker) (ClaimResult, error) {
 	if call.Scope == "" {
 		return ClaimResult{}, ErrNoScope
 	}
-	if call.keyErr != nil { // Unkeyed
+	if call.KeyErr != nil {
 		f.nameUnkeyed()
-		return f.keyMissing(ctx, call.keyErr, w)
+		return f.keyMissing(ctx, call.KeyErr, w)
 	}
 	if err := e.checkKey(call.Key, call.MessageUUID); err != nil {
 		return f.keyMissing(ctx, err, w)
@@ -218,7 +211,7 @@ func (f *flight) do(ctx context.Context, w worker) (ClaimResult, error) {
 }
 
 // nameUnkeyed names the record of a call whose key the caller could not
-// take (Unkeyed, BatchCall.KeyErr) by call.Key, if set, in its decision.
+// take (Call.KeyErr) by call.Key, if set, in its decision.
 func (f *flight) nameUnkeyed() {
 	if f.call.Key != "" {
 		f.hc.Key = scopedkey.Of(f.call.Scope, f.call.Key)

@@ -18,7 +18,7 @@ import (
 // id (ErrTransportKey) is decided transport_key, not key_missing: it is
 // the key function's fault, not the message's, and a dashboard tells the
 // two apart. The same through the middleware (the Watermill UUID, an SQS
-// MessageId in the metadata), Engine.Do and Engine.Unkeyed.
+// MessageId in the metadata), Engine.Do, and Engine.Do with Call.KeyErr.
 func TestTransportKeyIsItsOwnEvent(t *testing.T) {
 	obs := newDecisions()
 	d, err := dedup.New(dedup.Config{Store: memory.New(nil), Scope: "s", Observer: obs,
@@ -52,8 +52,8 @@ func TestTransportKeyIsItsOwnEvent(t *testing.T) {
 		t.Errorf("Do: %v", err)
 	}
 	terr := errors.Join(dedup.ErrTransportKey, errors.New("the key is the record's sequence number"))
-	if _, err := e.Unkeyed(context.Background(), dedup.Call{Scope: "s"}, terr, work); !errors.Is(err, dedup.ErrTransportKey) {
-		t.Errorf("Unkeyed: %v", err)
+	if _, err := e.Do(context.Background(), dedup.Call{Scope: "s", KeyErr: terr}, work); !errors.Is(err, dedup.ErrTransportKey) {
+		t.Errorf("Do with KeyErr: %v", err)
 	}
 	if n := len(obs.of(event.TransportKey)); n != 4 {
 		t.Errorf("%d transport_key decisions, want 4", n)
@@ -62,8 +62,8 @@ func TestTransportKeyIsItsOwnEvent(t *testing.T) {
 		t.Errorf("key_missing decided for %v", dec.Err)
 	}
 	// A missing key stays key_missing.
-	if _, err := e.Unkeyed(context.Background(), dedup.Call{Scope: "s"}, &dedup.KeyError{Reason: "missing"}, work); !errors.Is(err, dedup.ErrNoKey) {
-		t.Errorf("Unkeyed: %v", err)
+	if _, err := e.Do(context.Background(), dedup.Call{Scope: "s", KeyErr: &dedup.KeyError{Reason: "missing"}}, work); !errors.Is(err, dedup.ErrNoKey) {
+		t.Errorf("Do with KeyErr: %v", err)
 	}
 	if n := len(obs.of(event.KeyMissing)); n != 1 {
 		t.Errorf("%d key_missing decisions, want 1", n)

@@ -51,7 +51,7 @@ type item struct {
 // reached with less than that left is not started (dedup.Call.StartBy: an
 // InProgressWait ends by then too), and its claim is released with the
 // batch's other releases. A record whose key cannot be taken is decided by
-// the engine as dedup.Engine.Unkeyed decides it (dedup.BatchCall.KeyErr):
+// the engine as dedup.Engine.Do decides a dedup.Call with KeyErr:
 // refused, or, in shadow mode, run without a claim.
 func (h *Handler) batch(ctx context.Context, items []item, concurrency int) []error {
 	errs := make([]error, len(items))
