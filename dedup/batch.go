@@ -46,13 +46,6 @@ type Batch struct {
 	Stops func(i int, res ClaimResult, err error) bool
 }
 
-// BatchResult is what Engine.DoBatch reports for one call: what Engine.Do
-// would have returned for it.
-type BatchResult struct {
-	ClaimResult
-	Err error
-}
-
 // ErrNotStarted is the error of a call of a Batch that did not take its
 // turn because an earlier call of its Group failed (or, for every call
 // left, because the work of another call panicked). Its claim, if it won
@@ -65,8 +58,9 @@ const batchFallbackConcurrency = 16
 
 // DoBatch runs fn(ctx, i) at most once for each call i of the batch, across
 // every process sharing the store, as Engine.Do runs its function, and
-// returns one result per call, in order, with the outcome and error Do
-// would have given it (fn's result and error for a call that ran). fn's
+// returns one ClaimResult and one error per call, in order (the shape of
+// BatchStore.ClaimBatch): what Do would have returned for the call (fn's
+// result and error for a call that ran). fn's
 // context carries the claim of call i and ends as Do's work context ends.
 //
 // The claims of every call go to the store together before any call runs
@@ -123,28 +117,28 @@ const batchFallbackConcurrency = 16
 // for records that take over released ones, depending on the store), one
 // completion request, one release request when a call failed or did not
 // start; plus one Extend per heartbeat per claim held without a Deadline.
-func (e *Engine) DoBatch(ctx context.Context, b Batch, fn func(ctx context.Context, i int) ([]byte, error)) []BatchResult {
+func (e *Engine) DoBatch(ctx context.Context, b Batch, fn func(ctx context.Context, i int) ([]byte, error)) ([]ClaimResult, []error) {
 	r := &batchRun{e: e, ctx: ctx, b: b, fn: fn, slots: make([]batchSlot, len(b.Calls))}
-	results := make([]BatchResult, len(b.Calls))
+	results, errs := make([]ClaimResult, len(b.Calls)), make([]error, len(b.Calls))
 	if len(b.Calls) == 0 {
-		return results
+		return results, errs
 	}
 	defer r.cleanup()
 	r.prepare()
 	r.claim()
-	r.turns(results)
+	r.turns(results, errs)
 	r.finish()
 	for i := range r.slots {
 		s := &r.slots[i]
 		if s.trace != nil {
 			s.traceEnded = true
-			s.trace.EndCall(results[i].ClaimResult, results[i].Err)
+			s.trace.EndCall(results[i], errs[i])
 		}
 	}
 	if r.panicked {
 		panic(r.panicValue)
 	}
-	return results
+	return results, errs
 }
 
 // batchRun is one DoBatch.
@@ -364,7 +358,7 @@ func fill(n int, err error) []error {
 
 // turns gives every call its turn: the calls of a group one after the
 // other, up to Batch.Concurrency groups (or lone calls) at once.
-func (r *batchRun) turns(results []BatchResult) {
+func (r *batchRun) turns(results []ClaimResult, errs []error) {
 	var units [][]int
 	group := map[string]int{}
 	for i, c := range r.b.Calls {
@@ -387,11 +381,11 @@ func (r *batchRun) turns(results []BatchResult) {
 			halt := r.panicked
 			r.mu.Unlock()
 			if stopped || halt {
-				results[i] = BatchResult{Err: r.notStarted(s)}
+				errs[i] = r.notStarted(s)
 				continue
 			}
 			res, err := r.turn(s)
-			results[i] = BatchResult{ClaimResult: res, Err: err}
+			results[i], errs[i] = res, err
 			r.end(s, err == nil && res.Outcome == Acquired, res.Result)
 			if r.b.Stops != nil {
 				stopped = r.b.Stops(i, res, err)

@@ -120,7 +120,7 @@ func TestDoBatchOutcomes(t *testing.T) {
 	failB := errors.New("b fails")
 	var ran []int
 	var mu sync.Mutex
-	res := e.DoBatch(ctx, dedup.Batch{Calls: b}, func(ctx context.Context, i int) ([]byte, error) {
+	res := doBatch(e, ctx, dedup.Batch{Calls: b}, func(ctx context.Context, i int) ([]byte, error) {
 		mu.Lock()
 		ran = append(ran, i)
 		mu.Unlock()
@@ -180,7 +180,7 @@ func TestDoBatchWithoutBatchStore(t *testing.T) {
 	mem := memory.New(clock)
 	cs := &countingStore{Store: mem, mem: mem}
 	e := newBatchEngine(t, cs, clock)
-	res := e.DoBatch(ctx, dedup.Batch{Calls: calls("s", "a", "b", "a")}, func(ctx context.Context, i int) ([]byte, error) {
+	res := doBatch(e, ctx, dedup.Batch{Calls: calls("s", "a", "b", "a")}, func(ctx context.Context, i int) ([]byte, error) {
 		if i == 1 {
 			return nil, errors.New("fails")
 		}
@@ -206,7 +206,7 @@ func TestDoBatchGroupStops(t *testing.T) {
 	b := calls("s", "x", "y", "z", "other")
 	b[0].Group, b[1].Group, b[2].Group, b[3].Group = "g", "g", "g", "h"
 	var ran atomic.Int32
-	res := e.DoBatch(ctx, dedup.Batch{Calls: b}, func(ctx context.Context, i int) ([]byte, error) {
+	res := doBatch(e, ctx, dedup.Batch{Calls: b}, func(ctx context.Context, i int) ([]byte, error) {
 		ran.Add(1)
 		if i == 0 {
 			return nil, errors.New("x fails")
@@ -235,7 +235,7 @@ func TestDoBatchCopyOfFailedCall(t *testing.T) {
 	clock := fakeclock.New(batchEpoch)
 	e := newBatchEngine(t, memory.New(clock), clock)
 	var ran atomic.Int32
-	res := e.DoBatch(context.Background(), dedup.Batch{Calls: calls("s", "k", "k", "k")}, func(ctx context.Context, i int) ([]byte, error) {
+	res := doBatch(e, context.Background(), dedup.Batch{Calls: calls("s", "k", "k", "k")}, func(ctx context.Context, i int) ([]byte, error) {
 		ran.Add(1)
 		return nil, errors.New("fails")
 	})
@@ -279,7 +279,7 @@ func TestDoBatchEmpty(t *testing.T) {
 	mem := memory.New(clock)
 	cs := &countingStore{Store: mem, mem: mem}
 	e := newBatchEngine(t, batchStore{cs}, clock)
-	if res := e.DoBatch(context.Background(), dedup.Batch{}, nil); len(res) != 0 || cs.claimBatches != 0 {
+	if res := doBatch(e, context.Background(), dedup.Batch{}, nil); len(res) != 0 || cs.claimBatches != 0 {
 		t.Fatalf("%d results, %d claim batches", len(res), cs.claimBatches)
 	}
 }
@@ -303,7 +303,7 @@ func TestDoBatchDeadlineLeaseNeedsNoHeartbeat(t *testing.T) {
 					b[i].Deadline = batchEpoch.Add(20 * time.Second)
 				}
 			}
-			res := e.DoBatch(context.Background(), dedup.Batch{Calls: b}, func(ctx context.Context, i int) ([]byte, error) {
+			res := doBatch(e, context.Background(), dedup.Batch{Calls: b}, func(ctx context.Context, i int) ([]byte, error) {
 				if i == 0 {
 					// b's claim waits while a runs past a heartbeat.
 					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -353,4 +353,23 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// batchResult is one call's answer from DoBatch, zipped for the checks.
+type batchResult struct {
+	dedup.ClaimResult
+	Err error
+}
+
+// doBatch is e.DoBatch with its two slices zipped into one.
+func doBatch(e *dedup.Engine, ctx context.Context, b dedup.Batch, fn func(ctx context.Context, i int) ([]byte, error)) []batchResult {
+	res, errs := e.DoBatch(ctx, b, fn)
+	if len(res) != len(b.Calls) || len(errs) != len(b.Calls) {
+		panic(fmt.Sprintf("DoBatch answered %d results and %d errors for %d calls", len(res), len(errs), len(b.Calls)))
+	}
+	out := make([]batchResult, len(res))
+	for i := range res {
+		out[i] = batchResult{ClaimResult: res[i], Err: errs[i]}
+	}
+	return out
 }

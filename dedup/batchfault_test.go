@@ -70,9 +70,9 @@ func TestDoBatchStoreFailsPartWay(t *testing.T) {
 		calls = append(calls, dedup.BatchCall{Call: dedup.Call{Scope: "s", Key: fmt.Sprint("k", i)}})
 	}
 	var ran atomic.Int32
-	done := make(chan []dedup.BatchResult, 1)
+	done := make(chan []batchResult, 1)
 	go func() {
-		done <- e.DoBatch(ctx, dedup.Batch{Calls: calls}, func(ctx context.Context, i int) ([]byte, error) {
+		done <- doBatch(e, ctx, dedup.Batch{Calls: calls}, func(ctx context.Context, i int) ([]byte, error) {
 			ran.Add(1)
 			return nil, nil
 		})
@@ -85,7 +85,7 @@ func TestDoBatchStoreFailsPartWay(t *testing.T) {
 		t.Fatalf("no retry of the failed completion: %v", err)
 	}
 	clock.Advance(time.Second)
-	var res []dedup.BatchResult
+	var res []batchResult
 	select {
 	case res = <-done:
 	case <-wctx.Done():

@@ -73,7 +73,7 @@ func TestDoBatchStartByAtTheTurn(t *testing.T) {
 		b[i].StartBy = batchEpoch.Add(10 * time.Second)
 	}
 	var ran []int
-	res := e.DoBatch(ctx, dedup.Batch{Calls: b}, func(ctx context.Context, i int) ([]byte, error) {
+	res := doBatch(e, ctx, dedup.Batch{Calls: b}, func(ctx context.Context, i int) ([]byte, error) {
 		ran = append(ran, i) // one call at a time (Concurrency 1)
 		clock.Advance(6 * time.Second)
 		return nil, nil
@@ -106,9 +106,9 @@ func TestDoBatchStartByBoundsACopysWait(t *testing.T) {
 	b[0].Group, b[1].Group = "g1", "g2"
 	b[1].StartBy = startBy
 	release := make(chan struct{})
-	done := make(chan []dedup.BatchResult, 1)
+	done := make(chan []batchResult, 1)
 	go func() {
-		done <- e.DoBatch(context.Background(), dedup.Batch{Calls: b, Concurrency: 2}, func(ctx context.Context, i int) ([]byte, error) {
+		done <- doBatch(e, context.Background(), dedup.Batch{Calls: b, Concurrency: 2}, func(ctx context.Context, i int) ([]byte, error) {
 			<-release // the first call runs until the copy's wait has ended
 			return []byte("ok"), nil
 		})
@@ -158,7 +158,7 @@ func TestDoBatchKeyErrIsUnkeyed(t *testing.T) {
 			{Call: dedup.Call{KeyErr: transport}},
 		}
 		var ran atomic.Int32
-		res := e.DoBatch(ctx, dedup.Batch{Calls: b}, func(ctx context.Context, i int) ([]byte, error) {
+		res := doBatch(e, ctx, dedup.Batch{Calls: b}, func(ctx context.Context, i int) ([]byte, error) {
 			ran.Add(1)
 			return nil, nil
 		})

@@ -107,14 +107,14 @@ func (h *Handler) batch(ctx context.Context, items []item, concurrency int) []er
 		}()
 		return nil, h.handler(msg)
 	}
-	results := h.engine.DoBatch(ctx, dedup.Batch{Calls: calls, Concurrency: concurrency,
+	_, callErrs := h.engine.DoBatch(ctx, dedup.Batch{Calls: calls, Concurrency: concurrency,
 		Stops: func(_ int, _ dedup.ClaimResult, err error) bool {
 			return err != nil && !(h.cfg.DropPermanent && dedup.IsPermanent(err))
 		},
 	}, run)
-	for i, r := range results {
+	for i, err := range callErrs {
 		it := items[i]
-		switch err := r.Err; {
+		switch {
 		case err == nil:
 		case errors.Is(err, dedup.ErrNotStarted):
 			if it.fifoGroup != "" {

@@ -50,7 +50,7 @@ func TestBatchConnectionDroppedMidPipeline(t *testing.T) {
 	// Three RESP3 null replies ("_\r\n") pass, then the connection closes.
 	proxy.add(t, "drop", "limit_data", "downstream", map[string]any{"bytes": 9})
 	var ran atomic.Int32
-	res := e.DoBatch(ctx, dedup.Batch{Calls: calls}, func(ctx context.Context, i int) ([]byte, error) {
+	res, errs := e.DoBatch(ctx, dedup.Batch{Calls: calls}, func(ctx context.Context, i int) ([]byte, error) {
 		if ran.Add(1) == 1 {
 			proxy.remove(t, "drop") // the completions get through
 		}
@@ -64,14 +64,14 @@ func TestBatchConnectionDroppedMidPipeline(t *testing.T) {
 	for i, r := range res {
 		var se *dedup.StoreError
 		switch {
-		case i < 3 && (r.Err != nil || r.Outcome != dedup.Acquired):
-			t.Fatalf("call %d: %v %v, want acquired", i, r.Outcome, r.Err)
+		case i < 3 && (errs[i] != nil || r.Outcome != dedup.Acquired):
+			t.Fatalf("call %d: %v %v, want acquired", i, r.Outcome, errs[i])
 		case i < 3:
 			if v, err := rdb.Get(ctx, key(i)).Bytes(); err != nil || redisRecordState(v) != 'C' {
 				t.Fatalf("record %d: %q %v, want completed", i, v, err)
 			}
-		case !errors.As(r.Err, &se):
-			t.Fatalf("call %d: %v, want a *StoreError", i, r.Err)
+		case !errors.As(errs[i], &se):
+			t.Fatalf("call %d: %v, want a *StoreError", i, errs[i])
 		default:
 			unanswered = append(unanswered, key(i))
 		}
@@ -92,12 +92,13 @@ func TestBatchConnectionDroppedMidPipeline(t *testing.T) {
 	})
 	// A retry of the batch: the three are duplicates, the seven run.
 	ran.Store(0)
-	for i, r := range e.DoBatch(ctx, dedup.Batch{Calls: calls}, func(ctx context.Context, i int) ([]byte, error) {
+	res, errs = e.DoBatch(ctx, dedup.Batch{Calls: calls}, func(ctx context.Context, i int) ([]byte, error) {
 		ran.Add(1)
 		return nil, nil
-	}) {
-		if r.Err != nil || (i < 3) != (r.Outcome == dedup.Duplicate) {
-			t.Fatalf("retry, call %d: %v %v", i, r.Outcome, r.Err)
+	})
+	for i, r := range res {
+		if errs[i] != nil || (i < 3) != (r.Outcome == dedup.Duplicate) {
+			t.Fatalf("retry, call %d: %v %v", i, r.Outcome, errs[i])
 		}
 	}
 	if ran.Load() != 7 {

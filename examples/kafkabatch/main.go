@@ -174,7 +174,7 @@ func (c *consumer) pollBatch(ctx context.Context, maxBatch int) error {
 		}
 		calls[i].Key = orders[i].ID
 	}
-	results := c.engine.DoBatch(ctx, dedup.Batch{Calls: calls}, func(ctx context.Context, i int) ([]byte, error) {
+	results, errs := c.engine.DoBatch(ctx, dedup.Batch{Calls: calls}, func(ctx context.Context, i int) ([]byte, error) {
 		return nil, c.charge(orders[i])
 	})
 
@@ -186,15 +186,15 @@ func (c *consumer) pollBatch(ctx context.Context, maxBatch int) error {
 		if _, stopped := rewind[rec.Topic][rec.Partition]; stopped {
 			continue
 		}
-		if r.Err != nil && !dedup.IsPermanent(r.Err) { // a permanent error would go to a dead-letter topic
+		if err := errs[i]; err != nil && !dedup.IsPermanent(err) { // a permanent error would go to a dead-letter topic
 			if rewind[rec.Topic] == nil {
 				rewind[rec.Topic] = map[int32]kgo.EpochOffset{}
 			}
 			rewind[rec.Topic][rec.Partition] = kgo.EpochOffset{Epoch: -1, Offset: rec.Offset}
-			fmt.Fprintf(c.out, "%s: %v; partition %d consumed again from offset %d\n", orders[i].ID, r.Err, rec.Partition, rec.Offset)
+			fmt.Fprintf(c.out, "%s: %v; partition %d consumed again from offset %d\n", orders[i].ID, err, rec.Partition, rec.Offset)
 			continue
 		}
-		if r.Err == nil && r.Outcome == dedup.Duplicate {
+		if errs[i] == nil && r.Outcome == dedup.Duplicate {
 			fmt.Fprintf(c.out, "%s: duplicate, skipped\n", orders[i].ID)
 		}
 		commit = append(commit, rec)

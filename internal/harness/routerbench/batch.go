@@ -142,10 +142,11 @@ func RunBatch(ctx context.Context, o BatchOptions) error {
 					}
 					before = b.count()
 					start = time.Now()
-					for i, r := range e.DoBatch(ctx, dedup.Batch{Calls: calls}, func(context.Context, int) ([]byte, error) { return nil, nil }) {
-						if r.Err != nil || r.Outcome != dedup.Acquired {
+					res, errs := e.DoBatch(ctx, dedup.Batch{Calls: calls}, func(context.Context, int) ([]byte, error) { return nil, nil })
+					for i, r := range res {
+						if errs[i] != nil || r.Outcome != dedup.Acquired {
 							b.close()
-							return fmt.Errorf("routerbench: %s DoBatch, call %d: %v %v", name, i, r.Outcome, r.Err)
+							return fmt.Errorf("routerbench: %s DoBatch, call %d: %v %v", name, i, r.Outcome, errs[i])
 						}
 					}
 					batched = append(batched, float64(time.Since(start)))
