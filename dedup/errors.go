@@ -60,15 +60,6 @@ var (
 	// effect is still recorded, and logs the lost replay as an error.
 	ErrResultTooLarge = errors.New("dedup: result too large for the store")
 
-	// ErrStorePanicked: a store operation panicked where no Watermill
-	// Recoverer can catch it: Store.Extend, which runs on the lease
-	// keeper's timer goroutine. The engine counts it as an extension that
-	// failed (a store_error wrapping this, the panic value and its stack;
-	// errors.Is also reaches the value when it is an error), and the lease
-	// deadline cancels the work unless a later extension succeeds. Fix the
-	// store: a panicking store is a bug.
-	ErrStorePanicked = errors.New("dedup: the store panicked")
-
 	// ErrStartDeadline: the call's StartBy passed before its work could
 	// start (Call.StartBy): the claim, if won, was released unworked.
 	// Retryable: the message comes back and runs with more time.
@@ -136,6 +127,13 @@ func (e *KeyError) Unwrap() []error {
 // operation's effect is unknown; the middleware nacks the message (fail
 // closed). The cause is kept for errors.As (e.g. a network error or an SDK
 // error type).
+//
+// A Store.Extend that panics (it runs on the lease keeper's timer goroutine,
+// where no Watermill Recoverer can catch it) is a StoreError of Op
+// "extend" whose Err carries the panic value and its stack (errors.Is and
+// errors.As reach the value when it is an error): counted as an extension
+// that failed, and the lease deadline cancels the work unless a later
+// extension succeeds. Fix the store: a panicking store is a bug.
 type StoreError struct {
 	// Op is "claim", "complete", "release" or "extend".
 	Op string

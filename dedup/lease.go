@@ -331,9 +331,10 @@ func (k *leaseKeeper) storeExtend(ctx context.Context, claim Claim, lease time.D
 	return k.f.e.cfg.Store.Extend(ctx, claim, lease)
 }
 
-// extensionPanic is the error of a Store.Extend that panicked: it matches
-// ErrStorePanicked, carries the panic value (which errors.Is and errors.As
-// reach when it is an error) and the stack where it was recovered.
+// extensionPanic is the error of a Store.Extend that panicked (the Err of
+// the *StoreError of op "extend" that reports it): it carries the panic
+// value (which errors.Is and errors.As reach when it is an error) and the
+// stack where it was recovered.
 type extensionPanic struct {
 	value any
 	stack []byte
@@ -343,12 +344,10 @@ func (p *extensionPanic) Error() string {
 	return fmt.Sprintf("Store.Extend panicked: %v\n%s", p.value, p.stack)
 }
 
-// Unwrap returns ErrStorePanicked and the panic value when it is an error.
-func (p *extensionPanic) Unwrap() []error {
-	if err, ok := p.value.(error); ok {
-		return []error{ErrStorePanicked, err}
-	}
-	return []error{ErrStorePanicked}
+// Unwrap returns the panic value when it is an error.
+func (p *extensionPanic) Unwrap() error {
+	err, _ := p.value.(error)
+	return err
 }
 
 // event decides an event of the lease (op "extend") from the keeper's

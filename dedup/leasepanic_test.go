@@ -3,7 +3,9 @@ package dedup_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -129,8 +131,13 @@ func TestPanickingExtendIsAStoreError(t *testing.T) {
 				if d.Op != "extend" || !errors.As(d.Err, &se) || se.Op != "extend" {
 					t.Errorf("store_error op %q: %v; want op extend with a *StoreError of op extend", d.Op, d.Err)
 				}
-				if !errors.Is(d.Err, dedup.ErrStorePanicked) {
-					t.Errorf("store_error %v does not match ErrStorePanicked", d.Err)
+				// The *StoreError's Err carries the panic value and the
+				// stack where it was recovered.
+				if se != nil && (se.Err == nil || !strings.Contains(se.Err.Error(), "Store.Extend panicked") || !strings.Contains(se.Err.Error(), "storeExtend")) {
+					t.Errorf("store_error %v: its Err does not carry the panic and its stack", d.Err)
+				}
+				if se != nil && tc.value != nil && !strings.Contains(se.Err.Error(), fmt.Sprint(tc.value)) {
+					t.Errorf("store_error %v does not carry the panic value %v", d.Err, tc.value)
 				}
 				if tc.value == nil && !errors.Is(d.Err, errExtendBug) {
 					t.Errorf("store_error %v does not match the error Extend panicked with", d.Err)
