@@ -42,15 +42,12 @@ type Batch struct {
 	// after the other, in batch order.
 	Concurrency int
 	// Stops reports whether call i, which ended with res and err, stops
-	// the later calls of its group. Defaults to err != nil.
+	// the later calls of its group. It is called once for each call that
+	// took its turn (never for one that did not start because of an
+	// earlier call), from the goroutine of that turn. Defaults to
+	// err != nil.
 	Stops func(i int, res ClaimResult, err error) bool
 }
-
-// ErrNotStarted is the error of a call of a Batch that did not take its
-// turn because an earlier call of its Group failed (or, for every call
-// left, because the work of another call panicked). Its claim, if it won
-// one, was released: a retry runs it. Retryable.
-var ErrNotStarted = errors.New("dedup: not started: an earlier call of its group failed")
 
 // batchFallbackConcurrency is how many single-record requests the engine
 // sends at once for a batch when the store has no batch capability.
@@ -91,7 +88,7 @@ const batchFallbackConcurrency = 16
 // A call's StartBy (Call.StartBy) bounds its InProgressWait, and is
 // checked again at its turn: a claim won with the batch whose turn comes
 // at or after StartBy is released unworked with the batch's releases, the
-// call ending with ErrStartDeadline.
+// call ending with ErrNotStarted.
 //
 // Leases: each won claim's lease runs from the batch's claim, and is kept
 // by its own heartbeat until its completion or release, as Do keeps its
@@ -381,7 +378,7 @@ func (r *batchRun) turns(results []ClaimResult, errs []error) {
 			halt := r.panicked
 			r.mu.Unlock()
 			if stopped || halt {
-				errs[i] = r.notStarted(s)
+				errs[i] = r.notStarted(s, halt)
 				continue
 			}
 			res, err := r.turn(s)
@@ -396,9 +393,13 @@ func (r *batchRun) turns(results []ClaimResult, errs []error) {
 	})
 }
 
-// notStarted ends a call that does not take its turn, releasing its claim.
-func (r *batchRun) notStarted(s *batchSlot) error {
-	err := fmt.Errorf("%w (group %q)", ErrNotStarted, r.b.Calls[s.i].Group)
+// notStarted ends a call that does not take its turn (after a failure of
+// its group, or after another call's panic), releasing its claim.
+func (r *batchRun) notStarted(s *batchSlot, panicked bool) error {
+	err := fmt.Errorf("%w: an earlier call of its group %q failed", ErrNotStarted, r.b.Calls[s.i].Group)
+	if panicked {
+		err = fmt.Errorf("%w: the work of another call of the batch panicked", ErrNotStarted)
+	}
 	if s.won {
 		s.f.claimEvent(event.ClaimWon, s.res, s.elapsed, 0)
 		s.release(err)

@@ -61,7 +61,7 @@ func newObservedBatchEngine(t *testing.T, store dedup.Store, clock dedup.Clock, 
 // TestDoBatchStartByAtTheTurn: a call whose claim was won with the batch
 // but whose turn comes at or after its StartBy does not run: its claim is
 // released with the batch's other releases (one ReleaseBatch, no single
-// Release) and it ends with ErrStartDeadline, so a retry runs it.
+// Release) and it ends with ErrNotStarted, so a retry runs it.
 func TestDoBatchStartByAtTheTurn(t *testing.T) {
 	ctx := context.Background()
 	clock := fakeclock.New(batchEpoch)
@@ -82,8 +82,8 @@ func TestDoBatchStartByAtTheTurn(t *testing.T) {
 	if !slices.Equal(ran, []int{0, 1}) {
 		t.Fatalf("ran %v, want [0 1]", ran)
 	}
-	if res[0].Err != nil || res[1].Err != nil || !errors.Is(res[2].Err, dedup.ErrStartDeadline) {
-		t.Fatalf("results %+v, want a and b done, c ErrStartDeadline", res)
+	if res[0].Err != nil || res[1].Err != nil || !errors.Is(res[2].Err, dedup.ErrNotStarted) {
+		t.Fatalf("results %+v, want a and b done, c ErrNotStarted", res)
 	}
 	if cs.relBatches != 1 || cs.releases != 0 || cs.completeBatches != 1 {
 		t.Fatalf("%d release batches, %d single releases, %d complete batches; want 1, 0, 1", cs.relBatches, cs.releases, cs.completeBatches)

@@ -92,7 +92,7 @@ type Call struct {
 	// StartBy, when set, is the latest time the work may start (a Lambda
 	// invocation's deadline less the time a record needs): an
 	// InProgressWait ends by then, and a claim acquired later is released
-	// without running the work, Do returning ErrStartDeadline. Optional.
+	// without running the work, Do returning ErrNotStarted. Optional.
 	StartBy time.Time
 	// KeyErr, when not nil, says why the caller could not take the call's
 	// key (it should match ErrNoKey or ErrTransportKey: the key function or
@@ -413,7 +413,7 @@ func (f *flight) runHeld(ctx context.Context, w worker, b *batchSlot) (ClaimResu
 		// Won too late (after an InProgressWait, a slow claim, or, in a
 		// batch, the turns of earlier calls): the work would not have the
 		// time it needs.
-		err := fmt.Errorf("%w (%s): the key %q is released unworked", ErrStartDeadline, sb.Format(time.RFC3339Nano), claim.Key)
+		err := fmt.Errorf("%w: the call's StartBy (%s) has passed; the key %q is released unworked", ErrNotStarted, sb.Format(time.RFC3339Nano), claim.Key)
 		if b != nil {
 			b.release(err)
 		} else {

@@ -60,10 +60,13 @@ var (
 	// effect is still recorded, and logs the lost replay as an error.
 	ErrResultTooLarge = errors.New("dedup: result too large for the store")
 
-	// ErrStartDeadline: the call's StartBy passed before its work could
-	// start (Call.StartBy): the claim, if won, was released unworked.
-	// Retryable: the message comes back and runs with more time.
-	ErrStartDeadline = errors.New("dedup: too late to start the work: the call's StartBy has passed")
+	// ErrNotStarted: the work was not started: the call's StartBy passed
+	// (Call.StartBy: a Lambda invocation's time ran short), or an earlier
+	// call of its group failed (BatchCall.Group; for every call left of a
+	// batch, the work of another call panicked). Its claim, if won, was
+	// released unworked. Retryable: the message comes back and runs with
+	// more time or after the call before it. The error's text says which.
+	ErrNotStarted = errors.New("dedup: the work was not started")
 
 	// ErrCorruptResult: a stored result could not be decoded for replay.
 	// Permanent: the effect already happened, but its output cannot be

@@ -71,7 +71,7 @@ func TestTransportKeyIsItsOwnEvent(t *testing.T) {
 }
 
 // TestStartByReleasesALateClaim: a claim won at or after the call's
-// StartBy is released without running the work (ErrStartDeadline), and
+// StartBy is released without running the work (ErrNotStarted), and
 // an InProgressWait ends by StartBy.
 func TestStartByReleasesALateClaim(t *testing.T) {
 	clock := fakeclock.New(epoch)
@@ -85,8 +85,8 @@ func TestStartByReleasesALateClaim(t *testing.T) {
 		t.Error("the work ran after StartBy")
 		return nil, nil
 	})
-	if !errors.Is(err, dedup.ErrStartDeadline) || dedup.IsPermanent(err) {
-		t.Errorf("Do: %v, want ErrStartDeadline (retryable)", err)
+	if !errors.Is(err, dedup.ErrNotStarted) || dedup.IsPermanent(err) {
+		t.Errorf("Do: %v, want ErrNotStarted (retryable)", err)
 	}
 	if n := len(obs.of(event.Released)); n != 1 {
 		t.Errorf("%d released decisions, want 1", n)

@@ -107,8 +107,12 @@ func (h *Handler) batch(ctx context.Context, items []item, concurrency int) []er
 		}()
 		return nil, h.handler(msg)
 	}
+	// turned[i]: call i took its turn (Batch.Stops saw it), so an
+	// ErrNotStarted of it is its StartBy, not its group's earlier failure.
+	turned := make([]bool, len(calls))
 	_, callErrs := h.engine.DoBatch(ctx, dedup.Batch{Calls: calls, Concurrency: concurrency,
-		Stops: func(_ int, _ dedup.ClaimResult, err error) bool {
+		Stops: func(i int, _ dedup.ClaimResult, err error) bool {
+			turned[i] = true
 			return err != nil && !(h.cfg.DropPermanent && dedup.IsPermanent(err))
 		},
 	}, run)
@@ -116,13 +120,13 @@ func (h *Handler) batch(ctx context.Context, items []item, concurrency int) []er
 		it := items[i]
 		switch {
 		case err == nil:
-		case errors.Is(err, dedup.ErrNotStarted):
+		case errors.Is(err, dedup.ErrNotStarted) && !turned[i]:
 			if it.fifoGroup != "" {
 				h.decideItem(it, dedup.Decision{Event: EventGroupSkipped,
 					Err: fmt.Errorf("lambdadedup: message group %q: an earlier record of the batch failed", it.fifoGroup)})
 			}
 			errs[i] = err
-		case errors.Is(err, dedup.ErrStartDeadline):
+		case errors.Is(err, dedup.ErrNotStarted):
 			// Won, but reached (or won after an InProgressWait) with less
 			// than DeadlineMargin left: released unstarted.
 			h.decideItem(it, dedup.Decision{Event: EventDeadline, Err: err})

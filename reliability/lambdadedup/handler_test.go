@@ -17,6 +17,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/lambdadedup"
@@ -478,5 +479,66 @@ func TestConcurrency(t *testing.T) {
 	}
 	if peak.Load() != limit {
 		t.Errorf("peak concurrency %d, want %d", peak.Load(), limit)
+	}
+}
+
+// skipObserver records, by message id, the lambdadedup decisions of records
+// that did not start.
+type skipObserver struct {
+	mu     sync.Mutex
+	events map[string][]event.Event
+}
+
+func (o *skipObserver) ObserveDecision(d dedup.Decision) {
+	if d.Event != lambdadedup.EventDeadline && d.Event != lambdadedup.EventGroupSkipped {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.events[d.MessageUUID] = append(o.events[d.MessageUUID], d.Event)
+}
+func (o *skipObserver) ObserveStoreOp(string, time.Duration, error) {}
+
+// FIFO: a record of a group that does not start because its group failed
+// before it is group_skipped; one that took its turn after the invocation's
+// time ran short (StartBy) is deadline_skipped, though both end with
+// dedup.ErrNotStarted.
+func TestFIFOSkipsTellGroupFromDeadline(t *testing.T) {
+	const fifoARN = "arn:aws:sqs:us-east-1:000000000000:orders.fifo"
+	rec := func(id, group, orderID string) events.SQSMessage {
+		r := record(id, order(orderID))
+		r.EventSourceARN = fifoARN
+		r.Attributes = map[string]string{"MessageGroupId": group}
+		return r
+	}
+	clock := fakeclock.New(time.Now())
+	c := newCharger()
+	c.fail = func(id string, _ int) error {
+		if id == "A1" {
+			return errors.New("declined")
+		}
+		clock.Advance(4 * time.Second) // each charge of group B takes 4s
+		return nil
+	}
+	obs := &skipObserver{events: map[string][]event.Event{}}
+	h := newHandler(t, lambdadedup.Config{DeadlineMargin: 3 * time.Second, Dedup: dedup.Config{Clock: clock, Observer: obs}}, c.handle)
+	ctx, cancel := context.WithDeadline(context.Background(), clock.Now().Add(10*time.Second))
+	defer cancel()
+	// a1 fails: a2 does not start. b1 starts with 10s left, b2 with 6s, b3
+	// would start with 2s < 3s.
+	f := invoke(t, ctx, h, rec("a1", "A", "A1"), rec("a2", "A", "A2"), rec("b1", "B", "B1"), rec("b2", "B", "B2"), rec("b3", "B", "B3"))
+	if !slices.Equal(f, []string{"a1", "a2", "b3"}) {
+		t.Errorf("failures %v, want [a1 a2 b3]", f)
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if got := obs.events["a2"]; !slices.Equal(got, []event.Event{lambdadedup.EventGroupSkipped}) {
+		t.Errorf("a2: decisions %v, want [group_skipped]", got)
+	}
+	if got := obs.events["b3"]; !slices.Equal(got, []event.Event{lambdadedup.EventDeadline}) {
+		t.Errorf("b3: decisions %v, want [deadline_skipped]", got)
+	}
+	if len(obs.events) != 2 {
+		t.Errorf("skip decisions %v, want a2's and b3's only", obs.events)
 	}
 }
