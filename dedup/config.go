@@ -11,13 +11,6 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/internal/keyrule"
 )
 
-// KeyFunc returns the business key of a message: an order id, a payment id, a
-// client's Idempotency-Key. It must not return the transport id (the
-// Watermill UUID, an SQS MessageId): those differ between copies of the same
-// fact. When the message carries no usable key it returns an error wrapping
-// ErrNoKey (see [KeyError]); package keyfuncs has ready-made ones.
-type KeyFunc func(msg *message.Message) (string, error)
-
 // transportIDMetadata names the metadata entries that carry transport ids
 // by default: the SQS MessageId as this module's SQS adapters and Lambda
 // adapter set it, and the names other adapters commonly use.
@@ -58,9 +51,15 @@ type Config struct {
 	// memory.Store (stores/memory) only deduplicates within one process.
 	Store Store
 
-	// Key extracts the business key. Required by New; NewEngine does not
-	// use it (Engine.Do takes the key). See package keyfuncs.
-	Key KeyFunc
+	// Key returns the business key of a message: an order id, a payment
+	// id, a client's Idempotency-Key. It must not return the transport id
+	// (the Watermill UUID, an SQS MessageId): those differ between copies
+	// of the same fact. When the message carries no usable key it returns
+	// an error wrapping ErrNoKey (see [KeyError]). Package keyfuncs has
+	// ready-made ones (keyfuncs.JSON("order_id"), keyfuncs.Metadata(...));
+	// a keyfuncs.Func or any function of this signature fits. Required by
+	// New; NewEngine does not use it (Engine.Do takes the key).
+	Key func(msg *message.Message) (string, error)
 
 	// Scope namespaces the keys, so two handlers consuming the same event
 	// each perform their own effect once. Defaults to the Watermill handler

@@ -1,12 +1,13 @@
 // Package dedup gives at-least-once Watermill consumers exactly-once effects.
 //
 // A [Deduplicator] is a router middleware. For every message it takes a
-// business key out of the message with a [KeyFunc] (an order id, a payment id,
-// never the transport message id), claims that key atomically in a shared
-// [Store] before the handler runs, marks it completed after the handler
-// succeeds, and releases it when the handler fails, so that a redelivered or
-// re-published copy of the same business fact is acknowledged without running
-// the handler a second time.
+// business key out of the message with Config.Key (an order id, a payment
+// id, never the transport message id; package keyfuncs has ready-made
+// ones), claims that key atomically in a shared [Store] before the handler
+// runs, marks it completed after the handler succeeds, and releases it
+// when the handler fails, so that a redelivered or re-published copy of
+// the same business fact is acknowledged without running the handler a
+// second time.
 //
 // The claim lifecycle lives once, in the [Engine]: claim, a heartbeat that
 // extends the lease until Complete is acknowledged, cancellation of the

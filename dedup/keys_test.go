@@ -29,7 +29,7 @@ func TestUnusableAndTransportKeysAreRefused(t *testing.T) {
 	}
 	cases := []struct {
 		name         string
-		key          dedup.KeyFunc
+		key          keyfuncs.Func
 		transportIDs func(*message.Message) []string // nil: the default
 		msg          *message.Message
 		want         error

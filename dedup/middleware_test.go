@@ -134,7 +134,7 @@ func TestKeyProblemsAreTypedAndTouchNothing(t *testing.T) {
 	uuidMsg.Payload = []byte(`{"order_id":"7c1d9e4a-uuid"}`)
 	cases := []struct {
 		name string
-		key  dedup.KeyFunc
+		key  keyfuncs.Func
 		msg  *message.Message
 		want error
 	}{

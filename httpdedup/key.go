@@ -145,7 +145,7 @@ func checkKey(key string, maxLen int) error {
 // error of fn matching dedup.ErrNoKey (absent field, null, wrong type, body
 // not JSON) is returned as ErrKeyMissing, wrapping fn's error; a body over
 // the limit gives ErrBodyTooLarge. It reads the body.
-func BodyKey(fn dedup.KeyFunc) KeyFunc {
+func BodyKey(fn func(msg *message.Message) (string, error)) KeyFunc {
 	return func(_ *http.Request, body BodyFunc) (string, error) {
 		b, err := body()
 		if err != nil {

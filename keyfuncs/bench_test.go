@@ -6,7 +6,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 )
 
@@ -18,7 +17,7 @@ var (
 		`{"sku":"SKU-2","qty":1,"price":5}],"order_id":"ORDER-003","tenant":"acme"}`
 )
 
-func benchKey(b *testing.B, kf dedup.KeyFunc, payload string) {
+func benchKey(b *testing.B, kf keyfuncs.Func, payload string) {
 	m := message.NewMessage("3f2a1c7e-uuid", []byte(payload))
 	if _, err := kf(m); err != nil {
 		b.Fatal(err)

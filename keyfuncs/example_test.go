@@ -12,7 +12,7 @@ import (
 
 // show prints the key a key function takes from a message, or why it takes
 // none (every such error wraps dedup.ErrNoKey, a permanent error).
-func show(kf dedup.KeyFunc, m *message.Message) {
+func show(kf keyfuncs.Func, m *message.Message) {
 	key, err := kf(m)
 	if err != nil {
 		fmt.Printf("ErrNoKey: %v (permanent: %v)\n", errors.Is(err, dedup.ErrNoKey), dedup.IsPermanent(err))

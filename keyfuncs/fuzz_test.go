@@ -24,7 +24,7 @@ import (
 // both, and the key does not depend on the message UUID. (A payload may
 // carry the UUID as its id; the middleware refuses that key with
 // ErrTransportKey.)
-func checkKey(t *testing.T, kf dedup.KeyFunc, m *message.Message, key string, err error) {
+func checkKey(t *testing.T, kf keyfuncs.Func, m *message.Message, key string, err error) {
 	t.Helper()
 	if err != nil {
 		if !errors.Is(err, dedup.ErrNoKey) {
@@ -274,7 +274,7 @@ func FuzzJoinInjective(f *testing.F) {
 	f.Add("\xe2\x86", "x", "y")
 	f.Add("-", "", "")
 	f.Add("::", "\xe2:", ":\x92")
-	constant := func(s string) dedup.KeyFunc {
+	constant := func(s string) keyfuncs.Func {
 		return func(*message.Message) (string, error) { return s, nil }
 	}
 	f.Fuzz(func(t *testing.T, sep, a, b string) {
@@ -289,7 +289,7 @@ func FuzzJoinInjective(f *testing.F) {
 		}
 		m := message.NewMessage("uuid-1", nil)
 		join := func(parts ...string) string {
-			kfs := make([]dedup.KeyFunc, len(parts))
+			kfs := make([]keyfuncs.Func, len(parts))
 			for i, p := range parts {
 				kfs[i] = constant(p)
 			}

@@ -1,5 +1,5 @@
-// Package keyfuncs builds dedup.KeyFunc values that take the business key
-// out of a message: a JSON field of the payload, a metadata entry (SQS
+// Package keyfuncs builds key functions ([Func], for dedup.Config.Key) that
+// take the business key out of a message: a JSON field of the payload, a metadata entry (SQS
 // message attributes and Kafka headers arrive as Watermill metadata), the
 // inner message of an SNS notification envelope, and compositions of those.
 //
@@ -28,6 +28,14 @@ import (
 func noKey(msg *message.Message, field, reason string) error {
 	return &dedup.KeyError{Field: field, Reason: reason, MessageUUID: msg.UUID}
 }
+
+// Func returns the business key of a message: an order id, a payment id, a
+// client's Idempotency-Key. It must not return the transport id (the
+// Watermill UUID, an SQS MessageId): those differ between copies of the
+// same fact. When the message carries no usable key it returns an error
+// wrapping dedup.ErrNoKey (see dedup.KeyError). It is the type of
+// dedup.Config.Key, which takes any function of this signature.
+type Func func(msg *message.Message) (string, error)
 
 func blank(s string) bool { return strings.TrimFunc(s, unicode.IsSpace) == "" }
 
@@ -58,7 +66,7 @@ func blank(s string) bool { return strings.TrimFunc(s, unicode.IsSpace) == "" }
 // trailing lone backslash, or gjson query syntax that does not name one
 // member: an unescaped '*', '?', '#' or '|', or a name starting with '@',
 // '!', '[' or '{' (escape the character to name such a member).
-func JSON(path string) dedup.KeyFunc {
+func JSON(path string) Func {
 	steps := parsePath("JSON", path)
 	field := "json:" + path
 	return func(msg *message.Message) (string, error) {
@@ -75,7 +83,7 @@ func JSON(path string) dedup.KeyFunc {
 // is expected"), so a producer that switched an id's type is caught instead
 // of silently sharing keys with string ids. Everything else, including the
 // refusal of repeated members and the path syntax, is as for JSON.
-func JSONString(path string) dedup.KeyFunc {
+func JSONString(path string) Func {
 	steps := parsePath("JSONString", path)
 	field := "json:" + path
 	return func(msg *message.Message) (string, error) {
@@ -274,7 +282,7 @@ func isInteger(raw string) bool {
 // Metadata returns the message's metadata entry name. SQS message attributes
 // and Kafka headers arrive as Watermill metadata. A missing, empty or blank
 // entry gives ErrNoKey.
-func Metadata(name string) dedup.KeyFunc {
+func Metadata(name string) Func {
 	field := "metadata:" + name
 	return func(msg *message.Message) (string, error) {
 		v, ok := msg.Metadata[name]
@@ -308,7 +316,7 @@ func Metadata(name string) dedup.KeyFunc {
 // handler could unwrap different messages. The envelope is read in one
 // pass over its members; inner then reads the Message as it reads any
 // payload (JSON refuses repeated members on its own path).
-func SNSEnvelope(inner dedup.KeyFunc) dedup.KeyFunc {
+func SNSEnvelope(inner Func) Func {
 	return func(msg *message.Message) (string, error) {
 		if !validJSON(msg.Payload) {
 			return inner(msg)
@@ -375,7 +383,7 @@ func SNSEnvelope(inner dedup.KeyFunc) dedup.KeyFunc {
 // of the other ("acme:" and "acme:eu:" both give "acme:eu:1", for "eu:1"
 // and for "1"). Use prefixes of which none starts another, such as "sys-a/"
 // and "sys-b/".
-func Prefix(prefix string, inner dedup.KeyFunc) dedup.KeyFunc {
+func Prefix(prefix string, inner Func) Func {
 	return func(msg *message.Message) (string, error) {
 		k, err := inner(msg)
 		if err != nil {
@@ -398,7 +406,7 @@ func Prefix(prefix string, inner dedup.KeyFunc) dedup.KeyFunc {
 // and for a one-character sep the encoding is unchanged from earlier
 // versions. Any part's error is returned. Join panics at construction when
 // sep is empty, contains a backslash or is not valid UTF-8.
-func Join(sep string, parts ...dedup.KeyFunc) dedup.KeyFunc {
+func Join(sep string, parts ...Func) Func {
 	if sep == "" || strings.Contains(sep, `\`) || !utf8.ValidString(sep) {
 		panic(fmt.Sprintf("keyfuncs.Join: separator %q must be non-empty valid UTF-8 without a backslash", sep))
 	}
@@ -439,7 +447,7 @@ func escaper(sep string) *strings.Replacer {
 // finds a key, the error wraps ErrNoKey and every function's error. The
 // alternatives share one key space, as they should when they carry the same
 // id; wrap them in Prefix when they carry different ones.
-func FirstOf(fns ...dedup.KeyFunc) dedup.KeyFunc {
+func FirstOf(fns ...Func) Func {
 	return func(msg *message.Message) (string, error) {
 		var errs []error
 		for _, f := range fns {

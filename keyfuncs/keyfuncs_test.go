@@ -21,7 +21,7 @@ func msg(payload string, md ...string) *message.Message {
 
 type keyCase struct {
 	name    string
-	kf      dedup.KeyFunc
+	kf      keyfuncs.Func
 	msg     *message.Message
 	want    string
 	wantErr string // substring of the KeyError reason; "" means success
@@ -269,7 +269,7 @@ func TestJSONPathSyntax(t *testing.T) {
 		{"name in another case is not the member", keyfuncs.JSON(`order_id`), msg(`{"ORDER_ID":"X"}`), "", "missing"},
 	})
 	for _, path := range []string{"", ".", "a..b", "a.", `a\`, "order_*", "order_i?", "items.#", "items.#.sku", "a|b", "@this", "a.@reverse", "!true", "[a,b]", "{a}"} {
-		for name, fn := range map[string]func(string) dedup.KeyFunc{"JSON": keyfuncs.JSON, "JSONString": keyfuncs.JSONString} {
+		for name, fn := range map[string]func(string) keyfuncs.Func{"JSON": keyfuncs.JSON, "JSONString": keyfuncs.JSONString} {
 			func() {
 				defer func() {
 					if recover() == nil {

@@ -13,7 +13,7 @@ const UUIDAttribute = "_watermill_message_uuid"
 
 // Message converts an SQS record the way watermill-aws's SQS subscriber
 // (v1.0.1, DefaultMarshalerUnmarshaler) converts a received message, so
-// that a dedup.KeyFunc takes the same key from it in both runtimes:
+// that a key function (dedup.Config.Key) takes the same key from it in both runtimes:
 //
 //   - Payload is the body, byte for byte;
 //   - Metadata holds the message attributes of data type "String" and

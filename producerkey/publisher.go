@@ -30,7 +30,7 @@ type PublisherConfig struct {
 	// panicking Key. Defaults to nil: a random key, made the first time the
 	// message is published; a retry must then publish the same
 	// *message.Message again to keep it.
-	Key dedup.KeyFunc
+	Key func(msg *message.Message) (string, error)
 }
 
 func (c *PublisherConfig) setDefaults() {

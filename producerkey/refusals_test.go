@@ -94,7 +94,7 @@ func TestWithKeyEmptyIsRefused(t *testing.T) {
 func TestPublisherRefusesKeysTheConsumerRefuses(t *testing.T) {
 	for _, c := range []struct {
 		name string
-		key  dedup.KeyFunc
+		key  keyfuncs.Func
 		body string
 	}{
 		{"control character via keyfuncs.JSON", keyfuncs.JSON("order_id"), `{"order_id":"A\nB"}`},

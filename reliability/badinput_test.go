@@ -35,7 +35,7 @@ type badInput struct {
 	name     string
 	payload  string
 	metadata map[string]string
-	key      dedup.KeyFunc // nil: SNSEnvelope(JSON("order_id")), which also takes raw payloads
+	key      keyfuncs.Func // nil: SNSEnvelope(JSON("order_id")), which also takes raw payloads
 	want     error
 }
 

@@ -26,7 +26,7 @@ import (
 // identity is one (scope, message) whose scoped key must stay its own.
 type identity struct {
 	scope    string
-	key      dedup.KeyFunc
+	key      keyfuncs.Func
 	payload  string
 	metadata map[string]string
 }
