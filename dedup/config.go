@@ -181,7 +181,7 @@ type Config struct {
 	// a claim of the wait fails (the holder is known to exist: never a
 	// fail-open run), it fails with ErrInProgress as without the option. Cost: a blocked
 	// handler goroutine and one claim round trip per pause, for copies in
-	// flight only. With a store that wakes waiters (a KeyWatcher, see
+	// flight only. With a store that wakes waiters (see
 	// InProgressFallback) the copy claims when the holder completes or
 	// releases the key instead, within about one round trip, at about two
 	// claims per wait. Keep it well below the broker's redelivery timeout (SQS
@@ -193,8 +193,9 @@ type Config struct {
 	InProgressPoll time.Duration
 
 	// InProgressFallback is, with a store that wakes waiting copies when a
-	// key is completed or released (a dedup.KeyWatcher: stores/redis,
-	// stores/postgres), the pause between the claims of an InProgressWait
+	// key is completed or released (stores/redis, stores/postgres with
+	// Notify; a store has this capability by its WatchKey method, see
+	// docs/waiting.md), the pause between the claims of an InProgressWait
 	// that no wake prompted, instead of InProgressPoll's doubling pauses.
 	// The waiting copy watches the key and claims once when the watch is in
 	// place, once per wake, and once per InProgressFallback: about two

@@ -22,11 +22,11 @@ import (
 // Cost: one claim round trip per pause; no store support beyond Claim is
 // needed.
 //
-// With a store that is a KeyWatcher, the key is watched before the next
-// claim: a claim follows each wake (the first when the watch is in place,
-// which covers a change between the first claim and the watch) and, as the
-// safety net, every InProgressFallback without one; when the watch ends,
-// the pauses start again from InProgressPoll.
+// With a store that wakes waiters (keywatch.Watcher), the key is watched
+// before the next claim: a claim follows each wake (the first when the
+// watch is in place, which covers a change between the first claim and the
+// watch) and, as the safety net, every InProgressFallback without one; when
+// the watch ends, the pauses start again from InProgressPoll.
 func (f *flight) awaitHolder(ctx context.Context, elapsed time.Duration) (res ClaimResult, _, waited time.Duration, err error) {
 	e, call := f.e, &f.call
 	clock := e.cfg.Clock

@@ -9,10 +9,11 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
+	"github.com/watermill-dedup/watermill-dedup/internal/keywatch"
 )
 
 // polling is a store with only the dedup.Store methods: a wait on it polls
-// even where the store could wake it (dedup.KeyWatcher).
+// even where the store could wake it (its WatchKey method).
 type polling struct{ dedup.Store }
 
 // On Redis, a copy waiting for a held key is woken by the release of the
@@ -20,8 +21,8 @@ type polling struct{ dedup.Store }
 // runs its work without the engine's clock moving, so without a poll.
 func TestInProgressWaitWokenByRedis(t *testing.T) {
 	store := newRedisStore(t)
-	if _, ok := store.(dedup.KeyWatcher); !ok {
-		t.Fatal("the Redis store is not a dedup.KeyWatcher")
+	if _, ok := store.(keywatch.Watcher); !ok {
+		t.Fatal("the Redis store has no WatchKey method (keywatch.Watcher)")
 	}
 	clock := fakeclock.New(epoch)
 	seen := newDecisions()

@@ -11,7 +11,7 @@ import (
 )
 
 // polling is a store with only the dedup.Store methods: a wait on it polls
-// even where the store could wake it (dedup.KeyWatcher).
+// even where the store could wake it (its WatchKey method).
 type polling struct{ dedup.Store }
 
 // On Redis, a request waiting for the same key in flight is woken by the

@@ -69,9 +69,10 @@
 //
 // A copy that waits for a held key (dedup.Config.InProgressWait) polls:
 // DynamoDB cannot announce a completion short of a Streams consumer, so
-// Store is not a dedup.KeyWatcher. Each poll is one conditional PutItem
-// that fails its condition, billed as a write (1 WCU up to 1 KB): with the
-// defaults about 5 in the first 0.62 s of a wait, then one per second.
+// Store has no WatchKey method (it cannot wake waiters). Each poll is one
+// conditional PutItem that fails its condition, billed as a write (1 WCU
+// up to 1 KB): with the defaults about 5 in the first 0.62 s of a wait,
+// then one per second.
 //
 // # Limits
 //

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/internal/keywatch"
 )
 
@@ -39,9 +38,9 @@ var ErrNotifyOff = errors.New("postgres: Config.Notify is off: waiters poll")
 // watched.
 const watchLinger = 30 * time.Second
 
-var _ dedup.KeyWatcher = (*Store)(nil)
+var _ keywatch.Watcher = (*Store)(nil)
 
-// WatchKey implements dedup.KeyWatcher with Config.Notify (ErrNotifyOff
+// WatchKey lets the engine wake waiters, with Config.Notify (ErrNotifyOff
 // without): a waiter of dedup.Config.InProgressWait is woken when the
 // record of key is completed or released, which those statements announce
 // with pg_notify. It returns at once. One connection per store, opened at

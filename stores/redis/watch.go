@@ -10,7 +10,6 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/internal/keywatch"
 )
 
@@ -28,10 +27,10 @@ const watchLinger = 30 * time.Second
 // it is pinged; a ping unanswered that long ends the connection.
 const watchPing = 30 * time.Second
 
-var _ dedup.KeyWatcher = (*Store)(nil)
+var _ keywatch.Watcher = (*Store)(nil)
 
-// WatchKey implements dedup.KeyWatcher: a waiter of Config.InProgressWait
-// is woken when the record of key is completed or released, which the
+// WatchKey lets the engine wake a waiter of dedup.Config.InProgressWait:
+// the waiter is woken when the record of key is completed or released, which the
 // completing and releasing scripts announce on the shard channel named
 // like the record's Redis key (SPUBLISH; on a Cluster it hashes to the
 // record's slot). It returns at once; one subscription connection per
