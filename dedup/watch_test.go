@@ -12,9 +12,9 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
-// watchedStore is a memory store with the KeyWatcher capability driven by
-// the test: wake and end act on the watches of a key, as a store's
-// subscription would.
+// watchedStore is a memory store with the WatchKey capability
+// (keywatch.Watcher) driven by the test: wake and end act on the watches of
+// a key, as a store's subscription would.
 type watchedStore struct {
 	dedup.Store
 	refuse bool // WatchKey fails
