@@ -4,7 +4,9 @@
 // adapters label by it. The names are stable.
 //
 // Each constant's doc says what the decision means and the log level the
-// middleware writes it at.
+// middleware writes it at. Package lambdadedup adds events of its own, of
+// the same type, for records it decides without the engine
+// (deadline_skipped, group_skipped, dropped, handler_panic).
 package event
 
 // Event names one decision of the middleware. The names are stable: logs
