@@ -6,7 +6,7 @@
 // Each constant's doc says what the decision means and the log level the
 // middleware writes it at. Package lambdadedup adds events of its own, of
 // the same type, for records it decides without the engine
-// (deadline_skipped, group_skipped, dropped, handler_panic).
+// (deadline_skipped, group_skipped, permanent_dropped, handler_panic).
 package event
 
 // Event names one decision of the middleware. The names are stable: logs
