@@ -78,3 +78,12 @@ func (b Batcher) Process(ctx context.Context, cmd goredis.Cmder) error {
 	var p redisbatch.Pending
 	return b.b.Process(ctx, cmd, &p)
 }
+
+// WithAutoPipeliner returns a copy of s that sends its commands through
+// go-redis' auto-pipeliner ap instead of its own batcher, for the
+// benchmark that compares the two.
+func WithAutoPipeliner(s *Store, ap *goredis.AutoPipeliner) *Store {
+	c := *s
+	c.batch, c.ap = nil, ap
+	return &c
+}

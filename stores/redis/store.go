@@ -51,6 +51,7 @@ type Store struct {
 	waitReplicas int                 // Config.WaitReplicas
 	waitTimeout  time.Duration       // Config.WaitTimeout
 	batch        *redisbatch.Batcher // Config.AutoPipeline; nil: every command alone
+	ap           *goredis.AutoPipeliner
 	// omitProvenance is Config.OmitProvenance as Complete's last script
 	// argument: "1" or "".
 	omitProvenance string
@@ -62,6 +63,9 @@ type Store struct {
 // process sends cmd, batched with other calls' with Config.AutoPipeline
 // (p is where it waits).
 func (s *Store) process(ctx context.Context, cmd goredis.Cmder, p *redisbatch.Pending) error {
+	if s.ap != nil {
+		return s.ap.Process(ctx, cmd)
+	}
 	if s.batch != nil {
 		return s.batch.Process(ctx, cmd, p)
 	}
@@ -563,25 +567,6 @@ func decodeHexToken(token string, raw *[tokenLen]byte) (string, bool) {
 		return "", false
 	}
 	return string(raw[:]), true
-}
-
-// evalOwned runs EVALSHA with args (args[1] the script's SHA1), and EVAL
-// when the server does not know the script (NOSCRIPT), as
-// goredis.Script.Run does.
-func (s *Store) evalOwned(ctx context.Context, script *ownedScript, args []any, p *redisbatch.Pending) (int64, error) {
-	cmd := cmds.Get().(*goredis.Cmd)
-	*cmd = *goredis.NewCmd(ctx, args...)
-	_ = s.process(ctx, cmd, p)
-	// (HasErrorPrefix allocates even for a nil error.)
-	if err := cmd.Err(); err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
-		args[0], args[1] = "eval", &script.src
-		*cmd = *goredis.NewCmd(ctx, args...)
-		_ = s.process(ctx, cmd, p)
-	}
-	n, err := cmd.Int64()
-	*cmd = goredis.Cmd{}
-	cmds.Put(cmd)
-	return n, err
 }
 
 // rawCmds and cmds pool the commands of the claim and of the token-checking
