@@ -263,3 +263,52 @@ func migrateSlot(ctx context.Context, masters []*goredis.Client, slot int, from,
 	}
 	return nil
 }
+
+// A coordinated Cluster failover (CLUSTER FAILOVER on a replica, which
+// first catches up with its master) while claims and completions are
+// batched, with Config.AutoPipeline and without, on each of the three
+// masters in turn: nothing acknowledged is lost, so, unlike after a crash
+// of a master (TestClusterFailover), every effect runs exactly once
+// without Config.WaitReplicas, which cannot be combined with
+// Config.AutoPipeline.
+func TestClusterManualFailoverDuringBatch(t *testing.T) {
+	for _, autoPipeline := range []bool{false, true} {
+		t.Run(fmt.Sprintf("AutoPipeline=%v", autoPipeline), func(t *testing.T) {
+			cluster, err := testserver.StartRedisClusterWithReplicas(3, time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cluster.Close() })
+			client := goredis.NewClusterClient(&goredis.ClusterOptions{
+				Addrs:       cluster.Addrs,
+				DialTimeout: 250 * time.Millisecond,
+				ReadTimeout: 2 * time.Second,
+			})
+			t.Cleanup(func() { _ = client.Close() })
+			hook := &inFlight{}
+			client.AddHook(hook)
+			store := failoverStore(t, client, false, autoPipeline)
+			masters, err := cluster.Masters()
+			if err != nil {
+				t.Fatal(err)
+			}
+			failover := func(i int) func(flow func() error) error {
+				return func(flow func() error) error {
+					replica, err := cluster.ReplicaOf(masters[i])
+					if err != nil {
+						return err
+					}
+					if err := hook.when(autoPipeline); err != nil {
+						return err
+					}
+					if err := cluster.Failover(replica, 20*time.Second); err != nil {
+						return err
+					}
+					return flow()
+				}
+			}
+			c := runFailoverWith(t, store, failoverOptions{workers: 32}, failover(0), failover(1), failover(2))
+			checkExactlyOnce(t, c)
+		})
+	}
+}
