@@ -12,15 +12,14 @@ import (
 )
 
 // BenchmarkClaimComplete runs Claim+Complete of fresh keys (a new message:
-// SET NX PX GET, then EVALSHA of the completing script) at 1 and 16
-// concurrent callers, every command alone, and reports ns/op, allocs/op
-// and the CPU time per operation of this process and of redis-server. It
-// is the paired measurement of how the store runs its scripts (two builds,
-// alternated; see docs/dev/redis-autopipeline.md):
+// SET NX PX GET, then the completing script) at 1 and 16 concurrent
+// callers, every command alone, and reports ns/op, allocs/op and the CPU
+// time per operation of this process and of redis-server. It is the paired
+// measurement (two builds, alternated; docs/dev/redis-autopipeline.md) that
+// replaced the store's own EVALSHA runner with go-redis' Script.Run:
 //
-//	go test -c -o /tmp/ours.test ./stores/redis/
-//	go test -c -tags goredisscript -o /tmp/goredis.test ./stores/redis/
-//	for i in 1 2 3 4 5 6 7; do for t in ours goredis; do
+//	go test -c -o /tmp/a.test ./stores/redis/   # one build, then the other
+//	for i in 1 2 3 4 5 6 7 8 9; do for t in a b; do
 //	  /tmp/$t.test -test.run '^$' -test.bench ClaimComplete -test.benchtime 20000x -test.benchmem
 //	done; done
 func BenchmarkClaimComplete(b *testing.B) {

@@ -113,15 +113,14 @@ type Config struct {
 	// supported with WaitReplicas (whose WAIT must follow its own write on
 	// one connection). Defaults to false.
 	//
-	// The batcher is the store's own, not go-redis' AutoPipeliner (v9.23,
-	// experimental there): measured side by side on Claim+Complete
-	// (BenchmarkAutoPipeline; figures in README.md), go-redis'
-	// hands every command to its flushing goroutine, even a lone one, and
-	// at 1 caller took 2 to 2.5 times the CPU per operation and 1.4 to 1.7
-	// times the time of this batcher; at 64 and 256 callers on one server
-	// this batcher did 10 to 30 % more operations per second. go-redis'
-	// full-duplex mode matched or beat it on a Cluster at 16 to 64 callers
-	// only.
+	// The batcher is the store's own, not go-redis' AutoPipeliner (go-redis
+	// v9.23, the version this module requires, marks it experimental):
+	// measured side by side on Claim+Complete (BenchmarkAutoPipeline;
+	// figures in README.md), go-redis' hands every command to its flushing
+	// goroutine, even a lone one, and with 1 caller took about twice the
+	// time and twice the CPU per call; with 64 and 256 callers this batcher
+	// did 15 to 33 % more calls per second. go-redis' full-duplex mode came
+	// closest, and matched it only on a Cluster at 16 callers.
 	AutoPipeline bool
 
 	// OmitProvenance leaves the provenance out of completed records: the
