@@ -118,8 +118,8 @@ type Config struct {
 	// measured side by side on Claim+Complete (BenchmarkAutoPipeline;
 	// figures in README.md), go-redis' hands every command to its flushing
 	// goroutine, even a lone one, and with 1 caller took about twice the
-	// time and twice the CPU per call; with 64 and 256 callers this batcher
-	// did 15 to 33 % more calls per second. go-redis' full-duplex mode came
+	// time and twice the CPU per call; with 16 to 256 callers this batcher
+	// did 17 to 33 % more calls per second. go-redis' full-duplex mode came
 	// closest, and matched it only on a Cluster at 16 callers.
 	AutoPipeline bool
 

@@ -199,7 +199,7 @@ func restartWhileClaiming(t *testing.T, autoPipeline bool) {
 		k := key(i)
 		res, err := store.Claim(ctx, k, "", lease)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%v; the server's output:\n%s", err, srv.Output())
 		}
 		if res.Outcome == dedup.Acquired && acquired[k] > 0 {
 			t.Fatalf("%s was acquired before the restart and again after it", k)
