@@ -42,6 +42,10 @@ import (
 // The check is a count, not a timing: every key's effect ran exactly once
 // (no handler fails here), and every message was acked.
 func TestCompletesUnderBacklogAcrossRedisCrash(t *testing.T) {
+	eachAutoPipeline(t, completesUnderBacklogAcrossRedisCrash)
+}
+
+func completesUnderBacklogAcrossRedisCrash(t *testing.T, autoPipeline bool) {
 	const (
 		keys      = 2000
 		copies    = 4
@@ -81,7 +85,7 @@ func TestCompletesUnderBacklogAcrossRedisCrash(t *testing.T) {
 	var consumer [consumers]message.HandlerFunc
 	for c := range consumers {
 		d := newDedup(t, dedup.Config{
-			Store: newRedisStore(t, defaultRedisClient(t, srv.Addr), prefix),
+			Store: newRedisStore(t, defaultRedisClient(t, srv.Addr), prefix, autoPipeline),
 			Key:   keyfuncs.JSON("order_id"),
 			Scope: "charge-orders",
 			Lease: lease,

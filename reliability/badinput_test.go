@@ -75,7 +75,7 @@ var badInputs = []badInput{
 // the message lands on the poison topic, acked, with the error text in its
 // "reason_poisoned" metadata.
 func TestBadInputIsPoisonedAndTouchesNothing(t *testing.T) {
-	for _, backend := range []string{"memory", "redis"} {
+	for _, backend := range []string{"memory", "redis", "redis-autopipeline"} {
 		t.Run(backend, func(t *testing.T) {
 			var (
 				store  dedup.Store
@@ -85,10 +85,10 @@ func TestBadInputIsPoisonedAndTouchesNothing(t *testing.T) {
 			case "memory":
 				m := memory.New(nil)
 				store, stored = m, m.Len
-			case "redis":
+			case "redis", "redis-autopipeline":
 				prefix := uniquePrefix("badinput")
 				admin := newRedisClient(t, redisServer.Addr)
-				store = newRedisStore(t, newRedisClient(t, redisServer.Addr), prefix)
+				store = newRedisStore(t, newRedisClient(t, redisServer.Addr), prefix, backend == "redis-autopipeline")
 				stored = func() int { return scanCount(t, admin, prefix) }
 			}
 			runBadInputs(t, store, stored)

@@ -22,6 +22,10 @@ import (
 // stay in progress no longer than their lease: no record of the batch is
 // in progress past its lease.
 func TestBatchConnectionDroppedMidPipeline(t *testing.T) {
+	eachAutoPipeline(t, batchConnectionDroppedMidPipeline)
+}
+
+func batchConnectionDroppedMidPipeline(t *testing.T, autoPipeline bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	prefix := uniquePrefix("batchfault")
@@ -30,7 +34,7 @@ func TestBatchConnectionDroppedMidPipeline(t *testing.T) {
 	// One connection set up before the fault, no go-redis retries.
 	client := goredis.NewClient(&goredis.Options{Addr: proxy.Addr(), MaxRetries: -1, PoolSize: 1, Protocol: 3})
 	t.Cleanup(func() { _ = client.Close() })
-	store := newRedisStore(t, client, prefix)
+	store := newRedisStore(t, client, prefix, autoPipeline)
 	warm, err := store.Claim(ctx, "warm-up", "", time.Minute) // the connection, and the scripts in the server's cache
 	if err != nil {
 		t.Fatal(err)

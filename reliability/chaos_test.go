@@ -50,7 +50,9 @@ import (
 // than the outages: with a 3s lease, a 2.4s outage on a loaded machine
 // expired one claim in flight, whose Complete then found no record
 // (claim_lost), leaving the key unprotected against a later copy.
-func TestChaosRedisRestarts(t *testing.T) {
+func TestChaosRedisRestarts(t *testing.T) { eachAutoPipeline(t, chaosRedisRestarts) }
+
+func chaosRedisRestarts(t *testing.T, autoPipeline bool) {
 	const (
 		messages           = 10000
 		maxCopies          = 10
@@ -90,7 +92,7 @@ func TestChaosRedisRestarts(t *testing.T) {
 			t.Fatal(err)
 		}
 		d := newDedup(t, dedup.Config{
-			Store: newRedisStore(t, newRedisClient(t, srv.Addr), prefix),
+			Store: newRedisStore(t, newRedisClient(t, srv.Addr), prefix, autoPipeline),
 			Key:   keyfuncs.JSON("order_id"),
 			Scope: "charge-orders",
 			// The lease must outlast an outage: the server's clock keeps
@@ -271,6 +273,10 @@ func countCompleted(t testing.TB, admin *goredis.Client, prefix string) int {
 // Complete backoff runs on a fake clock, so the retry happens exactly once
 // the server is back.
 func TestOutageLongerThanLeaseLosesTheClaim(t *testing.T) {
+	eachAutoPipeline(t, outageLongerThanLeaseLosesTheClaim)
+}
+
+func outageLongerThanLeaseLosesTheClaim(t *testing.T, autoPipeline bool) {
 	const lease = time.Second
 	ctx := context.Background()
 	srv, err := testserver.StartRedis()
@@ -284,7 +290,7 @@ func TestOutageLongerThanLeaseLosesTheClaim(t *testing.T) {
 	clock := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	logs, tl := newLogCapture(), newTally()
 	d := newDedup(t, dedup.Config{
-		Store: newRedisStore(t, newRedisClient(t, srv.Addr), prefix), Key: keyfuncs.JSON("order_id"), Scope: "charge-orders",
+		Store: newRedisStore(t, newRedisClient(t, srv.Addr), prefix, autoPipeline), Key: keyfuncs.JSON("order_id"), Scope: "charge-orders",
 		Lease: lease, CompleteRetries: 1, CompleteBackoff: time.Second, Clock: clock, Logger: logs, Observer: tl,
 	})
 	var effects atomic.Int64

@@ -103,7 +103,9 @@ func crashConsumer() error {
 // after its effect (arm "killed-after-effect"), the effect happens twice:
 // the limit no dedup layer can lift, since nothing recorded that the dead
 // handler had charged; only an idempotent or transactional effect closes it.
-func TestCrashTakeover(t *testing.T) {
+func TestCrashTakeover(t *testing.T) { eachAutoPipeline(t, crashTakeover) }
+
+func crashTakeover(t *testing.T, autoPipeline bool) {
 	for _, tc := range []struct {
 		name        string
 		effectFirst bool
@@ -112,11 +114,11 @@ func TestCrashTakeover(t *testing.T) {
 		{"killed-before-effect", false, 1},
 		{"killed-after-effect", true, 2},
 	} {
-		t.Run(tc.name, func(t *testing.T) { runCrashTakeover(t, tc.effectFirst, tc.wantEffects) })
+		t.Run(tc.name, func(t *testing.T) { runCrashTakeover(t, tc.effectFirst, tc.wantEffects, autoPipeline) })
 	}
 }
 
-func runCrashTakeover(t *testing.T, effectFirst bool, wantEffects int64) {
+func runCrashTakeover(t *testing.T, effectFirst bool, wantEffects int64, autoPipeline bool) {
 	const lease = 3 * time.Second
 	ctx := context.Background()
 	prefix := uniquePrefix("crash")
@@ -187,7 +189,7 @@ func runCrashTakeover(t *testing.T, effectFirst bool, wantEffects int64) {
 	// The second consumer.
 	tl := newTally()
 	d := newDedup(t, dedup.Config{
-		Store:    newRedisStore(t, newRedisClient(t, redisServer.Addr), prefix),
+		Store:    newRedisStore(t, newRedisClient(t, redisServer.Addr), prefix, autoPipeline),
 		Key:      keyfuncs.JSON("order_id"),
 		Scope:    crashScope,
 		Lease:    lease,

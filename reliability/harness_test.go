@@ -33,12 +33,13 @@ var mutation = flag.String("reliability.mutate", "",
 		"ack-errors (every error is acked instead of nacked), "+
 		"unescaped-keys (the store undoes the escaping of scopes and Join parts, as a naive concatenation would)")
 
-// redisAutoPipeline runs every Redis store of the scenarios with
-// Config.AutoPipeline (batched commands):
-//
-//	go test -race ./reliability/ -args -reliability.redis-autopipeline
-var redisAutoPipeline = flag.Bool("reliability.redis-autopipeline", false,
-	"run the Redis stores with Config.AutoPipeline")
+// eachAutoPipeline runs a Redis scenario twice, as subtests: its Redis
+// stores without Config.AutoPipeline and with it (batched commands).
+func eachAutoPipeline(t *testing.T, scenario func(t *testing.T, autoPipeline bool)) {
+	for _, autoPipeline := range []bool{false, true} {
+		t.Run(fmt.Sprintf("AutoPipeline=%v", autoPipeline), func(t *testing.T) { scenario(t, autoPipeline) })
+	}
+}
 
 // deduplicator is the middleware under test, with the mutation (if any)
 // applied.
@@ -461,12 +462,13 @@ func newRedisClient(t testing.TB, addr string) *goredis.Client {
 	return c
 }
 
-// newRedisStore returns a Redis store on client.
-func newRedisStore(t testing.TB, client goredis.UniversalClient, prefix string) *redis.Store {
+// newRedisStore returns a Redis store on client, with or without
+// Config.AutoPipeline.
+func newRedisStore(t testing.TB, client goredis.UniversalClient, prefix string, autoPipeline bool) *redis.Store {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := redis.New(ctx, client, redis.Config{KeyPrefix: prefix, AutoPipeline: *redisAutoPipeline})
+	s, err := redis.New(ctx, client, redis.Config{KeyPrefix: prefix, AutoPipeline: autoPipeline})
 	if err != nil {
 		t.Fatalf("redis.New: %v", err)
 	}

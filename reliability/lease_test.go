@@ -35,12 +35,14 @@ import (
 //     Complete then finds no record of its own (B's, or none: B has no
 //     heartbeat either, so its record expired in turn) and reports
 //     claim_lost at error level.
-func TestLongHandler(t *testing.T) {
-	t.Run("heartbeat-on", func(t *testing.T) { runLongHandler(t, false) })
-	t.Run("heartbeat-off", func(t *testing.T) { runLongHandler(t, true) })
+func TestLongHandler(t *testing.T) { eachAutoPipeline(t, longHandler) }
+
+func longHandler(t *testing.T, autoPipeline bool) {
+	t.Run("heartbeat-on", func(t *testing.T) { runLongHandler(t, false, autoPipeline) })
+	t.Run("heartbeat-off", func(t *testing.T) { runLongHandler(t, true, autoPipeline) })
 }
 
-func runLongHandler(t *testing.T, disableHeartbeat bool) {
+func runLongHandler(t *testing.T, disableHeartbeat, autoPipeline bool) {
 	const (
 		lease     = time.Second
 		heartbeat = 250 * time.Millisecond
@@ -52,7 +54,7 @@ func runLongHandler(t *testing.T, disableHeartbeat bool) {
 	var effectsA, effectsB atomic.Int64
 	consumer := func(logger *logCapture, tl *tally) deduplicator {
 		cfg := dedup.Config{
-			Store:            newRedisStore(t, newRedisClient(t, redisServer.Addr), prefix),
+			Store:            newRedisStore(t, newRedisClient(t, redisServer.Addr), prefix, autoPipeline),
 			Key:              keyfuncs.JSON("order_id"),
 			Scope:            "build-report",
 			Lease:            lease,
@@ -177,7 +179,9 @@ func runLongHandler(t *testing.T, disableHeartbeat bool) {
 // claim_lost at error level, not swallowed: the call's one claim_lost. B's record is left as B wrote
 // it. The effect ran twice: an effect outside the claim's lease, which no
 // dedup layer can undo without fencing at the effect's side.
-func TestLostClaimIsReported(t *testing.T) {
+func TestLostClaimIsReported(t *testing.T) { eachAutoPipeline(t, lostClaimIsReported) }
+
+func lostClaimIsReported(t *testing.T, autoPipeline bool) {
 	const (
 		lease     = time.Second
 		heartbeat = 250 * time.Millisecond
@@ -195,11 +199,11 @@ func TestLostClaimIsReported(t *testing.T) {
 	t.Cleanup(func() { _ = clientA.Close() })
 	logA, tlA := newLogCapture(), newTally()
 	dA := newDedup(t, dedup.Config{
-		Store: newRedisStore(t, clientA, prefix), Key: keyfuncs.JSON("order_id"), Scope: "charge-orders",
+		Store: newRedisStore(t, clientA, prefix, autoPipeline), Key: keyfuncs.JSON("order_id"), Scope: "charge-orders",
 		Lease: lease, Heartbeat: heartbeat, StoreTimeout: time.Minute, Logger: logA, Observer: tlA,
 	})
 	dB := newDedup(t, dedup.Config{
-		Store: newRedisStore(t, newRedisClient(t, redisServer.Addr), prefix), Key: keyfuncs.JSON("order_id"), Scope: "charge-orders",
+		Store: newRedisStore(t, newRedisClient(t, redisServer.Addr), prefix, autoPipeline), Key: keyfuncs.JSON("order_id"), Scope: "charge-orders",
 		Lease: lease, Heartbeat: heartbeat,
 	})
 	var effects atomic.Int64

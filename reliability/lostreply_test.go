@@ -37,6 +37,10 @@ import (
 // was completed by this claim, yet the middleware logged 1 claim_lost
 // (error level) and 0 completed".
 func TestLostCompleteReplyIsNotClaimLost(t *testing.T) {
+	eachAutoPipeline(t, lostCompleteReplyIsNotClaimLost)
+}
+
+func lostCompleteReplyIsNotClaimLost(t *testing.T, autoPipeline bool) {
 	ctx := context.Background()
 	prefix := uniquePrefix("lostreply")
 	rdb := newRedisClient(t, redisServer.Addr)
@@ -45,7 +49,7 @@ func TestLostCompleteReplyIsNotClaimLost(t *testing.T) {
 	// on its HELLO reply, before sending the command), no go-redis retries.
 	client := goredis.NewClient(&goredis.Options{Addr: proxy.Addr(), MaxRetries: -1, PoolSize: 1})
 	t.Cleanup(func() { _ = client.Close() })
-	store := newRedisStore(t, client, prefix)
+	store := newRedisStore(t, client, prefix, autoPipeline)
 	// Load the scripts into the server's cache, as a running system has
 	// them: otherwise the lost reply would be EVALSHA's NOSCRIPT, and the
 	// script would not have run.

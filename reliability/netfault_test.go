@@ -38,7 +38,9 @@ import (
 // effect here), every message acked exactly once, and every store error
 // of a claim came back from the middleware as an error (a nack), never as
 // an ack.
-func TestNetworkFaults(t *testing.T) {
+func TestNetworkFaults(t *testing.T) { eachAutoPipeline(t, networkFaults) }
+
+func networkFaults(t *testing.T, autoPipeline bool) {
 	const (
 		messages           = 3000
 		maxCopies          = 5
@@ -81,7 +83,7 @@ func TestNetworkFaults(t *testing.T) {
 			t.Fatal(err)
 		}
 		d := newDedup(t, dedup.Config{
-			Store:           newRedisStore(t, newRedisClient(t, proxy.Addr()), prefix),
+			Store:           newRedisStore(t, newRedisClient(t, proxy.Addr()), prefix, autoPipeline),
 			Key:             keyfuncs.JSON("order_id"),
 			Scope:           "charge-orders",
 			Lease:           2 * time.Second,

@@ -48,15 +48,17 @@ import (
 //     options (ReadTimeout 3s, ContextTimeoutEnabled false: a request's
 //     context deadline does not bound its read). The engine keeps a
 //     deadline timer of its own while an extension is in flight.
-func TestNoOverlapAfterPartition(t *testing.T) {
-	t.Run("heartbeat-850ms", func(t *testing.T) { runNoOverlap(t, 850*time.Millisecond, false) })
-	t.Run("heartbeat-250ms/context-timeouts", func(t *testing.T) { runNoOverlap(t, 250*time.Millisecond, true) })
+func TestNoOverlapAfterPartition(t *testing.T) { eachAutoPipeline(t, noOverlapAfterPartition) }
+
+func noOverlapAfterPartition(t *testing.T, autoPipeline bool) {
+	t.Run("heartbeat-850ms", func(t *testing.T) { runNoOverlap(t, 850*time.Millisecond, false, autoPipeline) })
+	t.Run("heartbeat-250ms/context-timeouts", func(t *testing.T) { runNoOverlap(t, 250*time.Millisecond, true, autoPipeline) })
 	t.Run("heartbeat-250ms/go-redis-defaults", func(t *testing.T) {
-		runNoOverlap(t, 250*time.Millisecond, false)
+		runNoOverlap(t, 250*time.Millisecond, false, autoPipeline)
 	})
 }
 
-func runNoOverlap(t *testing.T, heartbeat time.Duration, contextTimeouts bool) {
+func runNoOverlap(t *testing.T, heartbeat time.Duration, contextTimeouts, autoPipeline bool) {
 	const (
 		lease        = time.Second
 		storeTimeout = time.Second
@@ -75,8 +77,8 @@ func runNoOverlap(t *testing.T, heartbeat time.Duration, contextTimeouts bool) {
 		return dedup.Config{Store: store, Key: keyfuncs.JSON("order_id"), Scope: "charge-orders",
 			Lease: lease, Heartbeat: heartbeat, StoreTimeout: storeTimeout, Observer: tl}
 	}
-	dA := newDedup(t, cfg(newRedisStore(t, clientA, prefix), tlA))
-	dB := newDedup(t, cfg(newRedisStore(t, newRedisClient(t, redisServer.Addr), prefix), newTally()))
+	dA := newDedup(t, cfg(newRedisStore(t, clientA, prefix, autoPipeline), tlA))
+	dB := newDedup(t, cfg(newRedisStore(t, newRedisClient(t, redisServer.Addr), prefix, autoPipeline), newTally()))
 
 	var (
 		sent       time.Time // before A's claim was sent

@@ -214,12 +214,13 @@ func TestStoreHoldsOnlyWhatTheReadmeSays(t *testing.T) {
 	handler := func(msg *message.Message) ([]*message.Message, error) {
 		return []*message.Message{message.NewMessage("receipt-1", []byte("receipt sent to "+email))}, nil
 	}
-	for _, replay := range []bool{false, true} {
-		name := map[bool]string{false: "replay-off", true: "replay-on"}[replay]
+	for _, v := range []struct{ replay, autoPipeline bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		replay := v.replay
+		name := fmt.Sprintf("%s,AutoPipeline=%v", map[bool]string{false: "replay-off", true: "replay-on"}[replay], v.autoPipeline)
 		t.Run("redis/"+name, func(t *testing.T) {
 			prefix := uniquePrefix("holds")
 			admin := newRedisClient(t, redisServer.Addr)
-			d := newDedup(t, dedup.Config{Store: newRedisStore(t, admin, prefix), Key: keyfuncs.JSON("order_id"),
+			d := newDedup(t, dedup.Config{Store: newRedisStore(t, admin, prefix, v.autoPipeline), Key: keyfuncs.JSON("order_id"),
 				Scope: "charge-orders", Fingerprint: keyfuncs.PayloadFingerprint, Replay: replay, Retention: 48 * time.Hour})
 			if _, err := d.Middleware(handler)(message.NewMessage(watermill.NewUUID(), payload)); err != nil {
 				t.Fatal(err)

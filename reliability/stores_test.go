@@ -40,26 +40,8 @@ var storeKinds = []storeKind{
 			return map[dedup.Outcome]string{dedup.Duplicate: "completed", dedup.InProgress: "in_progress", dedup.Acquired: "absent"}[res.Outcome]
 		}
 	}},
-	{name: "redis", setup: func(t *testing.T) (func() dedup.Store, func(string) string) {
-		prefix := uniquePrefix("concurrency")
-		admin := newRedisClient(t, redisServer.Addr)
-		return func() dedup.Store {
-				return newRedisStore(t, newRedisClient(t, redisServer.Addr), prefix)
-			}, func(key string) string {
-				v, err := admin.Get(context.Background(), prefix+key).Bytes()
-				switch {
-				case errors.Is(err, goredis.Nil):
-					return "absent"
-				case err != nil:
-					return "error: " + err.Error()
-				case redisRecordState(v) == 'C':
-					return "completed"
-				case redisRecordState(v) == 'P':
-					return "in_progress"
-				}
-				return "unknown"
-			}
-	}},
+	redisKind("redis", false),
+	redisKind("redis-autopipeline", true),
 	{name: "dynamodb", setup: func(t *testing.T) (func() dedup.Store, func(string) string) {
 		admin := newDynamoClient(dynamoEndpoint)
 		return func() dedup.Store {
@@ -90,4 +72,29 @@ var storeKinds = []storeKind{
 				return "unknown"
 			}
 	}},
+}
+
+// redisKind is the Redis backend of storeKinds, with or without
+// Config.AutoPipeline.
+func redisKind(name string, autoPipeline bool) storeKind {
+	return storeKind{name: name, setup: func(t *testing.T) (func() dedup.Store, func(string) string) {
+		prefix := uniquePrefix("concurrency")
+		admin := newRedisClient(t, redisServer.Addr)
+		return func() dedup.Store {
+				return newRedisStore(t, newRedisClient(t, redisServer.Addr), prefix, autoPipeline)
+			}, func(key string) string {
+				v, err := admin.Get(context.Background(), prefix+key).Bytes()
+				switch {
+				case errors.Is(err, goredis.Nil):
+					return "absent"
+				case err != nil:
+					return "error: " + err.Error()
+				case redisRecordState(v) == 'C':
+					return "completed"
+				case redisRecordState(v) == 'P':
+					return "in_progress"
+				}
+				return "unknown"
+			}
+	}}
 }

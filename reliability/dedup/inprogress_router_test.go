@@ -90,7 +90,7 @@ func (c copyTrace) ObserveStoreOp(op string, _ time.Duration, _ error) {
 // each of the nine others finds it in progress (and is nacked, or waits),
 // then charges for effectTime.
 // It returns the counts.
-func runTenCopies(t *testing.T, name string, wait time.Duration, quietLogger bool) copiesRun {
+func runTenCopies(t *testing.T, name string, wait time.Duration, quietLogger, autoPipeline bool) copiesRun {
 	t.Helper()
 	const copies = 10
 	logs := &handlerErrorCounter{}
@@ -99,7 +99,7 @@ func runTenCopies(t *testing.T, name string, wait time.Duration, quietLogger boo
 		routerLogger = dedup.InProgressAtInfo(logs)
 	}
 	obs := &copiesObserver{want: copies, claimed: map[string]bool{}, allClaimed: make(chan struct{})}
-	d := newDedup(t, dedup.Config{Store: newRedisStore(t), Key: keyfuncs.JSON("order_id"), Scope: "charge",
+	d := newDedup(t, dedup.Config{Store: newRedisStore(t, autoPipeline), Key: keyfuncs.JSON("order_id"), Scope: "charge",
 		InProgressWait: wait, Observer: obs, Tracer: obs})
 
 	var (
@@ -229,11 +229,13 @@ func (l *handlerErrorCounter) counts() (errors, infos int) {
 // level), and with InProgressWait (no nack, no redelivery: each copy is
 // acked as a duplicate once the holder completes). The table is the
 // README's figure.
-func TestInProgressWaitInARouter(t *testing.T) {
+func TestInProgressWaitInARouter(t *testing.T) { eachAutoPipeline(t, inProgressWaitInARouter) }
+
+func inProgressWaitInARouter(t *testing.T, autoPipeline bool) {
 	runs := []copiesRun{
-		runTenCopies(t, "nack (default)", 0, false),
-		runTenCopies(t, "nack, router logger InProgressAtInfo", 0, true),
-		runTenCopies(t, "InProgressWait 30s", 30*time.Second, false),
+		runTenCopies(t, "nack (default)", 0, false, autoPipeline),
+		runTenCopies(t, "nack, router logger InProgressAtInfo", 0, true, autoPipeline),
+		runTenCopies(t, "InProgressWait 30s", 30*time.Second, false, autoPipeline),
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%-38s %7s %5s %12s %11s %12s %11s %6s %8s %6s\n", "ORDER-003 x10", "charges", "nacks", "redeliveries", "in_progress", "router ERROR", "router INFO", "waited", "max wait", "claims")

@@ -5,6 +5,7 @@ package dedup_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -28,6 +29,14 @@ import (
 // package's tests; each test gets its own key prefix.
 var redisServer *testserver.Redis
 
+// eachAutoPipeline runs test twice, as subtests: on a Redis store without
+// Config.AutoPipeline and with it.
+func eachAutoPipeline(t *testing.T, test func(t *testing.T, autoPipeline bool)) {
+	for _, autoPipeline := range []bool{false, true} {
+		t.Run(fmt.Sprintf("AutoPipeline=%v", autoPipeline), func(t *testing.T) { test(t, autoPipeline) })
+	}
+}
+
 func TestMain(m *testing.M) {
 	testserver.Main(m, func() (func(), error) {
 		r, err := testserver.StartRedis()
@@ -40,15 +49,15 @@ func TestMain(m *testing.M) {
 }
 
 // newRedisStore returns a Redis store on the package's redis-server under
-// a key prefix of the test's own.
-func newRedisStore(t *testing.T) dedup.Store {
+// a key prefix of the test's own, with or without Config.AutoPipeline.
+func newRedisStore(t *testing.T, autoPipeline bool) dedup.Store {
 	t.Helper()
 	client := goredis.NewClient(&goredis.Options{Addr: redisServer.Addr})
 	t.Cleanup(func() { _ = client.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	prefix := "dedup-test-" + strings.NewReplacer(":", "-", "/", "-").Replace(t.Name()) + "-" + storekit.NewToken()[:8] + ":"
-	s, err := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: prefix})
+	s, err := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: prefix, AutoPipeline: autoPipeline})
 	if err != nil {
 		t.Fatalf("dedupredis.New: %v", err)
 	}
@@ -57,7 +66,7 @@ func newRedisStore(t *testing.T) dedup.Store {
 }
 
 // forEachStore runs test on the memory store (on clock) and on a real
-// Redis, in parallel subtests.
+// Redis, without and with Config.AutoPipeline, in parallel subtests.
 func forEachStore(t *testing.T, clock dedup.Clock, test func(t *testing.T, store dedup.Store)) {
 	t.Helper()
 	t.Run("memory", func(t *testing.T) {
@@ -66,7 +75,11 @@ func forEachStore(t *testing.T, clock dedup.Clock, test func(t *testing.T, store
 	})
 	t.Run("redis", func(t *testing.T) {
 		t.Parallel()
-		test(t, newRedisStore(t))
+		test(t, newRedisStore(t, false))
+	})
+	t.Run("redis-autopipeline", func(t *testing.T) {
+		t.Parallel()
+		test(t, newRedisStore(t, true))
 	})
 }
 

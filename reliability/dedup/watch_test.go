@@ -19,8 +19,10 @@ type polling struct{ dedup.Store }
 // On Redis, a copy waiting for a held key is woken by the release of the
 // holder's claim (announced by the releasing script): it wins the key and
 // runs its work without the engine's clock moving, so without a poll.
-func TestInProgressWaitWokenByRedis(t *testing.T) {
-	store := newRedisStore(t)
+func TestInProgressWaitWokenByRedis(t *testing.T) { eachAutoPipeline(t, inProgressWaitWokenByRedis) }
+
+func inProgressWaitWokenByRedis(t *testing.T, autoPipeline bool) {
+	store := newRedisStore(t, autoPipeline)
 	if _, ok := store.(keywatch.Watcher); !ok {
 		t.Fatal("the Redis store has no WatchKey method (keywatch.Watcher)")
 	}

@@ -93,12 +93,12 @@ type redisConsumer struct {
 	h message.HandlerFunc
 }
 
-func newRedisConsumer(t *testing.T) func(addr string, helper bool) (consumer, error) {
+func newRedisConsumer(t *testing.T, autoPipeline bool) func(addr string, helper bool) (consumer, error) {
 	return func(addr string, helper bool) (consumer, error) {
 		client := redisClient(addr)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		store, err := redis.New(ctx, client, redis.Config{KeyPrefix: prefix(t)})
+		store, err := redis.New(ctx, client, redis.Config{KeyPrefix: prefix(t), AutoPipeline: autoPipeline})
 		if err != nil {
 			return nil, err
 		}
@@ -178,29 +178,45 @@ func redisBackend(t *testing.T, name, addr string) backend {
 }
 
 func TestRedisHelper(t *testing.T) {
-	if childMain(t, newRedisConsumer(t)) {
+	if childMain(t, newRedisConsumer(t, false)) {
 		return
 	}
 	checkHelper(t, redisBackend(t, "redis", redisAddr))
 }
 
 func TestRedisWithoutHelper(t *testing.T) {
-	if childMain(t, newRedisConsumer(t)) {
+	if childMain(t, newRedisConsumer(t, false)) {
 		return
 	}
 	checkWithout(t, redisBackend(t, "redis", redisAddr))
 }
 
 func TestRedisClusterHelper(t *testing.T) {
-	if childMain(t, newRedisConsumer(t)) {
+	if childMain(t, newRedisConsumer(t, false)) {
 		return
 	}
 	checkHelper(t, redisBackend(t, "redis cluster", strings.Join(clusterAddrs, ",")))
 }
 
 func TestRedisClusterWithoutHelper(t *testing.T) {
-	if childMain(t, newRedisConsumer(t)) {
+	if childMain(t, newRedisConsumer(t, false)) {
 		return
 	}
 	checkWithout(t, redisBackend(t, "redis cluster", strings.Join(clusterAddrs, ",")))
+}
+
+// The helper's runs with the consumers' claims and completions batched
+// (Config.AutoPipeline): the same checks.
+func TestRedisHelperAutoPipeline(t *testing.T) {
+	if childMain(t, newRedisConsumer(t, true)) {
+		return
+	}
+	checkHelper(t, redisBackend(t, "redis, AutoPipeline", redisAddr))
+}
+
+func TestRedisClusterHelperAutoPipeline(t *testing.T) {
+	if childMain(t, newRedisConsumer(t, true)) {
+		return
+	}
+	checkHelper(t, redisBackend(t, "redis cluster, AutoPipeline", strings.Join(clusterAddrs, ",")))
 }

@@ -149,8 +149,10 @@ func TestConformanceSentinel(t *testing.T) {
 	client := goredis.NewFailoverClient(&goredis.FailoverOptions{MasterName: "dedup-master", SentinelAddrs: []string{sentinel.Addr}})
 	t.Cleanup(func() { _ = client.Close() })
 	store := newStore(t, client, redis.Config{})
+	pipelined := newStore(t, client, redis.Config{KeyPrefix: "dedup-ap:", AutoPipeline: true})
 
 	t.Run("suite", func(t *testing.T) { storetest.Run(t, shared(store), features) })
+	t.Run("suite-autopipeline", func(t *testing.T) { storetest.Run(t, shared(pipelined), features) })
 
 	// The records are on the master the Sentinel named.
 	node := goredis.NewClient(&goredis.Options{Addr: master.Addr})

@@ -9,7 +9,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/redisbatch"
 	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 )
 
@@ -63,18 +62,11 @@ func (s *Store) ClaimAs(ctx context.Context, key, token string, lease time.Durat
 	return s.claimWait(ctx, key, raw, fingerprintDigest(""), &p, token, lease)
 }
 
-// Batcher is the batcher of Config.AutoPipeline, for the benchmark that
-// compares it with go-redis' and rueidis' auto-pipelining on the same
-// commands.
-type Batcher struct{ b *redisbatch.Batcher }
-
-// NewBatcher returns a batcher with the store's parameters.
-func NewBatcher(client goredis.UniversalClient) Batcher {
-	return Batcher{redisbatch.New(client, redisbatch.DefaultMaxBatch, redisbatch.DefaultMaxInFlight)}
-}
-
-// Process sends cmd through the batcher.
-func (b Batcher) Process(ctx context.Context, cmd goredis.Cmder) error {
-	var p redisbatch.Pending
-	return b.b.Process(ctx, cmd, &p)
+// WithAutoPipeliner returns a copy of s that sends its commands through
+// go-redis' auto-pipeliner ap instead of its own batcher, for the
+// benchmark that compares the two.
+func WithAutoPipeliner(s *Store, ap *goredis.AutoPipeliner) *Store {
+	c := *s
+	c.batch, c.ap = nil, ap
+	return &c
 }

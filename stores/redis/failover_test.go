@@ -35,6 +35,7 @@ const failoverWorkers = 4
 // nacked message is; a Complete that fails is retried, as the engine does.
 type failoverRun struct {
 	store *redis.Store
+	lease time.Duration
 
 	mu        sync.Mutex
 	effects   map[string]int  // effects run per key
@@ -72,7 +73,7 @@ func pause(ctx context.Context) bool {
 // deliver handles one delivery of key until it is acked, or ctx ends.
 func (r *failoverRun) deliver(ctx context.Context, key string) error {
 	for {
-		res, err := r.store.Claim(ctx, key, "", failoverLease)
+		res, err := r.store.Claim(ctx, key, "", r.lease)
 		if err != nil {
 			r.refused.Add(1)
 			if errors.Is(err, redis.ErrNotReplicated) {
@@ -131,15 +132,38 @@ func (r *failoverRun) deliver(ctx context.Context, key string) error {
 // replica misses.
 func runFailover(t *testing.T, store *redis.Store, events ...func(flow func() error) error) failoverCounts {
 	t.Helper()
-	r := &failoverRun{store: store, effects: map[string]int{}, leaseLost: map[string]bool{}}
+	return runFailoverWith(t, store, failoverOptions{}, events...)
+}
+
+// failoverOptions change runFailover's traffic.
+type failoverOptions struct {
+	workers int                  // delivering goroutines; failoverWorkers when 0
+	keyOf   func(i int64) string // the i-th message's key; "failover-%06d" when nil
+	lease   time.Duration        // the claims' lease; failoverLease when 0
+}
+
+// runFailoverWith is runFailover with opts.
+func runFailoverWith(t *testing.T, store *redis.Store, opts failoverOptions, events ...func(flow func() error) error) failoverCounts {
+	t.Helper()
+	r := &failoverRun{store: store, lease: opts.lease, effects: map[string]int{}, leaseLost: map[string]bool{}}
+	if r.lease == 0 {
+		r.lease = failoverLease
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
-	keyOf := func(i int64) string { return fmt.Sprintf("failover-%06d", i) }
+	keyOf := opts.keyOf
+	if keyOf == nil {
+		keyOf = func(i int64) string { return fmt.Sprintf("failover-%06d", i) }
+	}
+	workers := opts.workers
+	if workers == 0 {
+		workers = failoverWorkers
+	}
 
 	var stop atomic.Bool
 	var wg sync.WaitGroup
-	errs := make(chan error, 2*failoverWorkers)
-	for w := 0; w < failoverWorkers; w++ {
+	errs := make(chan error, 2*workers)
+	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -200,8 +224,8 @@ func runFailover(t *testing.T, store *redis.Store, events ...func(flow func() er
 	// Every key once more, from the same number of goroutines.
 	n := r.next.Load()
 	var idx atomic.Int64
-	sweepErrs := make(chan error, failoverWorkers)
-	for w := 0; w < failoverWorkers; w++ {
+	sweepErrs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -243,14 +267,26 @@ func runFailover(t *testing.T, store *redis.Store, events ...func(flow func() er
 	return c
 }
 
-// failoverStore returns a store on client, with or without the WAIT option.
-func failoverStore(t *testing.T, client goredis.UniversalClient, wait bool) *redis.Store {
+// failoverStore returns a store on client, with or without the WAIT option
+// and Config.AutoPipeline.
+func failoverStore(t *testing.T, client goredis.UniversalClient, wait, autoPipeline bool) *redis.Store {
 	t.Helper()
-	cfg := redis.Config{KeyPrefix: "failover:"}
+	cfg := redis.Config{KeyPrefix: "failover:", AutoPipeline: autoPipeline}
 	if wait {
 		cfg.WaitReplicas, cfg.WaitTimeout = 1, time.Second
 	}
 	return newStore(t, client, cfg)
+}
+
+// failoverVariants are the store configurations the failover tests run
+// with: Config.WaitReplicas and Config.AutoPipeline, each alone (the two
+// cannot be combined).
+var failoverVariants = []failoverVariant{{false, false}, {false, true}, {true, false}}
+
+type failoverVariant struct{ wait, autoPipeline bool }
+
+func (v failoverVariant) name() string {
+	return fmt.Sprintf("WaitReplicas=%v,AutoPipeline=%v", v.wait, v.autoPipeline)
 }
 
 // checkFailoverCounts logs the counts and, with the option on, fails on any
@@ -273,8 +309,9 @@ func checkFailoverCounts(t *testing.T, wait bool, c failoverCounts) {
 // started again as the new master's replica. No message is lost;
 // with WaitReplicas no effect runs twice.
 func TestSentinelFailover(t *testing.T) {
-	for _, wait := range []bool{false, true} {
-		t.Run(fmt.Sprintf("WaitReplicas=%v", wait), func(t *testing.T) {
+	for _, v := range failoverVariants {
+		wait := v.wait
+		t.Run(v.name(), func(t *testing.T) {
 			master, err := testserver.StartRedisWithArgs("--repl-diskless-sync-delay", "0")
 			if err != nil {
 				t.Fatal(err)
@@ -299,7 +336,7 @@ func TestSentinelFailover(t *testing.T) {
 				ReadTimeout:   2 * time.Second,
 			})
 			t.Cleanup(func() { _ = client.Close() })
-			store := failoverStore(t, client, wait)
+			store := failoverStore(t, client, wait, v.autoPipeline)
 			c := runFailover(t, store, func(flow func() error) error {
 				// Writes the replica misses: acknowledged by the master
 				// alone without the option, refused by WAIT with it.
@@ -338,8 +375,9 @@ func TestSentinelFailover(t *testing.T) {
 // store's pipelines to MasterForKey) follow the new masters by themselves.
 // No message is lost; with WaitReplicas no effect runs twice.
 func TestClusterFailover(t *testing.T) {
-	for _, wait := range []bool{false, true} {
-		t.Run(fmt.Sprintf("WaitReplicas=%v", wait), func(t *testing.T) {
+	for _, v := range failoverVariants {
+		wait := v.wait
+		t.Run(v.name(), func(t *testing.T) {
 			cluster, err := testserver.StartRedisClusterWithReplicas(3, time.Second)
 			if err != nil {
 				t.Fatal(err)
@@ -351,7 +389,7 @@ func TestClusterFailover(t *testing.T) {
 				ReadTimeout: 2 * time.Second,
 			})
 			t.Cleanup(func() { _ = client.Close() })
-			store := failoverStore(t, client, wait)
+			store := failoverStore(t, client, wait, v.autoPipeline)
 			masters, err := cluster.Masters()
 			if err != nil {
 				t.Fatal(err)

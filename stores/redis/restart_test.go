@@ -72,6 +72,12 @@ func outageErrors(t *testing.T, store *redis.Store, c dedup.Claim) {
 // by itself once the server is back. The server saves its data set on
 // shutdown (CONFIG SET save), as a production server with persistence does.
 func TestRestartWhileClaiming(t *testing.T) {
+	for _, autoPipeline := range []bool{false, true} {
+		t.Run(fmt.Sprintf("AutoPipeline=%v", autoPipeline), func(t *testing.T) { restartWhileClaiming(t, autoPipeline) })
+	}
+}
+
+func restartWhileClaiming(t *testing.T, autoPipeline bool) {
 	srv, err := testserver.StartRedis()
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +89,7 @@ func TestRestartWhileClaiming(t *testing.T) {
 	if err := client.ConfigSet(ctx, "save", "3600 1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	store := newStore(t, client, redis.Config{})
+	store := newStore(t, client, redis.Config{AutoPipeline: autoPipeline})
 
 	const (
 		workers       = 8
@@ -193,7 +199,7 @@ func TestRestartWhileClaiming(t *testing.T) {
 		k := key(i)
 		res, err := store.Claim(ctx, k, "", lease)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%v; the server's output:\n%s", err, srv.Output())
 		}
 		if res.Outcome == dedup.Acquired && acquired[k] > 0 {
 			t.Fatalf("%s was acquired before the restart and again after it", k)
@@ -218,6 +224,12 @@ func TestRestartWhileClaiming(t *testing.T) {
 // forgotten every record, so a completed key can be acquired again. This is
 // Redis' durability, not the store's: README.md says how to configure it.
 func TestCrashWithoutPersistenceForgetsRecords(t *testing.T) {
+	for _, autoPipeline := range []bool{false, true} {
+		t.Run(fmt.Sprintf("AutoPipeline=%v", autoPipeline), func(t *testing.T) { crashWithoutPersistence(t, autoPipeline) })
+	}
+}
+
+func crashWithoutPersistence(t *testing.T, autoPipeline bool) {
 	srv, err := testserver.StartRedis()
 	if err != nil {
 		t.Fatal(err)
@@ -225,7 +237,7 @@ func TestCrashWithoutPersistenceForgetsRecords(t *testing.T) {
 	t.Cleanup(func() { _ = srv.Close() })
 	client := newOutageClient(srv.Addr)
 	t.Cleanup(func() { _ = client.Close() })
-	store := newStore(t, client, redis.Config{})
+	store := newStore(t, client, redis.Config{AutoPipeline: autoPipeline})
 	ctx := context.Background()
 
 	res, err := store.Claim(ctx, "k", "", time.Hour)

@@ -61,6 +61,12 @@ func keyOn(t *testing.T, client *goredis.ClusterClient, store *redis.Store, mast
 // masters. Afterwards the store's goroutines and pub/sub connections are
 // gone.
 func TestClusterWaitersSurviveFailovers(t *testing.T) {
+	for _, autoPipeline := range []bool{false, true} {
+		t.Run(fmt.Sprintf("AutoPipeline=%v", autoPipeline), func(t *testing.T) { clusterWaitersSurviveFailovers(t, autoPipeline) })
+	}
+}
+
+func clusterWaitersSurviveFailovers(t *testing.T, autoPipeline bool) {
 	cluster, err := testserver.StartRedisClusterWithReplicas(3, time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +78,7 @@ func TestClusterWaitersSurviveFailovers(t *testing.T) {
 		ReadTimeout: 2 * time.Second,
 	})
 	t.Cleanup(func() { _ = client.Close() })
-	store := newStore(t, client, redis.Config{KeyPrefix: watchPrefix("watch-cl")})
+	store := newStore(t, client, redis.Config{KeyPrefix: watchPrefix("watch-cl"), AutoPipeline: autoPipeline})
 	masters, err := cluster.Masters()
 	if err != nil {
 		t.Fatal(err)
