@@ -244,7 +244,7 @@ func TestGoBlocksCompile(t *testing.T) {
 		switch {
 		case strings.HasPrefix(engineDo, b.code) && strings.HasSuffix(b.code, "}\n"):
 			return true, "" // its first statements, up to a closing brace
-		case strings.HasPrefix(b.code, "engine, err := dedup.NewEngine("):
+		case strings.HasPrefix(b.code, "ctx := context.Background()\nstore, err := memory.New("):
 			return true, fmt.Sprintf("%s: the Engine.Do block is not the beginning of ExampleEngine_Do's body in dedup/example_test.go:\n%s\nwant the beginning of\n%s", m.where(b.line), b.code, engineDo)
 		}
 		return false, ""

@@ -104,7 +104,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	case *local:
-		store = memory.New(nil) // one process: the simulated invocations share it
+		store, err = memory.New(ctx, memory.Config{}) // one process: the simulated invocations share it
+		if err != nil {
+			fmt.Fprintf(stderr, "lambda: %v\n", err)
+			return 1
+		}
 	default:
 		fmt.Fprintln(stderr, "lambda: set DEDUP_TABLE to the DynamoDB table of the records")
 		return 2

@@ -16,10 +16,10 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/internal/faultstore"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
@@ -61,7 +61,7 @@ func forEachStore(t *testing.T, clock dedup.Clock, test func(t *testing.T, store
 	t.Helper()
 	t.Run("memory", func(t *testing.T) {
 		t.Parallel()
-		test(t, memory.New(clock))
+		test(t, memstore.New(clock))
 	})
 	t.Run("redis", func(t *testing.T) {
 		t.Parallel()

@@ -12,7 +12,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/httpdedup"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 )
 
 func TestResponseEncodingRoundTrip(t *testing.T) {
@@ -227,15 +227,15 @@ func TestConfigValidate(t *testing.T) {
 		t.Error("New accepted a config without Store and Identity")
 	}
 
-	err = httpdedup.Config{Store: memory.New(nil), Identity: httpdedup.StaticIdentity("x"), Lease: time.Second, Heartbeat: time.Second}.Validate()
+	err = httpdedup.Config{Store: memstore.New(nil), Identity: httpdedup.StaticIdentity("x"), Lease: time.Second, Heartbeat: time.Second}.Validate()
 	if !errors.Is(err, dedup.ErrInvalidDuration) {
 		t.Errorf("Heartbeat == Lease: %v", err)
 	}
-	err = httpdedup.Config{Store: memory.New(nil), Identity: httpdedup.StaticIdentity("x"), Lease: 2}.Validate()
+	err = httpdedup.Config{Store: memstore.New(nil), Identity: httpdedup.StaticIdentity("x"), Lease: 2}.Validate()
 	if !errors.Is(err, dedup.ErrInvalidDuration) {
 		t.Errorf("Lease of 2ns (a heartbeat of 0): %v", err)
 	}
-	both := httpdedup.Config{Store: memory.New(nil), Identity: httpdedup.StaticIdentity("x"), Lease: time.Second, Heartbeat: time.Second, DisableHeartbeat: true}
+	both := httpdedup.Config{Store: memstore.New(nil), Identity: httpdedup.StaticIdentity("x"), Lease: time.Second, Heartbeat: time.Second, DisableHeartbeat: true}
 	if err := both.Validate(); !errors.Is(err, dedup.ErrInvalidDuration) {
 		t.Errorf("Heartbeat with DisableHeartbeat: %v", err)
 	}
@@ -243,7 +243,7 @@ func TestConfigValidate(t *testing.T) {
 
 func TestNewDoesNotWriteTheCallersConfig(t *testing.T) {
 	headers := []string{"content-type", "location"}
-	cfg := httpdedup.Config{Store: memory.New(nil), Identity: httpdedup.StaticIdentity("x"), StoredHeaders: headers}
+	cfg := httpdedup.Config{Store: memstore.New(nil), Identity: httpdedup.StaticIdentity("x"), StoredHeaders: headers}
 	if _, err := httpdedup.New(cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -19,9 +19,9 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/httpdedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
@@ -60,7 +60,7 @@ var backends = []backend{
 		return s, client
 	}},
 	{"memory", func(_ *testing.T, clock dedup.Clock) (dedup.Store, *goredis.Client) {
-		return memory.New(clock), nil
+		return memstore.New(clock), nil
 	}},
 }
 

@@ -18,9 +18,9 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/lambdadedup"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 const queueARN = "arn:aws:sqs:us-east-1:000000000000:orders"
@@ -107,7 +107,7 @@ func (c *charger) total() int {
 func newHandler(t *testing.T, cfg lambdadedup.Config, h message.NoPublishHandlerFunc) *lambdadedup.Handler {
 	t.Helper()
 	if cfg.Dedup.Store == nil {
-		cfg.Dedup.Store = memory.New(cfg.Dedup.Clock)
+		cfg.Dedup.Store = memstore.New(cfg.Dedup.Clock)
 	}
 	if cfg.Dedup.Key == nil {
 		cfg.Dedup.Key = keyfuncs.JSON("order_id")
@@ -132,7 +132,7 @@ func (failingStore) Claim(context.Context, string, string, time.Duration) (dedup
 }
 
 func TestNewRefusesBadConfig(t *testing.T) {
-	store := memory.New(nil)
+	store := memstore.New(nil)
 	h := func(*message.Message) error { return nil }
 	for name, cfg := range map[string]lambdadedup.Config{
 		"no scope":        {Dedup: dedup.Config{Store: store, Key: keyfuncs.JSON("id")}},
@@ -189,7 +189,7 @@ func TestOutcomes(t *testing.T) {
 		}
 	})
 	t.Run("in progress fails", func(t *testing.T) {
-		store := memory.New(nil)
+		store := memstore.New(nil)
 		if _, err := store.Claim(ctx, admin.ScopedKey("charge-orders", "A"), "", time.Minute); err != nil {
 			t.Fatal(err)
 		}
@@ -231,7 +231,7 @@ func TestOutcomes(t *testing.T) {
 	}
 	t.Run("key reuse fails by default, dropped with DropPermanent", func(t *testing.T) {
 		c := newCharger()
-		store := memory.New(nil)
+		store := memstore.New(nil)
 		for _, drop := range []bool{false, true} {
 			h := newHandler(t, lambdadedup.Config{DropPermanent: drop, Dedup: dedup.Config{Store: store, Fingerprint: keyfuncs.PayloadFingerprint}}, c.handle)
 			if f := invoke(t, ctx, h, record("m1", order("A"))); len(f) != 0 {
@@ -348,7 +348,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // changes nothing).
 func TestLeaseEndsAtDeadline(t *testing.T) {
 	clock := fakeclock.New(time.Now())
-	store := memory.New(clock)
+	store := memstore.New(clock)
 	obs := &extendCounter{}
 	started, hang := make(chan struct{}), make(chan struct{})
 	defer close(hang)

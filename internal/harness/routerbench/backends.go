@@ -24,6 +24,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/internal/redisbatch"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
@@ -134,7 +135,7 @@ func openMemory() *backend {
 		m  = map[string]entry{}
 	)
 	store := &swapStore{}
-	store.p.Store(memory.New(nil))
+	store.p.Store(memstore.New(nil))
 	return &backend{
 		name:     StoreMemory,
 		describe: "stores/memory in process, emptied before each measurement (as the raw map); raw: insert-if-absent into a map under a sync.Mutex",
@@ -149,7 +150,7 @@ func openMemory() *backend {
 			return nil
 		},
 		reset: func() {
-			store.p.Store(memory.New(nil))
+			store.p.Store(memstore.New(nil))
 			mu.Lock()
 			m = map[string]entry{}
 			mu.Unlock()

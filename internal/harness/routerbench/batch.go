@@ -209,7 +209,11 @@ func (b *batchBackend) count() int64 {
 func openBatchBackend(ctx context.Context, name, id string) (*batchBackend, error) {
 	switch name {
 	case StoreMemory:
-		return &batchBackend{name: name, describe: "stores/memory (one lock per batch operation)", store: memory.New(nil)}, nil
+		s, err := memory.New(ctx, memory.Config{})
+		if err != nil {
+			return nil, err
+		}
+		return &batchBackend{name: name, describe: "stores/memory (one lock per batch operation)", store: s}, nil
 	case StoreRedis:
 		return openBatchRedis(ctx, id)
 	case StorePostgres:
