@@ -80,7 +80,7 @@ var harnesses = map[blockKey]harness{
 		results: "error",
 		after:   "_, _ = d, err\nreturn nil",
 	},
-	{"docs/redis.md", "store, err := dedupredis.New(ctx, client, dedupredis.Config{"}: {
+	{"docs/redis.md", "store, err := dedupredis.New(ctx, dedupredis.Config{\n\tClient:       client,"}: {
 		imports: []string{"context", "time", "github.com/redis/go-redis/v9", "dedupredis github.com/watermill-dedup/watermill-dedup/stores/redis"},
 		names:   "ctx context.Context\nclient redis.UniversalClient",
 		after:   "_, _ = store, err",
@@ -147,7 +147,7 @@ var harnesses = map[blockKey]harness{
 		topLevel: true,
 	},
 	// examples/http/README.md: the wiring, condensed from app.go.
-	{"examples/http/README.md", "store, _ := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: \"example:\"})"}: {
+	{"examples/http/README.md", "store, _ := dedupredis.New(ctx, dedupredis.Config{Client: client, KeyPrefix: \"example:\"})"}: {
 		imports: []string{"context", "net/http", "github.com/ThreeDotsLabs/watermill/message", "github.com/redis/go-redis/v9", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/httpdedup", "github.com/watermill-dedup/watermill-dedup/keyfuncs", "dedupredis github.com/watermill-dedup/watermill-dedup/stores/redis"},
 		names:   "ctx context.Context\nclient redis.UniversalClient\nmux *http.ServeMux\nrouter *message.Router\npubSub message.Subscriber\naccountIdentity func(*http.Request) (string, error)\nauthenticate func(http.Handler) http.Handler\na struct{ createPayment, receiveWebhook http.HandlerFunc; sendReceipt message.NoPublishHandlerFunc }",
 	},
@@ -219,7 +219,7 @@ var harnesses = map[blockKey]harness{
 		names:   "ctx context.Context",
 		after:   "_, _ = store, err",
 	},
-	{"stores/redis/README.md", "store, err := dedupredis.New(ctx, client, dedupredis.Config{"}: {
+	{"stores/redis/README.md", "store, err := dedupredis.New(ctx, dedupredis.Config{\n\tClient:       client,"}: {
 		imports: []string{"context", "github.com/redis/go-redis/v9"},
 		names:   "ctx context.Context\nclient redis.UniversalClient",
 		after:   "_, _ = store, err",

@@ -278,7 +278,7 @@ func newRedisStore(ctx context.Context, o options) (*store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: labKeyPrefix})
+	s, err := dedupredis.New(ctx, dedupredis.Config{Client: client, KeyPrefix: labKeyPrefix})
 	if err != nil {
 		return nil, &setupError{err: err, hint: redisHint}
 	}

@@ -67,7 +67,7 @@ func openRedis(ctx context.Context, opts options) (admin.Interface, string, func
 	if opts.pace > 0 {
 		paceRedis(client, &pacer{every: opts.pace})
 	}
-	store, err := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: opts.redisPrefix})
+	store, err := dedupredis.New(ctx, dedupredis.Config{Client: client, KeyPrefix: opts.redisPrefix})
 	if errors.Is(err, dedupredis.ErrEvictionPolicy) {
 		if !opts.allowEviction {
 			_ = client.Close()
@@ -76,7 +76,7 @@ func openRedis(ctx context.Context, opts options) (admin.Interface, string, func
 		if opts.warnings != nil {
 			fmt.Fprintf(opts.warnings, "dedupctl: warning: %v\n", err)
 		}
-		store, err = dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: opts.redisPrefix, AllowEviction: true})
+		store, err = dedupredis.New(ctx, dedupredis.Config{Client: client, KeyPrefix: opts.redisPrefix, AllowEviction: true})
 	}
 	if err != nil {
 		_ = client.Close()

@@ -143,7 +143,7 @@ func TestSummaryRedis(t *testing.T) {
 	client := goredis.NewClient(&goredis.Options{Addr: redisAddr})
 	t.Cleanup(func() { _ = client.Close() })
 	prefix := fmt.Sprintf("dedupctl-summary-%d:", time.Now().UnixNano())
-	store, err := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: prefix})
+	store, err := dedupredis.New(ctx, dedupredis.Config{Client: client, KeyPrefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}

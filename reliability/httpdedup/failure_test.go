@@ -46,7 +46,7 @@ func TestRedisDownGets503AndRunsNothing(t *testing.T) {
 	t.Cleanup(func() { _ = server.Close() })
 	client := goredis.NewClient(&goredis.Options{Addr: server.Addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = client.Close() })
-	store, err := dedupredis.New(context.Background(), client, dedupredis.Config{})
+	store, err := dedupredis.New(context.Background(), dedupredis.Config{Client: client})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestHeartbeatExtendsTheRedisRecord(t *testing.T) {
 	clock := newFakeClock()
 	client := goredis.NewClient(&goredis.Options{Addr: redisServer.Addr})
 	t.Cleanup(func() { _ = client.Close() })
-	store, err := dedupredis.New(context.Background(), client, dedupredis.Config{KeyPrefix: testPrefix(t)})
+	store, err := dedupredis.New(context.Background(), dedupredis.Config{Client: client, KeyPrefix: testPrefix(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,7 @@ var backends = []backend{
 		t.Cleanup(func() { _ = client.Close() })
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		s, err := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: testPrefix(t)})
+		s, err := dedupredis.New(ctx, dedupredis.Config{Client: client, KeyPrefix: testPrefix(t)})
 		if err != nil {
 			t.Fatalf("dedupredis.New: %v", err)
 		}

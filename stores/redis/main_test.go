@@ -40,7 +40,8 @@ func newStore(t testing.TB, client goredis.UniversalClient, config redis.Config)
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := redis.New(ctx, client, config)
+	config.Client = client
+	s, err := redis.New(ctx, config)
 	if err != nil {
 		t.Fatalf("redis.New: %v", err)
 	}

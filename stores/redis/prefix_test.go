@@ -26,7 +26,7 @@ func TestNestedPrefixesNeverShareARecord(t *testing.T) {
 		t.Fatalf("claim %q under %q: %v %v", a, "app:", res.Outcome, err)
 	}
 
-	inner, err := redis.New(ctx, client, redis.Config{KeyPrefix: "app" + run + ":billing:"})
+	inner, err := redis.New(ctx, redis.Config{Client: client, KeyPrefix: "app" + run + ":billing:"})
 	if errors.Is(err, redis.ErrAmbiguousPrefix) {
 		return // refused: the two can never meet
 	}
@@ -68,7 +68,7 @@ func TestPrefixRule(t *testing.T) {
 		if !tc.ok && !errors.Is(err, redis.ErrAmbiguousPrefix) {
 			t.Errorf("prefix %q: got %v, want ErrAmbiguousPrefix", tc.prefix, err)
 		}
-		_, err = redis.New(context.Background(), newClient(t), redis.Config{KeyPrefix: tc.prefix})
+		_, err = redis.New(context.Background(), redis.Config{Client: newClient(t), KeyPrefix: tc.prefix})
 		if tc.ok && err != nil {
 			t.Errorf("New with prefix %q: %v", tc.prefix, err)
 		}

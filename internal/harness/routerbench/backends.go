@@ -197,7 +197,7 @@ func openRedis(ctx context.Context, id string, autoPipeline bool) (*backend, err
 	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr, PoolSize: redisPoolSize})
 	b.closers = append(b.closers, func() { _ = client.Close() })
 	b.redis = client
-	store, err := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: "dedup-bench-" + id + ":", AutoPipeline: autoPipeline})
+	store, err := dedupredis.New(ctx, dedupredis.Config{Client: client, KeyPrefix: "dedup-bench-" + id + ":", AutoPipeline: autoPipeline})
 	if err != nil {
 		b.close()
 		return nil, err

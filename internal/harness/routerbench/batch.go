@@ -243,7 +243,7 @@ func openBatchRedis(ctx context.Context, id string) (*batchBackend, error) {
 	b := &batchBackend{name: StoreRedis, requests: new(atomic.Int64), closers: []func(){func() { _ = srv.Close() }}}
 	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr, PoolSize: redisPoolSize})
 	b.closers = append(b.closers, func() { _ = client.Close() })
-	store, err := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: "dedup-batch-bench-" + id + ":"})
+	store, err := dedupredis.New(ctx, dedupredis.Config{Client: client, KeyPrefix: "dedup-batch-bench-" + id + ":"})
 	if err != nil {
 		b.close()
 		return nil, err
