@@ -93,7 +93,7 @@ var harnesses = map[blockKey]harness{
 		after:   "_, _ = d, err\nreturn nil",
 	},
 	// docs/postgres.md
-	{"docs/postgres.md", "store, err := postgres.New(pool, postgres.Config{})"}: {
+	{"docs/postgres.md", "store, err := postgres.New(ctx, postgres.Config{DB: pool})"}: {
 		imports: []string{"context", "github.com/ThreeDotsLabs/watermill/message", "github.com/jackc/pgx/v5/pgxpool", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/keyfuncs", "github.com/watermill-dedup/watermill-dedup/stores/postgres"},
 		names:   "pool *pgxpool.Pool\nctx context.Context\nrouter *message.Router\nsubscriber message.Subscriber\norderOf func(*message.Message) (string, int)",
 		results: "error",
@@ -191,12 +191,12 @@ var harnesses = map[blockKey]harness{
 		after:   "_ = err",
 	},
 	// stores/postgres/README.md
-	{"stores/postgres/README.md", "store, err := postgres.New(pool, postgres.Config{})  // Table \"dedup_keys\", search_path schema"}: {
+	{"stores/postgres/README.md", "store, err := postgres.New(ctx, postgres.Config{DB: pool}) // Table \"dedup_keys\", search_path schema"}: {
 		imports: []string{"context", "net/http", "github.com/ThreeDotsLabs/watermill/message", "github.com/jackc/pgx/v5/pgxpool", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/httpdedup", "github.com/watermill-dedup/watermill-dedup/stores/postgres"},
 		names:   "pool *pgxpool.Pool\nctx context.Context\nkeyfunc func(*message.Message) (string, error)\nrouter *message.Router\nsub message.Subscriber\naccountOf func(*http.Request) (string, error)\nmux *http.ServeMux",
 		after:   "_, _ = n, err",
 	},
-	{"stores/postgres/outbox/README.md", "store, err := postgres.New(pool, postgres.Config{})"}: {
+	{"stores/postgres/outbox/README.md", "store, err := postgres.New(ctx, postgres.Config{DB: pool})"}: {
 		imports: []string{"context", "github.com/ThreeDotsLabs/watermill/components/forwarder", "github.com/ThreeDotsLabs/watermill/message", "github.com/jackc/pgx/v5/pgxpool", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/keyfuncs", "github.com/watermill-dedup/watermill-dedup/stores/postgres", "github.com/watermill-dedup/watermill-dedup/stores/postgres/outbox"},
 		names:   "pool *pgxpool.Pool\nctx context.Context\nrouter *message.Router\nkafkaSub message.Subscriber\nkafkaPub message.Publisher\norderID func(*message.Message) string\npaymentEvent func(*message.Message) *message.Message",
 		after:   "_ = err",

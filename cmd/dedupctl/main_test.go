@@ -469,7 +469,7 @@ func TestPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = conn.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
-	store, err := postgres.New(conn, postgres.Config{Schema: schema})
+	store, err := postgres.New(ctx, postgres.Config{DB: conn, Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -115,7 +115,7 @@ func openPostgres(ctx context.Context, opts options) (admin.Interface, string, f
 		return nil, "", nil, fmt.Errorf("PostgreSQL at %s:%d: %w", cfg.Host, cfg.Port, err)
 	}
 	closeConn := func() { _ = conn.Close(context.WithoutCancel(ctx)) }
-	store, err := postgres.New(conn, postgres.Config{Table: opts.pgTable, Schema: opts.pgSchema})
+	store, err := postgres.New(ctx, postgres.Config{DB: conn, Table: opts.pgTable, Schema: opts.pgSchema})
 	if err != nil {
 		closeConn()
 		return nil, "", nil, &usageError{err.Error()}

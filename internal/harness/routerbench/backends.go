@@ -442,7 +442,7 @@ func openPostgres(ctx context.Context, id string) (*backend, error) {
 		defer cancel()
 		_, _ = pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 	})
-	store, err := postgres.New(pool, postgres.Config{Schema: schema})
+	store, err := postgres.New(ctx, postgres.Config{DB: pool, Schema: schema})
 	if err == nil {
 		err = store.Migrate(ctx)
 	}

@@ -314,7 +314,7 @@ func openBatchPostgres(ctx context.Context, id string) (*batchBackend, error) {
 		defer cancel()
 		_, _ = pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 	})
-	store, err := postgres.New(countingDB{pool, b.requests}, postgres.Config{Schema: schema})
+	store, err := postgres.New(ctx, postgres.Config{DB: countingDB{pool, b.requests}, Schema: schema})
 	if err == nil {
 		err = store.Migrate(ctx)
 	}
