@@ -21,8 +21,7 @@ func ExampleHandler_Handle() {
 		panic(err)
 	}
 	h, err := lambdadedup.New(lambdadedup.Config{
-		Scope: "charge-orders",
-		Dedup: dedup.Config{Store: store, Key: keyfuncs.JSON("order_id")},
+		Dedup: dedup.Config{Store: store, Key: keyfuncs.JSON("order_id"), Scope: "charge-orders"},
 	}, func(msg *message.Message) error {
 		fmt.Printf("charged %s\n", msg.Payload)
 		return nil

@@ -116,8 +116,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var charges atomic.Int64
 	charge := newCharger(stdout, &charges)
 	h, err := lambdadedup.New(lambdadedup.Config{
-		Scope: scope,
-		Dedup: dedup.Config{Store: store, Key: keyfuncs.JSON("order_id"), Logger: logger},
+		Dedup: dedup.Config{Store: store, Key: keyfuncs.JSON("order_id"), Scope: scope, Logger: logger},
 	}, charge)
 	if err != nil {
 		fmt.Fprintf(stderr, "lambda: %v\n", err)

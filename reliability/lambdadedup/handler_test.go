@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -112,8 +113,8 @@ func newHandler(t *testing.T, cfg lambdadedup.Config, h message.NoPublishHandler
 	if cfg.Dedup.Key == nil {
 		cfg.Dedup.Key = keyfuncs.JSON("order_id")
 	}
-	if cfg.Scope == "" {
-		cfg.Scope = "charge-orders"
+	if cfg.Dedup.Scope == "" {
+		cfg.Dedup.Scope = "charge-orders"
 	}
 	lh, err := lambdadedup.New(cfg, h)
 	if err != nil {
@@ -136,20 +137,23 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	h := func(*message.Message) error { return nil }
 	for name, cfg := range map[string]lambdadedup.Config{
 		"no scope":        {Dedup: dedup.Config{Store: store, Key: keyfuncs.JSON("id")}},
-		"no store":        {Scope: "s", Dedup: dedup.Config{Key: keyfuncs.JSON("id")}},
-		"no key":          {Scope: "s", Dedup: dedup.Config{Store: store}},
-		"negative margin": {Scope: "s", DeadlineMargin: -time.Second, Dedup: dedup.Config{Store: store, Key: keyfuncs.JSON("id")}},
+		"no store":        {Dedup: dedup.Config{Scope: "s", Key: keyfuncs.JSON("id")}},
+		"no key":          {Dedup: dedup.Config{Scope: "s", Store: store}},
+		"negative margin": {DeadlineMargin: -time.Second, Dedup: dedup.Config{Scope: "s", Store: store, Key: keyfuncs.JSON("id")}},
 	} {
 		if _, err := lambdadedup.New(cfg, h); err == nil {
 			t.Errorf("%s: New accepted the configuration", name)
 		}
 	}
-	if _, err := lambdadedup.New(lambdadedup.Config{Scope: "s", Dedup: dedup.Config{Store: store, Key: keyfuncs.JSON("id")}}, nil); err == nil {
+	if _, err := lambdadedup.New(lambdadedup.Config{Dedup: dedup.Config{Scope: "s", Store: store, Key: keyfuncs.JSON("id")}}, nil); err == nil {
 		t.Error("New accepted a nil handler")
 	}
 	_, err := lambdadedup.New(lambdadedup.Config{Dedup: dedup.Config{Store: store, Key: keyfuncs.JSON("id")}}, h)
 	if !errors.Is(err, dedup.ErrNoScope) {
 		t.Errorf("no scope: %v, want ErrNoScope", err)
+	}
+	if err == nil || !strings.Contains(err.Error(), "Config.Dedup.Scope") {
+		t.Errorf("no scope: %v does not name Config.Dedup.Scope", err)
 	}
 }
 
