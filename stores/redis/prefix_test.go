@@ -61,7 +61,7 @@ func TestPrefixRule(t *testing.T) {
 		{"::", false},
 		{"a:b:c:", false},
 	} {
-		err := redis.Config{KeyPrefix: tc.prefix}.Validate()
+		err := redis.Config{Client: anyClient, KeyPrefix: tc.prefix}.Validate()
 		if tc.ok && err != nil {
 			t.Errorf("prefix %q refused: %v", tc.prefix, err)
 		}
@@ -88,7 +88,7 @@ func FuzzPrefixScopeKeyInjective(f *testing.F) {
 	f.Add("dedup:", "a:b", "c", "dedup:", "a", "b:c")
 	f.Add("p:", "", ":", "p::", "", "")
 	f.Fuzz(func(t *testing.T, p1, s1, k1, p2, s2, k2 string) {
-		if (redis.Config{KeyPrefix: p1}).Validate() != nil || (redis.Config{KeyPrefix: p2}).Validate() != nil {
+		if (redis.Config{Client: anyClient, KeyPrefix: p1}).Validate() != nil || (redis.Config{Client: anyClient, KeyPrefix: p2}).Validate() != nil {
 			return
 		}
 		if p1 == "" {

@@ -29,6 +29,7 @@ func TestWaitConfigValidate(t *testing.T) {
 		{"timeout under a millisecond", redis.Config{WaitReplicas: 1, WaitTimeout: time.Microsecond}, false},
 		{"timeout without replicas", redis.Config{WaitTimeout: time.Second}, false},
 	} {
+		tc.cfg.Client = anyClient
 		if err := tc.cfg.Validate(); (err == nil) != tc.ok {
 			t.Errorf("%s: Validate() = %v, want ok=%v", tc.name, err, tc.ok)
 		}
