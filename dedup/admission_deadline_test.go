@@ -11,7 +11,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 )
 
 // admissionStore blocks the claim of key "first" until release is closed,
@@ -39,7 +39,7 @@ func (s *admissionStore) Claim(ctx context.Context, key, fp string, lease time.D
 // receives that call's error.
 func holdAdmission(t *testing.T, clock *fakeclock.Clock, cfg dedup.Config) (s *admissionStore, e *dedup.Engine, first chan error) {
 	t.Helper()
-	s = &admissionStore{Store: memory.New(clock), entered: make(chan struct{}), release: make(chan struct{}), leases: make(chan time.Duration, 1)}
+	s = &admissionStore{Store: memstore.New(clock), entered: make(chan struct{}), release: make(chan struct{}), leases: make(chan time.Duration, 1)}
 	cfg.Store, cfg.Clock, cfg.MaxClaimsInFlight, cfg.DisableHeartbeat = s, clock, 1, true
 	e, err := dedup.NewEngine(cfg)
 	if err != nil {

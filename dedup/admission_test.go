@@ -11,7 +11,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 )
 
 // gatedStore holds every Claim of the key "slow" until gate is closed.
@@ -53,7 +53,7 @@ func TestLeaseStartsWhenTheClaimIsSent(t *testing.T) {
 	defer cancel()
 	const lease = time.Minute
 	clock := fakeclock.New(epoch)
-	store := &gatedStore{Store: memory.New(clock), entered: make(chan struct{}), gate: make(chan struct{})}
+	store := &gatedStore{Store: memstore.New(clock), entered: make(chan struct{}), gate: make(chan struct{})}
 	e, err := dedup.NewEngine(dedup.Config{Store: store, Clock: clock, Lease: lease, MaxClaimsInFlight: 1})
 	if err != nil {
 		t.Fatal(err)

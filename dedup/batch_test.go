@@ -12,6 +12,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
@@ -99,7 +100,7 @@ func calls(scope string, keys ...string) []dedup.BatchCall {
 func TestDoBatchOutcomes(t *testing.T) {
 	ctx := context.Background()
 	clock := fakeclock.New(batchEpoch)
-	mem := memory.New(clock)
+	mem := memstore.New(clock)
 	cs := &countingStore{Store: mem, mem: mem}
 	e := newBatchEngine(t, batchStore{cs}, clock)
 
@@ -177,7 +178,7 @@ func TestDoBatchOutcomes(t *testing.T) {
 func TestDoBatchWithoutBatchStore(t *testing.T) {
 	ctx := context.Background()
 	clock := fakeclock.New(batchEpoch)
-	mem := memory.New(clock)
+	mem := memstore.New(clock)
 	cs := &countingStore{Store: mem, mem: mem}
 	e := newBatchEngine(t, cs, clock)
 	res := doBatch(e, ctx, dedup.Batch{Calls: calls("s", "a", "b", "a")}, func(ctx context.Context, i int) ([]byte, error) {
@@ -200,7 +201,7 @@ func TestDoBatchWithoutBatchStore(t *testing.T) {
 func TestDoBatchGroupStops(t *testing.T) {
 	ctx := context.Background()
 	clock := fakeclock.New(batchEpoch)
-	mem := memory.New(clock)
+	mem := memstore.New(clock)
 	cs := &countingStore{Store: mem, mem: mem}
 	e := newBatchEngine(t, batchStore{cs}, clock)
 	b := calls("s", "x", "y", "z", "other")
@@ -233,7 +234,7 @@ func TestDoBatchGroupStops(t *testing.T) {
 // ErrInProgress, never two runs of one key in a batch.
 func TestDoBatchCopyOfFailedCall(t *testing.T) {
 	clock := fakeclock.New(batchEpoch)
-	e := newBatchEngine(t, memory.New(clock), clock)
+	e := newBatchEngine(t, memstore.New(clock), clock)
 	var ran atomic.Int32
 	res := doBatch(e, context.Background(), dedup.Batch{Calls: calls("s", "k", "k", "k")}, func(ctx context.Context, i int) ([]byte, error) {
 		ran.Add(1)
@@ -249,7 +250,7 @@ func TestDoBatchCopyOfFailedCall(t *testing.T) {
 func TestDoBatchPanic(t *testing.T) {
 	ctx := context.Background()
 	clock := fakeclock.New(batchEpoch)
-	mem := memory.New(clock)
+	mem := memstore.New(clock)
 	e := newBatchEngine(t, mem, clock)
 	func() {
 		defer func() {
@@ -276,7 +277,7 @@ func TestDoBatchPanic(t *testing.T) {
 // TestDoBatchEmpty: an empty batch sends nothing.
 func TestDoBatchEmpty(t *testing.T) {
 	clock := fakeclock.New(batchEpoch)
-	mem := memory.New(clock)
+	mem := memstore.New(clock)
 	cs := &countingStore{Store: mem, mem: mem}
 	e := newBatchEngine(t, batchStore{cs}, clock)
 	if res := doBatch(e, context.Background(), dedup.Batch{}, nil); len(res) != 0 || cs.claimBatches != 0 {
@@ -291,7 +292,7 @@ func TestDoBatchDeadlineLeaseNeedsNoHeartbeat(t *testing.T) {
 	for _, withDeadline := range []bool{true, false} {
 		t.Run(fmt.Sprint("deadline=", withDeadline), func(t *testing.T) {
 			clock := fakeclock.New(batchEpoch)
-			mem := memory.New(clock)
+			mem := memstore.New(clock)
 			cs := &countingStore{Store: mem, mem: mem}
 			e, err := dedup.NewEngine(dedup.Config{Store: batchStore{cs}, Clock: clock, Lease: 30 * time.Second, Heartbeat: 5 * time.Second})
 			if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
@@ -58,7 +59,7 @@ func (s faultyBatchStore) CompleteBatch(ctx context.Context, reqs []dedup.Comple
 func TestDoBatchStoreFailsPartWay(t *testing.T) {
 	ctx := context.Background()
 	clock := fakeclock.New(batchEpoch)
-	mem := memory.New(clock)
+	mem := memstore.New(clock)
 	const lease = time.Minute
 	e, err := dedup.NewEngine(dedup.Config{Store: faultyBatchStore{Store: mem, failAt: 4, completeFail: "s:k1"}, Clock: clock,
 		Lease: lease, Retention: time.Hour, CompleteRetries: 1, CompleteBackoff: time.Second, DisableHeartbeat: true})

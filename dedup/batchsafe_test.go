@@ -12,7 +12,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 )
 
 // eventRecorder records the events of the engine's decisions.
@@ -65,7 +65,7 @@ func newObservedBatchEngine(t *testing.T, store dedup.Store, clock dedup.Clock, 
 func TestDoBatchStartByAtTheTurn(t *testing.T) {
 	ctx := context.Background()
 	clock := fakeclock.New(batchEpoch)
-	mem := memory.New(clock)
+	mem := memstore.New(clock)
 	cs := &countingStore{Store: mem, mem: mem}
 	e := newBatchEngine(t, batchStore{cs}, clock)
 	b := calls("s", "a", "b", "c")
@@ -100,7 +100,7 @@ func TestDoBatchStartByAtTheTurn(t *testing.T) {
 func TestDoBatchStartByBoundsACopysWait(t *testing.T) {
 	clock := fakeclock.New(batchEpoch)
 	obs := newEventRecorder()
-	e := newObservedBatchEngine(t, memory.New(clock), clock, obs, false, time.Minute)
+	e := newObservedBatchEngine(t, memstore.New(clock), clock, obs, false, time.Minute)
 	startBy := batchEpoch.Add(5 * time.Second)
 	b := calls("s", "k", "k")
 	b[0].Group, b[1].Group = "g1", "g2"
@@ -146,7 +146,7 @@ func TestDoBatchKeyErrIsUnkeyed(t *testing.T) {
 	for _, shadow := range []bool{false, true} {
 		ctx := context.Background()
 		clock := fakeclock.New(batchEpoch)
-		mem := memory.New(clock)
+		mem := memstore.New(clock)
 		cs := &countingStore{Store: mem, mem: mem}
 		obs := newEventRecorder()
 		e := newObservedBatchEngine(t, batchStore{cs}, clock, obs, shadow, 0)

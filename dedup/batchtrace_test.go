@@ -10,7 +10,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 )
 
 // batchTracer records, per call key, the decisions, store operations and
@@ -62,7 +62,7 @@ func (c *batchTrace) EndCall(res dedup.ClaimResult, err error) {
 func TestDoBatchTracesEachCall(t *testing.T) {
 	clock := fakeclock.New(batchEpoch)
 	tr := &batchTracer{calls: map[string]*batchTrace{}}
-	e, err := dedup.NewEngine(dedup.Config{Store: memory.New(clock), Clock: clock, Tracer: tr})
+	e, err := dedup.NewEngine(dedup.Config{Store: memstore.New(clock), Clock: clock, Tracer: tr})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 )
 
 // BenchmarkMiddlewareOverhead measures the middleware's own cost on the
@@ -24,7 +24,7 @@ func BenchmarkMiddlewareOverhead(b *testing.B) {
 	}
 	noop := func(*message.Message) ([]*message.Message, error) { return nil, nil }
 	b.Run("store-only", func(b *testing.B) {
-		store := memory.New(nil)
+		store := memstore.New(nil)
 		ctx := context.Background()
 		for i := 0; b.Loop(); i++ {
 			res, err := store.Claim(ctx, fmt.Sprint("s:", i), "", 30*time.Second)
@@ -38,7 +38,7 @@ func BenchmarkMiddlewareOverhead(b *testing.B) {
 	})
 	for _, heartbeat := range []bool{true, false} {
 		b.Run(fmt.Sprintf("middleware/heartbeat=%v", heartbeat), func(b *testing.B) {
-			d, err := dedup.New(dedup.Config{Store: memory.New(nil), Key: key, Scope: "s", DisableHeartbeat: !heartbeat})
+			d, err := dedup.New(dedup.Config{Store: memstore.New(nil), Key: key, Scope: "s", DisableHeartbeat: !heartbeat})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -9,7 +9,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 )
 
 // TestFailureAfterInWorkCompletionIsNoLostClaim: work that completed its
@@ -26,7 +26,7 @@ func TestFailureAfterInWorkCompletionIsNoLostClaim(t *testing.T) {
 		name := map[bool]string{false: "error", true: "panic"}[panics]
 		t.Run(name, func(t *testing.T) {
 			clock := fakeclock.New(epoch)
-			store := memory.New(clock)
+			store := memstore.New(clock)
 			obs := newDecisions()
 			e, err := dedup.NewEngine(dedup.Config{Store: store, Clock: clock, Observer: obs})
 			if err != nil {

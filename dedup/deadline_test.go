@@ -11,8 +11,8 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 // hungStore is a store whose Extend never answers: it blocks until its
@@ -54,7 +54,7 @@ func TestHandlerCancelledAtLeaseDeadline(t *testing.T) {
 		// The configuration of issue 13: lease 1s, heartbeat 900ms, margin
 		// 100ms. The deadline would come before any extension is sent: the
 		// configuration is refused.
-		_, err := dedup.New(dedup.Config{Store: memory.New(nil), Key: keyfuncs.JSON("order_id"), Lease: time.Second, Heartbeat: 900 * time.Millisecond})
+		_, err := dedup.New(dedup.Config{Store: memstore.New(nil), Key: keyfuncs.JSON("order_id"), Lease: time.Second, Heartbeat: 900 * time.Millisecond})
 		if !errors.Is(err, dedup.ErrInvalidDuration) {
 			t.Fatalf("Heartbeat 900ms with Lease 1s: %v, want ErrInvalidDuration", err)
 		}
@@ -81,7 +81,7 @@ func runLeaseDeadline(t *testing.T, lease, heartbeat time.Duration) {
 	defer cancel()
 	const patience = 10 * time.Second // real time for goroutines to run; not a clock
 	clock := fakeclock.New(epoch)
-	mem := memory.New(clock)
+	mem := memstore.New(clock)
 	hung := &hungStore{Store: mem, sent: make(chan struct{}, 16)}
 	margin := min(lease/10, time.Second)
 	deadline := lease - margin

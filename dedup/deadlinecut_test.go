@@ -9,7 +9,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 )
 
 // extendCountingStore counts the Extend requests sent to the inner store.
@@ -34,7 +34,7 @@ func TestNoExtensionOnceTheLeaseEndsAtTheDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	clock := fakeclock.New(epoch)
-	store := &extendCountingStore{Store: memory.New(clock)}
+	store := &extendCountingStore{Store: memstore.New(clock)}
 	e, err := dedup.NewEngine(dedup.Config{Store: store, Clock: clock, Lease: 30 * time.Second, Heartbeat: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -15,8 +15,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 type syncBuffer struct {
@@ -42,7 +42,7 @@ func (s *syncBuffer) String() string {
 func TestLogEventsOfARunWithDuplicates(t *testing.T) {
 	var out syncBuffer
 	logger := watermill.NewStdLoggerWithOut(&out, true, false)
-	d, err := dedup.New(dedup.Config{Store: memory.New(nil), Key: keyfuncs.JSON("order_id"), Logger: logger})
+	d, err := dedup.New(dedup.Config{Store: memstore.New(nil), Key: keyfuncs.JSON("order_id"), Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,10 @@ import (
 // usual, and the copy dedup would have skipped is told so by its context
 // (and logged would_skip). Turn Shadow off and the second copy is skipped.
 func ExampleOutcomeFromContext() {
-	store := memory.New(nil)
+	store, err := memory.New(context.Background(), memory.Config{})
+	if err != nil {
+		panic(err)
+	}
 	shadow, err := dedup.NewEngine(dedup.Config{Store: store, Shadow: true})
 	if err != nil {
 		panic(err)

@@ -18,8 +18,12 @@ import (
 
 // Ten copies of ORDER-003, each with its own message id, charge once.
 func Example() {
+	store, err := memory.New(context.Background(), memory.Config{})
+	if err != nil {
+		panic(err)
+	}
 	d, err := dedup.New(dedup.Config{
-		Store: memory.New(nil), // a Redis, DynamoDB or PostgreSQL store in production
+		Store: store, // a Redis, DynamoDB or PostgreSQL store in production
 		Key:   keyfuncs.JSON("order_id"),
 	})
 	if err != nil {
@@ -58,7 +62,11 @@ func Example() {
 // Permanent errors (no key, key reuse) go to a poison queue; everything else
 // (in progress, store down, handler errors) is retried.
 func ExampleIsPermanent() {
-	d, err := dedup.New(dedup.Config{Store: memory.New(nil), Key: keyfuncs.JSON("order_id")})
+	store, err := memory.New(context.Background(), memory.Config{})
+	if err != nil {
+		panic(err)
+	}
+	d, err := dedup.New(dedup.Config{Store: store, Key: keyfuncs.JSON("order_id")})
 	if err != nil {
 		panic(err)
 	}
@@ -112,11 +120,15 @@ func ExampleIsPermanent() {
 // Plain Go, no router: run a function at most once per key. The second call
 // with the same key does not run it and gets the stored result instead.
 func ExampleEngine_Do() {
-	engine, err := dedup.NewEngine(dedup.Config{Store: memory.New(nil)})
+	ctx := context.Background()
+	store, err := memory.New(ctx, memory.Config{})
 	if err != nil {
 		panic(err)
 	}
-	ctx := context.Background()
+	engine, err := dedup.NewEngine(dedup.Config{Store: store})
+	if err != nil {
+		panic(err)
+	}
 	charge := func(ctx context.Context) ([]byte, error) {
 		fmt.Println("charging ORDER-003")
 		return []byte("receipt-7"), nil // stored with the record

@@ -7,7 +7,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 )
 
 // downStore is a store that cannot be reached for Claim.
@@ -26,11 +26,11 @@ func (downStore) Claim(context.Context, string, string, time.Duration) (dedup.Cl
 // hides it with claimctx.WithShadow; the FailOpen branch does not.
 func TestFailOpenRunHidesAnEnclosingClaim(t *testing.T) {
 	clock := fakeclock.New(epoch)
-	outer, err := dedup.NewEngine(dedup.Config{Store: memory.New(clock), Clock: clock})
+	outer, err := dedup.NewEngine(dedup.Config{Store: memstore.New(clock), Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
-	inner, err := dedup.NewEngine(dedup.Config{Store: downStore{memory.New(clock)}, Clock: clock, FailOpen: true})
+	inner, err := dedup.NewEngine(dedup.Config{Store: downStore{memstore.New(clock)}, Clock: clock, FailOpen: true})
 	if err != nil {
 		t.Fatal(err)
 	}

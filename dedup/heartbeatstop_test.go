@@ -8,6 +8,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
@@ -32,7 +33,7 @@ func (s *stallingExtendStore) Extend(ctx context.Context, claim dedup.Claim, lea
 // completed. (It was reported as one, at error level, and counted by
 // metrics as a store failure.)
 func TestStoppingTheHeartbeatIsNoStoreError(t *testing.T) {
-	store := &stallingExtendStore{Store: memory.New(nil), inFlight: make(chan struct{})}
+	store := &stallingExtendStore{Store: memstore.New(nil), inFlight: make(chan struct{})}
 	obs := newDecisions()
 	e, err := dedup.NewEngine(dedup.Config{Store: store, Lease: time.Minute, Heartbeat: 10 * time.Millisecond, Observer: obs})
 	if err != nil {

@@ -7,8 +7,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 // Issue 14, items 3 and 7: keys a store cannot hold (control characters:
@@ -49,7 +49,7 @@ func TestUnusableAndTransportKeysAreRefused(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			store := memory.New(nil)
+			store := memstore.New(nil)
 			called := false
 			cfg := dedup.Config{Store: store, Key: tc.key}
 			cfg.TransportIDs = tc.transportIDs
@@ -64,7 +64,7 @@ func TestUnusableAndTransportKeysAreRefused(t *testing.T) {
 		})
 	}
 	// The same ids are fine as keys of other messages.
-	store := memory.New(nil)
+	store := memstore.New(nil)
 	d := newDedup(t, dedup.Config{Store: store, Key: keyfuncs.JSON("order_id")})
 	msg := withMeta("u9", `{"order_id":"ORDER-1"}`, map[string]string{"sqs_message_id": "0f3c-sqs-id"})
 	if _, err := d.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })(msg); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
@@ -138,7 +139,7 @@ func TestNoDecisionAfterDoReturned(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			clock := fakeclock.New(epoch)
-			store := &hangingExtendStore{Store: memory.New(clock), sent: make(chan struct{}, 1)}
+			store := &hangingExtendStore{Store: memstore.New(clock), sent: make(chan struct{}, 1)}
 			obs := &blockingObserver{entered: make(chan struct{}), proceed: make(chan struct{})}
 			trace := &endedTrace{ended: make(chan struct{}), lost: make(chan struct{})}
 			cfg := dedup.Config{Store: store, Clock: clock, Lease: lease, Heartbeat: heartbeat, Observer: obs, Tracer: trace}

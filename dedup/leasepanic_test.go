@@ -14,6 +14,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
@@ -108,7 +109,7 @@ func TestPanickingExtendIsAStoreError(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := fakeclock.New(epoch)
-			store := &panickingExtendStore{Store: memory.New(clock), value: tc.value}
+			store := &panickingExtendStore{Store: memstore.New(clock), value: tc.value}
 			obs := newDecisions()
 			e, err := dedup.NewEngine(dedup.Config{Store: store, Clock: clock, Lease: 30 * time.Second, Heartbeat: 10 * time.Second, Observer: obs})
 			if err != nil {
@@ -200,7 +201,7 @@ func TestObserverPanicOnTheLeaseGoroutine(t *testing.T) {
 	t.Run("extensions succeed", func(t *testing.T) {
 		clock := fakeclock.New(epoch)
 		obs := &panickingObserver{entered: map[string]int{}}
-		e, err := dedup.NewEngine(dedup.Config{Store: memory.New(clock), Clock: clock, Lease: lease, Heartbeat: heartbeat, Observer: obs})
+		e, err := dedup.NewEngine(dedup.Config{Store: memstore.New(clock), Clock: clock, Lease: lease, Heartbeat: heartbeat, Observer: obs})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -238,7 +239,7 @@ func TestObserverPanicOnTheLeaseGoroutine(t *testing.T) {
 	t.Run("extensions fail", func(t *testing.T) {
 		clock := fakeclock.New(epoch)
 		obs := &panickingObserver{entered: map[string]int{}}
-		e, err := dedup.NewEngine(dedup.Config{Store: failingExtendStore{memory.New(clock)}, Clock: clock, Lease: lease, Heartbeat: heartbeat, Observer: obs})
+		e, err := dedup.NewEngine(dedup.Config{Store: failingExtendStore{memstore.New(clock)}, Clock: clock, Lease: lease, Heartbeat: heartbeat, Observer: obs})
 		if err != nil {
 			t.Fatal(err)
 		}

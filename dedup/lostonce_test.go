@@ -11,6 +11,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
@@ -65,7 +66,7 @@ func TestClaimLostIsDecidedOnce(t *testing.T) {
 	defer cancel()
 	const lease, heartbeat = 30 * time.Second, 10 * time.Second // deadline at 29s
 	clock := fakeclock.New(epoch)
-	store := &lostExtendStore{Store: memory.New(clock), sent: make(chan struct{}, 1), gate: make(chan struct{})}
+	store := &lostExtendStore{Store: memstore.New(clock), sent: make(chan struct{}, 1), gate: make(chan struct{})}
 	obs := &blockingLostObserver{entered: make(chan struct{}), proceed: make(chan struct{})}
 	e, err := dedup.NewEngine(dedup.Config{Store: store, Clock: clock, Lease: lease, Heartbeat: heartbeat, Observer: obs})
 	if err != nil {

@@ -18,9 +18,9 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
 	"github.com/watermill-dedup/watermill-dedup/internal/faultstore"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/internal/replay"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 // faultStore wraps a store and injects errors per operation (see
@@ -83,7 +83,7 @@ func TestNewValidatesEverything(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "Store is required") || !strings.Contains(err.Error(), "Key is required") {
 		t.Fatalf("empty config: got %v, want both Store and Key reported", err)
 	}
-	base := dedup.Config{Store: memory.New(nil), Key: keyfuncs.JSON("id")}
+	base := dedup.Config{Store: memstore.New(nil), Key: keyfuncs.JSON("id")}
 	for name, mutate := range map[string]func(*dedup.Config){
 		"negative lease":         func(c *dedup.Config) { c.Lease = -time.Second },
 		"negative retention":     func(c *dedup.Config) { c.Retention = -1 },
@@ -112,7 +112,7 @@ func TestNewValidatesEverything(t *testing.T) {
 }
 
 func TestDuplicateIsAckedWithoutHandler(t *testing.T) {
-	store := memory.New(nil)
+	store := memstore.New(nil)
 	d := newDedup(t, dedup.Config{Store: store})
 	var calls atomic.Int32
 	h := d.Middleware(func(*message.Message) ([]*message.Message, error) { calls.Add(1); return nil, nil })
@@ -127,7 +127,7 @@ func TestDuplicateIsAckedWithoutHandler(t *testing.T) {
 }
 
 func TestKeyProblemsAreTypedAndTouchNothing(t *testing.T) {
-	store := memory.New(nil)
+	store := memstore.New(nil)
 	called := false
 	handler := func(*message.Message) ([]*message.Message, error) { called = true; return nil, nil }
 	uuidMsg := message.NewMessage("7c1d9e4a-uuid", nil)
@@ -172,7 +172,7 @@ func TestKeyProblemsAreTypedAndTouchNothing(t *testing.T) {
 }
 
 func TestHandlerErrorReleasesAndRetrySucceeds(t *testing.T) {
-	store := memory.New(nil)
+	store := memstore.New(nil)
 	d := newDedup(t, dedup.Config{Store: store})
 	fail := errors.New("payment gateway timeout")
 	var calls atomic.Int32
@@ -204,7 +204,7 @@ func TestHandlerErrorReleasesAndRetrySucceeds(t *testing.T) {
 }
 
 func TestPanicReleasesAndPanicContinues(t *testing.T) {
-	store := memory.New(nil)
+	store := memstore.New(nil)
 	d := newDedup(t, dedup.Config{Store: store})
 	h := d.Middleware(func(*message.Message) ([]*message.Message, error) { panic("nil pointer in charge()") })
 	got := func() (p any) {
@@ -225,7 +225,7 @@ func TestPanicReleasesAndPanicContinues(t *testing.T) {
 }
 
 func TestInProgressCopyIsNackedThenSkipped(t *testing.T) {
-	store := memory.New(nil)
+	store := memstore.New(nil)
 	d := newDedup(t, dedup.Config{Store: store})
 	entered, release := make(chan struct{}), make(chan struct{})
 	var calls atomic.Int32
@@ -256,7 +256,7 @@ func TestInProgressCopyIsNackedThenSkipped(t *testing.T) {
 }
 
 func TestConflictIsKeyReuse(t *testing.T) {
-	store := memory.New(nil)
+	store := memstore.New(nil)
 	d := newDedup(t, dedup.Config{Store: store, Fingerprint: keyfuncs.PayloadFingerprint})
 	h := d.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })
 	if _, err := h(order("ORDER-1")); err != nil {
@@ -272,7 +272,7 @@ func TestConflictIsKeyReuse(t *testing.T) {
 }
 
 func TestReplayReturnsStoredOutput(t *testing.T) {
-	store := memory.New(nil)
+	store := memstore.New(nil)
 	d := newDedup(t, dedup.Config{Store: store, Replay: true})
 	var calls atomic.Int32
 	h := d.Middleware(func(m *message.Message) ([]*message.Message, error) {
@@ -306,7 +306,7 @@ func TestReplayReturnsStoredOutput(t *testing.T) {
 }
 
 func TestStoreErrorsFailClosed(t *testing.T) {
-	store := newFaultStore(memory.New(nil))
+	store := newFaultStore(memstore.New(nil))
 	store.Inject("claim", errNetwork)
 	d := newDedup(t, dedup.Config{Store: store})
 	var calls atomic.Int32
@@ -325,7 +325,7 @@ func TestStoreErrorsFailClosed(t *testing.T) {
 }
 
 func TestFailOpenRunsHandlerAndSaysSo(t *testing.T) {
-	store := newFaultStore(memory.New(nil))
+	store := newFaultStore(memstore.New(nil))
 	store.Inject("claim", errNetwork)
 	logs := watermill.NewCaptureLogger()
 	d := newDedup(t, dedup.Config{Store: store, FailOpen: true, Logger: logs})
@@ -340,7 +340,7 @@ func TestFailOpenRunsHandlerAndSaysSo(t *testing.T) {
 }
 
 func TestCompleteIsRetriedThenAckedAnyway(t *testing.T) {
-	store := newFaultStore(memory.New(nil))
+	store := newFaultStore(memstore.New(nil))
 	logs := watermill.NewCaptureLogger()
 	d := newDedup(t, dedup.Config{Store: store, Logger: logs, CompleteRetries: 2, CompleteBackoff: time.Millisecond})
 	h := d.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })
@@ -387,7 +387,7 @@ func TestHeartbeatKeepsLongHandlersClaim(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	clock := fakeclock.New(epoch)
-	store := memory.New(clock)
+	store := memstore.New(clock)
 	d := newDedup(t, dedup.Config{Store: store, Clock: clock, Lease: 30 * time.Second, Heartbeat: 10 * time.Second})
 	release := make(chan struct{})
 	var calls atomic.Int32
@@ -426,7 +426,7 @@ func TestHeartbeatKeepsLongHandlersClaim(t *testing.T) {
 
 func TestWithoutHeartbeatALongHandlerIsTakenOver(t *testing.T) {
 	clock := fakeclock.New(epoch)
-	store := memory.New(clock)
+	store := memstore.New(clock)
 	logs := watermill.NewCaptureLogger()
 	d := newDedup(t, dedup.Config{Store: store, Clock: clock, Lease: 30 * time.Second, DisableHeartbeat: true, Logger: logs})
 	entered, release := make(chan struct{}, 2), make(chan struct{})
@@ -462,7 +462,7 @@ func TestLostClaimCancelsHandler(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	clock := fakeclock.New(epoch)
-	store := newFaultStore(memory.New(clock))
+	store := newFaultStore(memstore.New(clock))
 	logs := watermill.NewCaptureLogger()
 	d := newDedup(t, dedup.Config{Store: store, Clock: clock, Lease: 30 * time.Second, Heartbeat: 10 * time.Second, Logger: logs})
 	var cause error
@@ -499,7 +499,7 @@ func TestHeartbeatGivesUpWhenStoreUnreachablePastLease(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	clock := fakeclock.New(epoch)
-	store := newFaultStore(memory.New(clock))
+	store := newFaultStore(memstore.New(clock))
 	d := newDedup(t, dedup.Config{Store: store, Clock: clock, Lease: 30 * time.Second, Heartbeat: 10 * time.Second})
 	h := d.Middleware(func(m *message.Message) ([]*message.Message, error) {
 		<-m.Context().Done()
@@ -522,7 +522,7 @@ func TestHandlerCanStopHeartbeatAndCompleteItself(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	clock := fakeclock.New(epoch)
-	store := newFaultStore(memory.New(clock))
+	store := newFaultStore(memstore.New(clock))
 	d := newDedup(t, dedup.Config{Store: store, Clock: clock, Lease: 30 * time.Second, Heartbeat: 10 * time.Second, Replay: true})
 	h := d.Middleware(func(m *message.Message) ([]*message.Message, error) {
 		hc, ok := claimctx.From(m.Context())
@@ -560,7 +560,7 @@ func TestHandlerCanStopHeartbeatAndCompleteItself(t *testing.T) {
 }
 
 func TestResultTooLargeCompletesWithoutReplay(t *testing.T) {
-	store := newFaultStore(memory.New(nil))
+	store := newFaultStore(memstore.New(nil))
 	logs := watermill.NewCaptureLogger()
 	d := newDedup(t, dedup.Config{Store: store, Replay: true, Logger: logs})
 	var calls atomic.Int32
@@ -585,7 +585,7 @@ func TestResultTooLargeCompletesWithoutReplay(t *testing.T) {
 }
 
 func TestCompleteWhoseReplyWasLostCountsAsCompleted(t *testing.T) {
-	store := newFaultStore(memory.New(nil))
+	store := newFaultStore(memstore.New(nil))
 	logs := watermill.NewCaptureLogger()
 	d := newDedup(t, dedup.Config{Store: store, Logger: logs, CompleteBackoff: time.Millisecond})
 	h := d.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })
@@ -605,7 +605,7 @@ func TestCompleteWhoseReplyWasLostCountsAsCompleted(t *testing.T) {
 }
 
 func TestNoScopeOutsideARouter(t *testing.T) {
-	store := memory.New(nil)
+	store := memstore.New(nil)
 	d, err := dedup.New(dedup.Config{Store: store, Key: keyfuncs.JSON("order_id")}) // no Scope, no router
 	if err != nil {
 		t.Fatal(err)

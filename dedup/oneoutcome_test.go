@@ -11,7 +11,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 )
 
 // TestClaimLostThenCompletedReportsOneOutcome: the extensions fail, the
@@ -25,7 +25,7 @@ func TestClaimLostThenCompletedReportsOneOutcome(t *testing.T) {
 	const lease, heartbeat = 30 * time.Second, 10 * time.Second // deadline at 29s
 	clock := fakeclock.New(epoch)
 	obs := newDecisions()
-	e, err := dedup.NewEngine(dedup.Config{Store: failingExtendStore{memory.New(clock)}, Clock: clock, Lease: lease, Heartbeat: heartbeat, Observer: obs})
+	e, err := dedup.NewEngine(dedup.Config{Store: failingExtendStore{memstore.New(clock)}, Clock: clock, Lease: lease, Heartbeat: heartbeat, Observer: obs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func (s *inProgressThenDownStore) Claim(context.Context, string, string, time.Du
 // during the wait ends it as InProgress (ErrInProgress: nack, 409), never
 // as a store failure that FailOpen (or a caller) would run the work on.
 func TestInProgressWaitStoreErrorStaysInProgress(t *testing.T) {
-	store := &inProgressThenDownStore{Store: memory.New(nil)}
+	store := &inProgressThenDownStore{Store: memstore.New(nil)}
 	obs := newDecisions()
 	e, err := dedup.NewEngine(dedup.Config{Store: store, FailOpen: true, InProgressWait: time.Minute, InProgressPoll: time.Millisecond, Observer: obs})
 	if err != nil {

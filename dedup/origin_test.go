@@ -12,8 +12,8 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/internal/originctx"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 // originStore records the Origin each Claim's context carries.
@@ -51,7 +51,7 @@ func (s *originStore) last(t *testing.T) dedup.Origin {
 // Config.TransportIDs); Engine.Do gives it Call.MessageUUID and MessageID,
 // or the Origin of its context; the memory store keeps the first claim's.
 func TestOriginReachesTheStore(t *testing.T) {
-	mem := memory.New(nil)
+	mem := memstore.New(nil)
 	store := &originStore{Store: mem}
 	noop := func(*message.Message) ([]*message.Message, error) { return nil, nil }
 	msg := func(uuid, order string, meta ...string) *message.Message {

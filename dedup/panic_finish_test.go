@@ -8,6 +8,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
@@ -49,7 +50,7 @@ func TestPanicWhileFinishingStopsTheHeartbeat(t *testing.T) {
 			defer cancel()
 			const lease, heartbeat = 30 * time.Second, 10 * time.Second
 			clock := fakeclock.New(epoch)
-			store := &panickingFinishStore{Store: memory.New(clock), op: op}
+			store := &panickingFinishStore{Store: memstore.New(clock), op: op}
 			e, err := dedup.NewEngine(dedup.Config{Store: store, Clock: clock, Lease: lease, Heartbeat: heartbeat})
 			if err != nil {
 				t.Fatal(err)

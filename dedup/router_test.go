@@ -14,8 +14,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 // ledger counts effects per key and acks per message.
@@ -118,7 +118,7 @@ func TestRouterEveryEffectOnce(t *testing.T) {
 	msgs := orders(200, 5, rng)
 	led := newLedger(len(msgs))
 	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: int64(len(msgs))}, watermill.NopLogger{})
-	d := newDedup(t, dedup.Config{Store: memory.New(nil)})
+	d := newDedup(t, dedup.Config{Store: memstore.New(nil)})
 	startRouter(t, pubSub, func(r *message.Router) {
 		r.AddMiddleware(led.middleware, middleware.Duplicator, d.Middleware, middleware.RandomFail(0.2))
 		r.AddConsumerHandler("charge", "orders", pubSub, func(m *message.Message) error {
@@ -158,7 +158,7 @@ func TestRouterScopesPerHandler(t *testing.T) {
 	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: int64(len(msgs))}, watermill.NopLogger{})
 	charge, email := newLedger(len(msgs)), newLedger(len(msgs))
 	// One store, one Deduplicator, no Scope: each handler's name scopes its keys.
-	d, err := dedup.New(dedup.Config{Store: memory.New(nil), Key: keyfuncs.JSON("order_id")})
+	d, err := dedup.New(dedup.Config{Store: memstore.New(nil), Key: keyfuncs.JSON("order_id")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,14 +9,14 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 // validConfig is a Config that New accepts, for the cases below to
 // break one field at a time.
 func validConfig() dedup.Config {
-	return dedup.Config{Store: memory.New(nil), Key: keyfuncs.JSON("id")}
+	return dedup.Config{Store: memstore.New(nil), Key: keyfuncs.JSON("id")}
 }
 
 // newErr is New's error for cfg: the configuration checks that New
@@ -128,7 +128,7 @@ func TestNewJoinsEveryProblem(t *testing.T) {
 // call that names no scope claims in "jobs" (it failed with "set
 // Config.Scope").
 func TestDoTakesConfigScope(t *testing.T) {
-	store := memory.New(nil)
+	store := memstore.New(nil)
 	e, err := dedup.NewEngine(dedup.Config{Store: store, Scope: "jobs"})
 	if err != nil {
 		t.Fatal(err)

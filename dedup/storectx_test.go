@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 )
 
 type ctxKey struct{}
@@ -75,7 +75,7 @@ func TestStoreTimeoutBoundsEveryOperation(t *testing.T) {
 	const timeout = 50 * time.Millisecond
 	run := func(t *testing.T, stall string, fail bool, cancelFirst bool) []opSeen {
 		t.Helper()
-		store := &stallingStore{Store: memory.New(nil), stall: map[string]bool{stall: true}, seen: make(chan opSeen, 4)}
+		store := &stallingStore{Store: memstore.New(nil), stall: map[string]bool{stall: true}, seen: make(chan opSeen, 4)}
 		e, err := dedup.NewEngine(dedup.Config{Store: store, StoreTimeout: timeout, CompleteRetries: 1, CompleteBackoff: time.Millisecond})
 		if err != nil {
 			t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 )
 
 // lateInProgressStore answers the first claim InProgress only once its
@@ -40,7 +40,7 @@ func (s *lateInProgressStore) Claim(ctx context.Context, key, fp string, lease t
 // work's context: the work runs on a context that the late timer does not
 // cancel. (It ran on the old one, cancelled under its feet.)
 func TestClaimAfterATimedOutClaimGetsALiveWorkContext(t *testing.T) {
-	s := &lateInProgressStore{Store: memory.New(nil), fired: make(chan struct{}), second: make(chan struct{})}
+	s := &lateInProgressStore{Store: memstore.New(nil), fired: make(chan struct{}), second: make(chan struct{})}
 	var once sync.Once
 	dedup.SetTestHookOpTimedOut(func() {
 		once.Do(func() {

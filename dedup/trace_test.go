@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 )
 
 // recordingTracer is a dedup.Tracer that writes what each call's trace
@@ -64,7 +64,7 @@ func (c *recordingCall) EndCall(res dedup.ClaimResult, err error) {
 // CallTrace is allowed.
 func TestTracerFollowsEachCall(t *testing.T) {
 	tracer := &recordingTracer{nilOf: "ORDER-untraced"}
-	e := newEngine(t, dedup.Config{Store: memory.New(nil), Tracer: tracer, DisableHeartbeat: true})
+	e := newEngine(t, dedup.Config{Store: memstore.New(nil), Tracer: tracer, DisableHeartbeat: true})
 	ctx := context.Background()
 	work := func(ctx context.Context) ([]byte, error) {
 		if ctx.Value(ctxMark{}) == nil {

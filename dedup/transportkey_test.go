@@ -11,7 +11,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 )
 
 // TestTransportKeyIsItsOwnEvent: a key equal to the message's transport
@@ -21,7 +21,7 @@ import (
 // MessageId in the metadata), Engine.Do, and Engine.Do with Call.KeyErr.
 func TestTransportKeyIsItsOwnEvent(t *testing.T) {
 	obs := newDecisions()
-	d, err := dedup.New(dedup.Config{Store: memory.New(nil), Scope: "s", Observer: obs,
+	d, err := dedup.New(dedup.Config{Store: memstore.New(nil), Scope: "s", Observer: obs,
 		Key: func(msg *message.Message) (string, error) {
 			if id := msg.Metadata.Get("sqs_message_id"); id != "" {
 				return id, nil
@@ -43,7 +43,7 @@ func TestTransportKeyIsItsOwnEvent(t *testing.T) {
 	if _, err := h(sqs); !errors.Is(err, dedup.ErrTransportKey) {
 		t.Errorf("key = sqs_message_id: %v", err)
 	}
-	e, err := dedup.NewEngine(dedup.Config{Store: memory.New(nil), Observer: obs})
+	e, err := dedup.NewEngine(dedup.Config{Store: memstore.New(nil), Observer: obs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestTransportKeyIsItsOwnEvent(t *testing.T) {
 // an InProgressWait ends by StartBy.
 func TestStartByReleasesALateClaim(t *testing.T) {
 	clock := fakeclock.New(epoch)
-	store := memory.New(clock)
+	store := memstore.New(clock)
 	obs := newDecisions()
 	e, err := dedup.NewEngine(dedup.Config{Store: store, Clock: clock, Observer: obs})
 	if err != nil {

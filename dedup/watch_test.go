@@ -9,7 +9,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 )
 
 // watchedStore is a memory store with the WatchKey capability
@@ -27,7 +27,7 @@ type watchedStore struct {
 }
 
 func newWatchedStore(clock dedup.Clock) *watchedStore {
-	return &watchedStore{Store: memory.New(clock), watches: map[string]map[chan struct{}]bool{}}
+	return &watchedStore{Store: memstore.New(clock), watches: map[string]map[chan struct{}]bool{}}
 }
 
 func (s *watchedStore) Claim(ctx context.Context, key, fp string, lease time.Duration) (dedup.ClaimResult, error) {
@@ -309,7 +309,7 @@ func TestWatchEndsWithTheWait(t *testing.T) {
 }
 
 func TestInProgressFallbackValidated(t *testing.T) {
-	_, err := dedup.NewEngine(dedup.Config{Store: memory.New(nil), InProgressFallback: -time.Second})
+	_, err := dedup.NewEngine(dedup.Config{Store: memstore.New(nil), InProgressFallback: -time.Second})
 	if !errors.Is(err, dedup.ErrInvalidDuration) {
 		t.Fatalf("negative InProgressFallback: %v, want ErrInvalidDuration", err)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 )
 
 // TestWorkContextFollowsTheCaller: the work's context behaves as
@@ -20,7 +20,7 @@ import (
 // pass through, a caller's deadline shows as DeadlineExceeded, and the
 // context is cancelled once Do returned.
 func TestWorkContextFollowsTheCaller(t *testing.T) {
-	e, err := dedup.NewEngine(dedup.Config{Store: memory.New(nil)})
+	e, err := dedup.NewEngine(dedup.Config{Store: memstore.New(nil)})
 	if err != nil {
 		t.Fatal(err)
 	}

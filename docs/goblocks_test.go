@@ -80,7 +80,7 @@ var harnesses = map[blockKey]harness{
 		results: "error",
 		after:   "_, _ = d, err\nreturn nil",
 	},
-	{"docs/redis.md", "store, err := dedupredis.New(ctx, client, dedupredis.Config{"}: {
+	{"docs/redis.md", "store, err := dedupredis.New(ctx, dedupredis.Config{\n\tClient:       client,"}: {
 		imports: []string{"context", "time", "github.com/redis/go-redis/v9", "dedupredis github.com/watermill-dedup/watermill-dedup/stores/redis"},
 		names:   "ctx context.Context\nclient redis.UniversalClient",
 		after:   "_, _ = store, err",
@@ -93,7 +93,7 @@ var harnesses = map[blockKey]harness{
 		after:   "_, _ = d, err\nreturn nil",
 	},
 	// docs/postgres.md
-	{"docs/postgres.md", "store, err := postgres.New(pool, postgres.Config{})"}: {
+	{"docs/postgres.md", "store, err := postgres.New(ctx, postgres.Config{DB: pool})"}: {
 		imports: []string{"context", "github.com/ThreeDotsLabs/watermill/message", "github.com/jackc/pgx/v5/pgxpool", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/keyfuncs", "github.com/watermill-dedup/watermill-dedup/stores/postgres"},
 		names:   "pool *pgxpool.Pool\nctx context.Context\nrouter *message.Router\nsubscriber message.Subscriber\norderOf func(*message.Message) (string, int)",
 		results: "error",
@@ -147,7 +147,7 @@ var harnesses = map[blockKey]harness{
 		topLevel: true,
 	},
 	// examples/http/README.md: the wiring, condensed from app.go.
-	{"examples/http/README.md", "store, _ := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: \"example:\"})"}: {
+	{"examples/http/README.md", "store, _ := dedupredis.New(ctx, dedupredis.Config{Client: client, KeyPrefix: \"example:\"})"}: {
 		imports: []string{"context", "net/http", "github.com/ThreeDotsLabs/watermill/message", "github.com/redis/go-redis/v9", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/httpdedup", "github.com/watermill-dedup/watermill-dedup/keyfuncs", "dedupredis github.com/watermill-dedup/watermill-dedup/stores/redis"},
 		names:   "ctx context.Context\nclient redis.UniversalClient\nmux *http.ServeMux\nrouter *message.Router\npubSub message.Subscriber\naccountIdentity func(*http.Request) (string, error)\nauthenticate func(http.Handler) http.Handler\na struct{ createPayment, receiveWebhook http.HandlerFunc; sendReceipt message.NoPublishHandlerFunc }",
 	},
@@ -191,12 +191,12 @@ var harnesses = map[blockKey]harness{
 		after:   "_ = err",
 	},
 	// stores/postgres/README.md
-	{"stores/postgres/README.md", "store, err := postgres.New(pool, postgres.Config{})  // Table \"dedup_keys\", search_path schema"}: {
+	{"stores/postgres/README.md", "store, err := postgres.New(ctx, postgres.Config{DB: pool}) // Table \"dedup_keys\", search_path schema"}: {
 		imports: []string{"context", "net/http", "github.com/ThreeDotsLabs/watermill/message", "github.com/jackc/pgx/v5/pgxpool", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/httpdedup", "github.com/watermill-dedup/watermill-dedup/stores/postgres"},
 		names:   "pool *pgxpool.Pool\nctx context.Context\nkeyfunc func(*message.Message) (string, error)\nrouter *message.Router\nsub message.Subscriber\naccountOf func(*http.Request) (string, error)\nmux *http.ServeMux",
 		after:   "_, _ = n, err",
 	},
-	{"stores/postgres/outbox/README.md", "store, err := postgres.New(pool, postgres.Config{})"}: {
+	{"stores/postgres/outbox/README.md", "store, err := postgres.New(ctx, postgres.Config{DB: pool})"}: {
 		imports: []string{"context", "github.com/ThreeDotsLabs/watermill/components/forwarder", "github.com/ThreeDotsLabs/watermill/message", "github.com/jackc/pgx/v5/pgxpool", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/keyfuncs", "github.com/watermill-dedup/watermill-dedup/stores/postgres", "github.com/watermill-dedup/watermill-dedup/stores/postgres/outbox"},
 		names:   "pool *pgxpool.Pool\nctx context.Context\nrouter *message.Router\nkafkaSub message.Subscriber\nkafkaPub message.Publisher\norderID func(*message.Message) string\npaymentEvent func(*message.Message) *message.Message",
 		after:   "_ = err",
@@ -219,7 +219,7 @@ var harnesses = map[blockKey]harness{
 		names:   "ctx context.Context",
 		after:   "_, _ = store, err",
 	},
-	{"stores/redis/README.md", "store, err := dedupredis.New(ctx, client, dedupredis.Config{"}: {
+	{"stores/redis/README.md", "store, err := dedupredis.New(ctx, dedupredis.Config{\n\tClient:       client,"}: {
 		imports: []string{"context", "github.com/redis/go-redis/v9"},
 		names:   "ctx context.Context\nclient redis.UniversalClient",
 		after:   "_, _ = store, err",
@@ -244,7 +244,7 @@ func TestGoBlocksCompile(t *testing.T) {
 		switch {
 		case strings.HasPrefix(engineDo, b.code) && strings.HasSuffix(b.code, "}\n"):
 			return true, "" // its first statements, up to a closing brace
-		case strings.HasPrefix(b.code, "engine, err := dedup.NewEngine("):
+		case strings.HasPrefix(b.code, "ctx := context.Background()\nstore, err := memory.New("):
 			return true, fmt.Sprintf("%s: the Engine.Do block is not the beginning of ExampleEngine_Do's body in dedup/example_test.go:\n%s\nwant the beginning of\n%s", m.where(b.line), b.code, engineDo)
 		}
 		return false, ""

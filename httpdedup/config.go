@@ -52,7 +52,10 @@ type BodyFunc func() ([]byte, error)
 // the request body; a KeyFunc that looks only at headers never calls it, so
 // requests without a key on Optional routes pass through with their body
 // unread. The middleware checks every key it returns by the rule of
-// CheckKey (printable ASCII, at most Config.MaxKeyLength bytes).
+// CheckKey (printable ASCII, at most Config.MaxKeyLength bytes). The
+// client's 400 names what was wrong only for a *dedup.KeyError whose Err
+// is ErrKeyMissing or ErrKeyInvalid (its Field and Reason, as HeaderKey's);
+// the text of any other error stays in the logs.
 type KeyFunc func(r *http.Request, body BodyFunc) (string, error)
 
 // FingerprintFunc returns a digest of what the request asks for. A key

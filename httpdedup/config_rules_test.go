@@ -7,7 +7,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/httpdedup"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 )
 
 // TestNewRefusesWhatCannotWork: the engine's rules, stated once in package
@@ -15,7 +15,7 @@ import (
 // shorter than the Lease, a Lease below 1s (the engine's minimum), a
 // Heartbeat with DisableHeartbeat.
 func TestNewRefusesWhatCannotWork(t *testing.T) {
-	base := httpdedup.Config{Store: memory.New(nil), Identity: httpdedup.StaticIdentity("acct")}
+	base := httpdedup.Config{Store: memstore.New(nil), Identity: httpdedup.StaticIdentity("acct")}
 	for name, mutate := range map[string]func(*httpdedup.Config){
 		"retention shorter than lease": func(c *httpdedup.Config) { c.Lease, c.Retention = time.Hour, time.Minute },
 		"lease below 1s":               func(c *httpdedup.Config) { c.Lease = time.Millisecond },

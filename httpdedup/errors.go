@@ -2,11 +2,13 @@ package httpdedup
 
 import (
 	"errors"
+	"strings"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 )
 
-// Sentinel errors. Key functions return the first two; the others reach the
+// Sentinel errors. Key functions return the first two (as the Err of a
+// *dedup.KeyError, or wrapped); the others reach the
 // Logger and the Observer (dedup.Decision.Err) and are matched with
 // errors.Is, never by their text.
 var (
@@ -48,37 +50,32 @@ type sentinel struct{ msg string }
 func (e *sentinel) Error() string { return e.msg }
 func (e *sentinel) Unwrap() error { return dedup.ErrNoKey }
 
-// KeyError says what is wrong with a request's key, in words fit for the
-// client: the middleware puts Reason in the detail of its 400 problem+json
-// responses (the text of other errors a KeyFunc returns is not shown to the
-// client). HeaderKey, ParseKey and BodyKey return it. It matches
-// ErrKeyMissing or ErrKeyInvalid, and Err, with errors.Is.
-type KeyError struct {
-	// Missing is true when the request carries no key (ErrKeyMissing),
-	// false when the key is malformed (ErrKeyInvalid).
-	Missing bool
-	// Reason says what was wrong: "no Idempotency-Key header",
-	// "Idempotency-Key header: empty value", "json:id: missing".
-	Reason string
-	// Err is the underlying cause, if any.
-	Err error
+// keyError is the *dedup.KeyError of a request's key: HeaderKey, ParseKey,
+// CheckKey and BodyKey return one, with Err = ErrKeyMissing or
+// ErrKeyInvalid (wrapping the cause, if any), so that it matches that
+// sentinel and dedup.ErrNoKey. Field names where the key was looked for
+// ("Idempotency-Key header", "json:id"; "" for a key given as a value),
+// Reason says what was wrong, in words fit for the client (see
+// clientReason).
+func keyError(sentinel error, field, reason string) *dedup.KeyError {
+	return &dedup.KeyError{Field: field, Reason: reason, Err: sentinel}
 }
 
-func (e *KeyError) Error() string {
-	return e.sentinel().Error() + ": " + e.Reason
-}
-
-func (e *KeyError) sentinel() error {
-	if e.Missing {
-		return ErrKeyMissing
+// clientReason returns the client-facing words of a key error, for the
+// detail of a 400 problem+json response, and whether there are any: only a
+// *dedup.KeyError whose Err matches ErrKeyMissing or ErrKeyInvalid (as this
+// package's key functions return) is shown; the text of any other error a
+// KeyFunc returns, and of the engine's own key errors, is not. The words
+// are Reason, preceded by Field unless Reason names it already: "no
+// Idempotency-Key header", "Idempotency-Key header: empty value",
+// "json:id: missing".
+func clientReason(err error) (string, bool) {
+	var ke *dedup.KeyError
+	if !errors.As(err, &ke) || ke.Reason == "" || !(errors.Is(ke.Err, ErrKeyMissing) || errors.Is(ke.Err, ErrKeyInvalid)) {
+		return "", false
 	}
-	return ErrKeyInvalid
-}
-
-// Unwrap returns ErrKeyMissing or ErrKeyInvalid, and the cause.
-func (e *KeyError) Unwrap() []error {
-	if e.Err == nil {
-		return []error{e.sentinel()}
+	if ke.Field == "" || strings.Contains(ke.Reason, ke.Field) {
+		return ke.Reason, true
 	}
-	return []error{e.sentinel(), e.Err}
+	return ke.Field + ": " + ke.Reason, true
 }

@@ -1,6 +1,7 @@
 package httpdedup_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -13,8 +14,12 @@ import (
 )
 
 func ExampleMiddleware_Require() {
+	store, err := memory.New(context.Background(), memory.Config{})
+	if err != nil {
+		panic(err)
+	}
 	idem, err := httpdedup.New(httpdedup.Config{
-		Store: memory.New(nil), // a shared store (stores/redis, ...) in production
+		Store: store, // a shared store (stores/redis, ...) in production
 		Identity: func(r *http.Request) (string, error) {
 			// Whatever the authentication middleware established.
 			if acct := r.Header.Get("X-Account"); acct != "" {
@@ -62,8 +67,12 @@ func ExampleMiddleware_Require() {
 func ExampleBodyKey() {
 	// A webhook receiver keyed on the provider's event id, in the JSON body.
 	// One provider calls the route, so the identity is constant.
+	store, err := memory.New(context.Background(), memory.Config{})
+	if err != nil {
+		panic(err)
+	}
 	idem, err := httpdedup.New(httpdedup.Config{
-		Store:    memory.New(nil),
+		Store:    store,
 		Identity: httpdedup.StaticIdentity("provider"),
 		Key:      httpdedup.BodyKey(keyfuncs.JSON("id")),
 	})

@@ -28,29 +28,33 @@ import (
 // Surrounding spaces and tabs are ignored. A missing header gives
 // ErrKeyMissing; the header sent more than once, an empty value, a
 // character outside printable ASCII or a broken quoted string gives
-// ErrKeyInvalid. It never reads the body.
+// ErrKeyInvalid. Either is a *dedup.KeyError whose Field is the header
+// ("Idempotency-Key header") and whose Err is the sentinel, so it also
+// matches dedup.ErrNoKey. It never reads the body.
 func HeaderKey(name string) KeyFunc {
 	name = http.CanonicalHeaderKey(name)
+	field := name + " header"
 	return func(r *http.Request, _ BodyFunc) (string, error) {
 		values := r.Header.Values(name)
 		switch len(values) {
 		case 0:
-			return "", &KeyError{Missing: true, Reason: "no " + name + " header"}
+			return "", keyError(ErrKeyMissing, field, "no "+field)
 		case 1:
 		default:
-			return "", &KeyError{Reason: fmt.Sprintf("%s header sent %d times", name, len(values))}
+			return "", keyError(ErrKeyInvalid, field, fmt.Sprintf("%s sent %d times", field, len(values)))
 		}
 		key, err := ParseKey(values[0])
-		var ke *KeyError
+		var ke *dedup.KeyError
 		if errors.As(err, &ke) {
-			return "", &KeyError{Reason: name + " header: " + ke.Reason}
+			return "", keyError(ErrKeyInvalid, field, ke.Reason)
 		}
 		return key, nil
 	}
 }
 
 // ParseKey decodes an idempotency key header value, quoted or bare, as
-// HeaderKey describes. Its errors are *KeyError matching ErrKeyInvalid.
+// HeaderKey describes. Its errors are *dedup.KeyError matching
+// ErrKeyInvalid (and dedup.ErrNoKey), with the reason in Reason.
 func ParseKey(value string) (string, error) {
 	v := strings.Trim(value, " \t")
 	if v == "" {
@@ -92,14 +96,14 @@ func ParseKey(value string) (string, error) {
 }
 
 func invalid(format string, args ...any) error {
-	return &KeyError{Reason: fmt.Sprintf(format, args...)}
+	return keyError(ErrKeyInvalid, "", fmt.Sprintf(format, args...))
 }
 
 func printable(c byte) bool { return c >= 0x20 && c <= 0x7e }
 
 // CheckKey reports whether a Middleware with the default MaxKeyLength
 // accepts key as a client sends it, the bare value of its Idempotency-Key
-// header: nil, or a *KeyError (matching ErrKeyInvalid and dedup.ErrNoKey)
+// header: nil, or a *dedup.KeyError (matching ErrKeyInvalid and dedup.ErrNoKey)
 // saying why not. This is the HTTP key rule, stated once: 1 to 255 bytes
 // of printable ASCII (0x20-0x7E), not blank, with no space at either end
 // (a header value's are trimmed) and no leading '"' (it would read as a
@@ -143,8 +147,9 @@ func checkKey(key string, maxLen int) error {
 // fn sees a message whose payload is the request body. Webhook receivers use
 // it to key on the provider's event id: BodyKey(keyfuncs.JSON("id")). Every
 // error of fn matching dedup.ErrNoKey (absent field, null, wrong type, body
-// not JSON) is returned as ErrKeyMissing, wrapping fn's error; a body over
-// the limit gives ErrBodyTooLarge. It reads the body.
+// not JSON) is returned as a *dedup.KeyError with fn's Field and Reason
+// and an Err matching ErrKeyMissing and fn's error; a body over the limit
+// gives ErrBodyTooLarge. It reads the body.
 func BodyKey(fn func(msg *message.Message) (string, error)) KeyFunc {
 	return func(_ *http.Request, body BodyFunc) (string, error) {
 		b, err := body()
@@ -156,12 +161,12 @@ func BodyKey(fn func(msg *message.Message) (string, error)) KeyFunc {
 			if !errors.Is(err, dedup.ErrNoKey) {
 				return "", err
 			}
-			reason := "no key in the request body"
+			cause := fmt.Errorf("%w: %w", ErrKeyMissing, err)
 			var ke *dedup.KeyError
 			if errors.As(err, &ke) && ke.Field != "" && ke.Reason != "" {
-				reason = ke.Field + ": " + ke.Reason
+				return "", keyError(cause, ke.Field, ke.Reason)
 			}
-			return "", &KeyError{Missing: true, Reason: reason, Err: err}
+			return "", keyError(cause, "", "no key in the request body")
 		}
 		return key, nil
 	}

@@ -460,12 +460,12 @@ func (m *Middleware) storedResponse(resp Response) []byte {
 	return EncodeResponse(stored)
 }
 
-// keyReason is ": " and the client-facing reason of a *KeyError, or ""
-// for other errors, whose text is not meant for clients.
+// keyReason is ": " and the client-facing reason of a key error of this
+// package (see clientReason), or "" for other errors, whose text is not
+// meant for clients.
 func keyReason(err error) string {
-	var ke *KeyError
-	if errors.As(err, &ke) && ke.Reason != "" {
-		return ": " + ke.Reason
+	if reason, ok := clientReason(err); ok {
+		return ": " + reason
 	}
 	return ""
 }

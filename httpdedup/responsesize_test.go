@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/watermill-dedup/watermill-dedup/httpdedup"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 )
 
 // post serves one POST with key through h and returns the recorder.
@@ -41,7 +41,7 @@ func problemType(t *testing.T, w *httptest.ResponseRecorder) string {
 // every retry get 409 response-not-stored.
 func TestResponseOverMaxResponseBytesCompletesWithoutIt(t *testing.T) {
 	const limit = 1024
-	m, err := httpdedup.New(httpdedup.Config{Store: memory.New(nil), Identity: httpdedup.StaticIdentity("acct"), MaxResponseBytes: limit})
+	m, err := httpdedup.New(httpdedup.Config{Store: memstore.New(nil), Identity: httpdedup.StaticIdentity("acct"), MaxResponseBytes: limit})
 	if err != nil {
 		t.Fatal(err)
 	}

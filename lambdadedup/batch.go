@@ -66,7 +66,7 @@ func (h *Handler) batch(ctx context.Context, items []item, concurrency int) []er
 	calls := make([]dedup.BatchCall, len(items))
 	msgs := make([]*message.Message, len(items))
 	for i, it := range items {
-		c := dedup.BatchCall{Group: it.group, Call: dedup.Call{Scope: h.cfg.Scope, Handler: functionName(h.cfg.Scope), Topic: it.topic,
+		c := dedup.BatchCall{Group: it.group, Call: dedup.Call{Scope: h.cfg.Dedup.Scope, Handler: functionName(h.cfg.Dedup.Scope), Topic: it.topic,
 			MessageUUID: it.uuid, MessageID: it.messageID}}
 		if hasDeadline {
 			c.Deadline, c.StartBy = deadline, h.startBy(deadline)
@@ -102,7 +102,7 @@ func (h *Handler) batch(ctx context.Context, items []item, concurrency int) []er
 				// Only this record fails (its claim is released): a
 				// panicking invocation would fail the whole batch.
 				err = fmt.Errorf("lambdadedup: handler panicked: %v\n%s", p, debug.Stack())
-				h.decideItem(it, dedup.Decision{Event: EventHandlerPanic, Key: admin.ScopedKey(h.cfg.Scope, calls[i].Key), Err: err})
+				h.decideItem(it, dedup.Decision{Event: EventHandlerPanic, Key: admin.ScopedKey(h.cfg.Dedup.Scope, calls[i].Key), Err: err})
 			}
 		}()
 		return nil, h.handler(msg)

@@ -22,18 +22,16 @@ const (
 // the caller's copy.
 type Config struct {
 	// Dedup is the claim configuration, the same as the Watermill
-	// middleware's (dedup.New): Store and Key are required. Give it the
-	// Store, Scope, Retention (and Fingerprint) of the router that consumes
-	// the same messages elsewhere, and a record written here is a duplicate
-	// there and the other way round. Dedup.Replay is not used (an SQS
-	// handler publishes no output messages).
+	// middleware's (dedup.New): Store, Key and Scope are required. Scope
+	// namespaces the keys and has no default here (a Lambda function has
+	// no Watermill handler name to default to): New refuses an empty one
+	// with an error matching dedup.ErrNoScope. Give it the Store, Scope
+	// (the router's handler name, or its dedup.Config.Scope), Retention
+	// (and Fingerprint) of the router that consumes the same messages
+	// elsewhere, and a record written here is a duplicate there and the
+	// other way round. Dedup.Replay is not used (an SQS handler publishes
+	// no output messages).
 	Dedup dedup.Config
-
-	// Scope namespaces the keys. Required (a Lambda function has no
-	// Watermill handler name to default to): use the router's handler name
-	// (or its Config.Scope) to share records with it. Overrides
-	// Dedup.Scope; may be left empty when Dedup.Scope is set.
-	Scope string
 
 	// DropPermanent decides what becomes of a record that can never
 	// succeed: no usable key (dedup.ErrNoKey), its transport id as key
@@ -68,10 +66,6 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	if c.Scope == "" {
-		c.Scope = c.Dedup.Scope
-	}
-	c.Dedup.Scope = c.Scope
 	if c.DeadlineMargin == 0 {
 		c.DeadlineMargin = DefaultDeadlineMargin
 	}
@@ -92,8 +86,8 @@ func (c Config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
-	if c.Scope == "" {
-		errs = append(errs, fmt.Errorf("lambdadedup: Config.Scope is required: %w", dedup.ErrNoScope))
+	if c.Dedup.Scope == "" {
+		errs = append(errs, fmt.Errorf("lambdadedup: Config.Dedup.Scope is required (a Lambda function has no Watermill handler name to default to): %w", dedup.ErrNoScope))
 	}
 	if c.DeadlineMargin < 0 {
 		errs = append(errs, fmt.Errorf("%w: lambdadedup: Config.DeadlineMargin must not be negative, got %v", dedup.ErrInvalidDuration, c.DeadlineMargin))

@@ -70,8 +70,11 @@
 // Usage:
 //
 //	h, err := lambdadedup.New(lambdadedup.Config{
-//		Scope: "charge-orders", // the router's handler name, to share records
-//		Dedup: dedup.Config{Store: store, Key: keyfuncs.JSON("order_id")},
+//		Dedup: dedup.Config{
+//			Store: store,
+//			Key:   keyfuncs.JSON("order_id"),
+//			Scope: "charge-orders", // required: the router's handler name, to share records
+//		},
 //	}, chargeOrder) // func(msg *message.Message) error
 //	if err != nil { ... }
 //	lambda.Start(h.Handle)

@@ -16,9 +16,12 @@ import (
 // ORDER-003 three times in one batch (three MessageIds), and a record
 // without an order id: one charge, and only the bad record to retry.
 func ExampleHandler_Handle() {
+	store, err := memory.New(context.Background(), memory.Config{})
+	if err != nil {
+		panic(err)
+	}
 	h, err := lambdadedup.New(lambdadedup.Config{
-		Scope: "charge-orders",
-		Dedup: dedup.Config{Store: memory.New(nil), Key: keyfuncs.JSON("order_id")},
+		Dedup: dedup.Config{Store: store, Key: keyfuncs.JSON("order_id"), Scope: "charge-orders"},
 	}, func(msg *message.Message) error {
 		fmt.Printf("charged %s\n", msg.Payload)
 		return nil

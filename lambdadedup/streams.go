@@ -133,7 +133,7 @@ func (h *Handler) permanentItem(it item, err error) error {
 
 // decideItem is decide for a record of any source.
 func (h *Handler) decideItem(it item, d dedup.Decision) {
-	d.Handler, d.Topic, d.MessageUUID = functionName(h.cfg.Scope), it.topic, it.uuid
+	d.Handler, d.Topic, d.MessageUUID = functionName(h.cfg.Dedup.Scope), it.topic, it.uuid
 	if o := h.cfg.Dedup.Observer; o != nil {
 		o.ObserveDecision(d)
 	}

@@ -21,7 +21,11 @@ func ExampleNew() {
 	if err != nil {
 		panic(err)
 	}
-	engine, err := dedup.NewEngine(dedup.Config{Store: memory.New(nil), Observer: obs})
+	store, err := memory.New(context.Background(), memory.Config{})
+	if err != nil {
+		panic(err)
+	}
+	engine, err := dedup.NewEngine(dedup.Config{Store: store, Observer: obs})
 	if err != nil {
 		panic(err)
 	}

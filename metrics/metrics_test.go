@@ -15,9 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/metrics"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 // A run with known duplicates: 20 orders × 3 copies, the first delivery of
@@ -28,7 +28,7 @@ func TestMetricsCountEveryDecision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := dedup.New(dedup.Config{Store: memory.New(nil), Key: keyfuncs.JSON("order_id"), Observer: obs})
+	d, err := dedup.New(dedup.Config{Store: memstore.New(nil), Key: keyfuncs.JSON("order_id"), Observer: obs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestInFlightGaugeWhileHandlerRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := dedup.New(dedup.Config{Store: memory.New(nil), Key: keyfuncs.JSON("id"), Scope: "s", Observer: obs, Lease: time.Minute})
+	d, err := dedup.New(dedup.Config{Store: memstore.New(nil), Key: keyfuncs.JSON("id"), Scope: "s", Observer: obs, Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

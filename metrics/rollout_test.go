@@ -10,9 +10,9 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/metrics"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 // Shadow mode: three copies of one order all run; the two that dedup would
@@ -25,7 +25,7 @@ func TestShadowReplayAndWaitMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := memory.New(nil)
+	store := memstore.New(nil)
 	newDedup := func(scope string, cfg dedup.Config) message.HandlerFunc {
 		cfg.Store, cfg.Key, cfg.Scope, cfg.Observer = store, keyfuncs.JSON("order_id"), scope, obs
 		d, err := dedup.New(cfg)

@@ -20,8 +20,12 @@ func Example() {
 	provider := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
 	defer func() { _ = provider.Shutdown(context.Background()) }()
 
+	store, err := memory.New(context.Background(), memory.Config{})
+	if err != nil {
+		panic(err)
+	}
 	engine, err := dedup.NewEngine(dedup.Config{
-		Store:  memory.New(nil),
+		Store:  store,
 		Tracer: oteldedup.New(oteldedup.Config{TracerProvider: provider}),
 	})
 	if err != nil {

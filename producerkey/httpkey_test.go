@@ -10,8 +10,8 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/httpdedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/producerkey"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 // TestWithKeyRefusesWhatHTTPDedupRefuses: a WithKey key that httpdedup
@@ -22,7 +22,7 @@ import (
 // key was sent, and every attempt got 400.) A key httpdedup accepts
 // reaches it whole.
 func TestWithKeyRefusesWhatHTTPDedupRefuses(t *testing.T) {
-	m, err := httpdedup.New(httpdedup.Config{Store: memory.New(nil), Identity: httpdedup.StaticIdentity("shop")})
+	m, err := httpdedup.New(httpdedup.Config{Store: memstore.New(nil), Identity: httpdedup.StaticIdentity("shop")})
 	if err != nil {
 		t.Fatal(err)
 	}

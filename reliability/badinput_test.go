@@ -17,8 +17,8 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 // snsEnvelope wraps inner as the Message of an SNS notification delivered to
@@ -83,7 +83,7 @@ func TestBadInputIsPoisonedAndTouchesNothing(t *testing.T) {
 			)
 			switch backend {
 			case "memory":
-				m := memory.New(nil)
+				m := memstore.New(nil)
 				store, stored = m, m.Len
 			case "redis", "redis-autopipeline":
 				prefix := uniquePrefix("badinput")
@@ -215,7 +215,7 @@ func runBadInputs(t *testing.T, store dedup.Store, stored func() int) {
 // keyfuncs.JSONString (a row of the bad-input table); this test pins the
 // lenient behaviour of keyfuncs.JSON.
 func TestIntegerIDIsTheSameKeyAsItsString(t *testing.T) {
-	store := memory.New(nil)
+	store := memstore.New(nil)
 	var calls atomic.Int64
 	h := newDedup(t, dedup.Config{Store: store, Key: keyfuncs.JSON("order_id"), Scope: "charge-orders"}).
 		Middleware(func(*message.Message) ([]*message.Message, error) { calls.Add(1); return nil, nil })

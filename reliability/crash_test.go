@@ -66,7 +66,7 @@ func crashConsumer() error {
 	client := goredis.NewClient(&goredis.Options{Addr: os.Getenv(childRedisEnv)})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	store, err := redis.New(ctx, client, redis.Config{KeyPrefix: prefix})
+	store, err := redis.New(ctx, redis.Config{Client: client, KeyPrefix: prefix})
 	if err != nil {
 		return err
 	}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 // Fuzz targets for the key functions keyfuncs/fuzz_test.go does not fuzz
@@ -148,7 +148,7 @@ func FuzzMiddlewareInput(f *testing.F) {
 	f.Add([]byte(`{}`), "ORDER-2")
 	f.Add([]byte(`{"order_id":"`+fuzzUUID+`"}`), "")
 	f.Fuzz(func(t *testing.T, payload []byte, meta string) {
-		store := memory.New(nil)
+		store := memstore.New(nil)
 		calls := 0
 		d := newDedup(t, dedup.Config{
 			Store: store,

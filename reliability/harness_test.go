@@ -468,7 +468,7 @@ func newRedisStore(t testing.TB, client goredis.UniversalClient, prefix string, 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := redis.New(ctx, client, redis.Config{KeyPrefix: prefix, AutoPipeline: autoPipeline})
+	s, err := redis.New(ctx, redis.Config{Client: client, KeyPrefix: prefix, AutoPipeline: autoPipeline})
 	if err != nil {
 		t.Fatalf("redis.New: %v", err)
 	}

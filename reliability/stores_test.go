@@ -12,8 +12,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 // storeKind opens stores of one backend for a scenario: each call of open
@@ -29,7 +29,7 @@ var storeKinds = []storeKind{
 	{name: "memory", setup: func(t *testing.T) (func() dedup.Store, func(string) string) {
 		// One process: the routers share the store (the MemoryStore only
 		// deduplicates within a process), each has its own Deduplicator.
-		shared := memory.New(nil)
+		shared := memstore.New(nil)
 		return func() dedup.Store { return shared }, func(key string) string {
 			// The only way into a MemoryStore is its API; at the end of a
 			// run a Claim does not change a completed record.

@@ -254,8 +254,11 @@ func redactURL(raw string) string {
 	return u.Redacted()
 }
 
-func newMemoryStore(context.Context, options) (*store, error) {
-	s := memory.New(nil)
+func newMemoryStore(ctx context.Context, _ options) (*store, error) {
+	s, err := memory.New(ctx, memory.Config{})
+	if err != nil {
+		return nil, err
+	}
 	return &store{store: func(context.Context) (dedup.Store, error) { return s, nil }, close: func() {}}, nil
 }
 
@@ -275,7 +278,7 @@ func newRedisStore(ctx context.Context, o options) (*store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: labKeyPrefix})
+	s, err := dedupredis.New(ctx, dedupredis.Config{Client: client, KeyPrefix: labKeyPrefix})
 	if err != nil {
 		return nil, &setupError{err: err, hint: redisHint}
 	}

@@ -27,7 +27,7 @@ func TestEvictingRedisWithAllowEviction(t *testing.T) {
 	t.Cleanup(func() { _ = r.Close() })
 	client := goredis.NewClient(&goredis.Options{Addr: r.Addr})
 	t.Cleanup(func() { _ = client.Close() })
-	store, err := dedupredis.New(context.Background(), client, dedupredis.Config{AllowEviction: true})
+	store, err := dedupredis.New(context.Background(), dedupredis.Config{Client: client, AllowEviction: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestInspectWithoutScopeSuggestsScope(t *testing.T) {
 	client := goredis.NewClient(&goredis.Options{Addr: redisAddr})
 	t.Cleanup(func() { _ = client.Close() })
 	prefix := fmt.Sprintf("dedupctl-scope-%d:", time.Now().UnixNano())
-	store, err := dedupredis.New(context.Background(), client, dedupredis.Config{KeyPrefix: prefix})
+	store, err := dedupredis.New(context.Background(), dedupredis.Config{Client: client, KeyPrefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -250,7 +250,7 @@ func TestRedis(t *testing.T) {
 	client := goredis.NewClient(&goredis.Options{Addr: redisAddr})
 	t.Cleanup(func() { _ = client.Close() })
 	prefix := fmt.Sprintf("dedupctl-%d:", time.Now().UnixNano())
-	store, err := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: prefix})
+	store, err := dedupredis.New(ctx, dedupredis.Config{Client: client, KeyPrefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +300,7 @@ func TestRedis(t *testing.T) {
 	}
 	// A record without its completion time (OmitProvenance): -retention
 	// estimates when it was completed.
-	omitting, err := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: prefix, OmitProvenance: true})
+	omitting, err := dedupredis.New(ctx, dedupredis.Config{Client: client, KeyPrefix: prefix, OmitProvenance: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +389,7 @@ func TestRedisCluster(t *testing.T) {
 	t.Cleanup(func() { _ = cluster.Close() })
 	client := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cluster.Addrs})
 	t.Cleanup(func() { _ = client.Close() })
-	store, err := dedupredis.New(context.Background(), client, dedupredis.Config{})
+	store, err := dedupredis.New(context.Background(), dedupredis.Config{Client: client})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -470,7 +470,7 @@ func TestPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = conn.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
-	store, err := postgres.New(conn, postgres.Config{Schema: schema})
+	store, err := postgres.New(ctx, postgres.Config{DB: conn, Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}

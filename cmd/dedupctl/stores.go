@@ -67,7 +67,7 @@ func openRedis(ctx context.Context, opts options) (admin.Interface, string, func
 	if opts.pace > 0 {
 		paceRedis(client, &pacer{every: opts.pace})
 	}
-	store, err := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: opts.redisPrefix})
+	store, err := dedupredis.New(ctx, dedupredis.Config{Client: client, KeyPrefix: opts.redisPrefix})
 	if errors.Is(err, dedupredis.ErrEvictionPolicy) {
 		if !opts.allowEviction {
 			_ = client.Close()
@@ -76,7 +76,7 @@ func openRedis(ctx context.Context, opts options) (admin.Interface, string, func
 		if opts.warnings != nil {
 			fmt.Fprintf(opts.warnings, "dedupctl: warning: %v\n", err)
 		}
-		store, err = dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: opts.redisPrefix, AllowEviction: true})
+		store, err = dedupredis.New(ctx, dedupredis.Config{Client: client, KeyPrefix: opts.redisPrefix, AllowEviction: true})
 	}
 	if err != nil {
 		_ = client.Close()
@@ -115,7 +115,7 @@ func openPostgres(ctx context.Context, opts options) (admin.Interface, string, f
 		return nil, "", nil, fmt.Errorf("PostgreSQL at %s:%d: %w", cfg.Host, cfg.Port, err)
 	}
 	closeConn := func() { _ = conn.Close(context.WithoutCancel(ctx)) }
-	store, err := postgres.New(conn, postgres.Config{Table: opts.pgTable, Schema: opts.pgSchema})
+	store, err := postgres.New(ctx, postgres.Config{DB: conn, Table: opts.pgTable, Schema: opts.pgSchema})
 	if err != nil {
 		closeConn()
 		return nil, "", nil, &usageError{err.Error()}

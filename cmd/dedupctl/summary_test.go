@@ -144,7 +144,7 @@ func TestSummaryRedis(t *testing.T) {
 	client := goredis.NewClient(&goredis.Options{Addr: redisAddr})
 	t.Cleanup(func() { _ = client.Close() })
 	prefix := fmt.Sprintf("dedupctl-summary-%d:", time.Now().UnixNano())
-	store, err := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: prefix})
+	store, err := dedupredis.New(ctx, dedupredis.Config{Client: client, KeyPrefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestSummaryPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = conn.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
-	store, err := postgres.New(conn, postgres.Config{Schema: schema})
+	store, err := postgres.New(ctx, postgres.Config{DB: conn, Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,10 @@ import (
 func ExampleSummarize() {
 	ctx := context.Background()
 	clock := fakeclock.New(time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC))
-	store := memory.New(clock)
+	store, err := memory.New(context.Background(), memory.Config{Clock: clock})
+	if err != nil {
+		panic(err)
+	}
 	claim := func(key string, lease time.Duration) dedup.Claim {
 		res, err := store.Claim(ctx, admin.ScopedKey("charge-orders", key), "", lease)
 		if err != nil {

@@ -30,7 +30,10 @@ func ExampleScopedKey() {
 func ExampleInterface() {
 	ctx := context.Background()
 	clock := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	store := memory.New(clock)
+	store, err := memory.New(context.Background(), memory.Config{Clock: clock})
+	if err != nil {
+		panic(err)
+	}
 	for _, id := range []string{"ORDER-001", "ORDER-003"} {
 		res, _ := store.Claim(ctx, admin.ScopedKey("charge-orders", id), "", 30*time.Second)
 		_ = store.Complete(ctx, res.Claim, []byte("receipt"), 24*time.Hour)

@@ -9,6 +9,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
@@ -20,7 +21,7 @@ func summaryStore(t *testing.T) (*memory.Store, *fakeclock.Clock) {
 	t.Helper()
 	ctx := context.Background()
 	clock := fakeclock.New(time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC))
-	s := memory.New(clock)
+	s := memstore.New(clock)
 	claim := func(scope, key string, lease time.Duration) dedup.Claim {
 		t.Helper()
 		res, err := s.Claim(ctx, admin.ScopedKey(scope, key), "", lease)

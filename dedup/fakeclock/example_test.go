@@ -15,7 +15,10 @@ import (
 // clock, and nothing sleeps.
 func Example() {
 	clock := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	store := memory.New(clock)
+	store, err := memory.New(context.Background(), memory.Config{Clock: clock})
+	if err != nil {
+		panic(err)
+	}
 	ctx := context.Background()
 	claim := func() {
 		res, err := store.Claim(ctx, "charge-orders:ORDER-003", "", 30*time.Second)

@@ -18,7 +18,11 @@ import (
 func Example() {
 	newStore := func(t *testing.T) (dedup.Store, func(time.Duration)) {
 		clock := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-		return memory.New(clock), clock.Advance // a store and a clock of its own per case
+		store, err := memory.New(t.Context(), memory.Config{Clock: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return store, clock.Advance // a store and a clock of its own per case
 	}
 	features := storetest.Features{
 		ControllableClock: true, // exact deadlines and Remaining
@@ -37,7 +41,10 @@ func Example() {
 // key with more contenders than Run uses.
 func ExampleTestOneWinnerAmongContenders() {
 	_ = func(t *testing.T) {
-		store := memory.New(nil)
+		store, err := memory.New(t.Context(), memory.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
 		storetest.TestOneWinnerAmongContenders(t, func(*testing.T) (dedup.Store, func(time.Duration)) {
 			return store, nil
 		}, storetest.Features{Contenders: 1000})

@@ -84,7 +84,7 @@ func accountIdentity(r *http.Request) (string, error) {
 // newApp wires everything on client and starts the consumer. logger gets
 // the middlewares' decisions.
 func newApp(ctx context.Context, client goredis.UniversalClient, logger watermill.LoggerAdapter) (*app, error) {
-	store, err := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: keyPrefix})
+	store, err := dedupredis.New(ctx, dedupredis.Config{Client: client, KeyPrefix: keyPrefix})
 	if err != nil {
 		return nil, err
 	}

@@ -20,7 +20,7 @@ func openStore(ctx context.Context, addr string) (dedup.Store, string, func(), e
 	if err != nil {
 		return nil, "", nil, err
 	}
-	s, err := dedupredis.New(ctx, client, dedupredis.Config{})
+	s, err := dedupredis.New(ctx, dedupredis.Config{Client: client})
 	if err != nil {
 		stop()
 		return nil, "", nil, err

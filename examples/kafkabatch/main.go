@@ -95,7 +95,11 @@ func demoRun(ctx context.Context, brokerList, topic string, maxBatch int, out io
 	}
 	fmt.Fprintf(out, "produced %d records (%d orders) to %s\n", total, len(demo), topic)
 
-	engine, err := dedup.NewEngine(dedup.Config{Store: memory.New(nil), Lease: 30 * time.Second, Retention: 24 * time.Hour})
+	store, err := memory.New(ctx, memory.Config{})
+	if err != nil {
+		return err
+	}
+	engine, err := dedup.NewEngine(dedup.Config{Store: store, Lease: 30 * time.Second, Retention: 24 * time.Hour})
 	if err != nil {
 		return err
 	}

@@ -104,7 +104,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	case *local:
-		store = memory.New(nil) // one process: the simulated invocations share it
+		store, err = memory.New(ctx, memory.Config{}) // one process: the simulated invocations share it
+		if err != nil {
+			fmt.Fprintf(stderr, "lambda: %v\n", err)
+			return 1
+		}
 	default:
 		fmt.Fprintln(stderr, "lambda: set DEDUP_TABLE to the DynamoDB table of the records")
 		return 2
@@ -112,8 +116,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var charges atomic.Int64
 	charge := newCharger(stdout, &charges)
 	h, err := lambdadedup.New(lambdadedup.Config{
-		Scope: scope,
-		Dedup: dedup.Config{Store: store, Key: keyfuncs.JSON("order_id"), Logger: logger},
+		Dedup: dedup.Config{Store: store, Key: keyfuncs.JSON("order_id"), Scope: scope, Logger: logger},
 	}, charge)
 	if err != nil {
 		fmt.Fprintf(stderr, "lambda: %v\n", err)

@@ -69,7 +69,7 @@ func run(ctx context.Context) error {
 	}
 	router.AddMiddleware(middleware.Recoverer, poison, retry.Middleware)
 
-	store, err := dedupredis.New(ctx, redis.NewClient(&redis.Options{Addr: addr}), dedupredis.Config{})
+	store, err := dedupredis.New(ctx, dedupredis.Config{Client: redis.NewClient(&redis.Options{Addr: addr})})
 	if err != nil {
 		return err // unreachable, or older than Redis 7.0
 	}

@@ -28,7 +28,7 @@ func openStore(ctx context.Context, cfg config) (dedup.Store, string, func(), er
 	if err != nil {
 		return nil, "", nil, err
 	}
-	s, err := dedupredis.New(ctx, client, dedupredis.Config{})
+	s, err := dedupredis.New(ctx, dedupredis.Config{Client: client})
 	if err != nil {
 		stop()
 		return nil, "", nil, err

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"reflect"
 	"sync"
 	"time"
 
@@ -74,3 +75,18 @@ func (WallClock) Now() time.Time { return time.Now() }
 
 // AfterFunc is time.AfterFunc.
 func (WallClock) AfterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
+
+// IsNil reports whether a client given in a store's Config is missing:
+// nil, or an interface holding a nil pointer (a nil *redis.Client, a nil
+// *pgxpool.Pool), which is not == nil yet fails on first use. New refuses
+// both with the store's typed error instead of panicking later.
+func IsNil(client any) bool {
+	if client == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(client); v.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return v.IsNil()
+	}
+	return false
+}

@@ -14,3 +14,24 @@ func TestCheckListLimit(t *testing.T) {
 		}
 	}
 }
+
+func TestIsNil(t *testing.T) {
+	type client interface{ Do() }
+	var nilClient client
+	var nilPtr *struct{ client }
+	for _, tc := range []struct {
+		name string
+		v    any
+		want bool
+	}{
+		{"nil", nil, true},
+		{"nil interface", nilClient, true},
+		{"nil pointer in an interface", client(nilPtr), true},
+		{"pointer", &struct{ client }{}, false},
+		{"value", struct{}{}, false},
+	} {
+		if got := storekit.IsNil(tc.v); got != tc.want {
+			t.Errorf("IsNil(%s) = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -26,10 +26,10 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/metrics"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 // waitFor bounds every wait of the scenario: generous, so that the test
@@ -351,7 +351,7 @@ func TestRulesAndDashboardOnARealPrometheus(t *testing.T) {
 	endpoint := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	defer endpoint.Close()
 
-	mem := memory.New(nil)
+	mem := memstore.New(nil)
 	store := &flakyStore{Store: mem, claimDelay: 20 * time.Millisecond}
 	d, err := dedup.New(dedup.Config{
 		Store: store, Key: keyfuncs.JSON("order_id"), Observer: obs,

@@ -10,8 +10,8 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 // holdKey runs a call on e whose work blocks until release is closed, then
@@ -177,7 +177,7 @@ func TestInProgressWaitTakesOverAReleasedKey(t *testing.T) {
 }
 
 func TestInProgressWaitValidated(t *testing.T) {
-	_, err := dedup.New(dedup.Config{Store: memory.New(nil), Key: keyfuncs.JSON("order_id"), InProgressWait: -time.Second, InProgressPoll: -time.Millisecond})
+	_, err := dedup.New(dedup.Config{Store: memstore.New(nil), Key: keyfuncs.JSON("order_id"), InProgressWait: -time.Second, InProgressPoll: -time.Millisecond})
 	if !errors.Is(err, dedup.ErrInvalidDuration) {
 		t.Fatalf("New: %v, want ErrInvalidDuration", err)
 	}

@@ -18,10 +18,10 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/internal/faultstore"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
@@ -57,7 +57,7 @@ func newRedisStore(t *testing.T, autoPipeline bool) dedup.Store {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	prefix := "dedup-test-" + strings.NewReplacer(":", "-", "/", "-").Replace(t.Name()) + "-" + storekit.NewToken()[:8] + ":"
-	s, err := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: prefix, AutoPipeline: autoPipeline})
+	s, err := dedupredis.New(ctx, dedupredis.Config{Client: client, KeyPrefix: prefix, AutoPipeline: autoPipeline})
 	if err != nil {
 		t.Fatalf("dedupredis.New: %v", err)
 	}
@@ -71,7 +71,7 @@ func forEachStore(t *testing.T, clock dedup.Clock, test func(t *testing.T, store
 	t.Helper()
 	t.Run("memory", func(t *testing.T) {
 		t.Parallel()
-		test(t, memory.New(clock))
+		test(t, memstore.New(clock))
 	})
 	t.Run("redis", func(t *testing.T) {
 		t.Parallel()

@@ -11,8 +11,8 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 func newEngine(t *testing.T, cfg dedup.Config) *dedup.Engine {
@@ -146,7 +146,7 @@ func TestShadowInProgressCopyRunsAtOnce(t *testing.T) {
 func TestShadowMiddlewareRunsMessagesWithoutKey(t *testing.T) {
 	for _, shadow := range []bool{false, true} {
 		logs := watermill.NewCaptureLogger()
-		d := newDedup(t, dedup.Config{Store: memory.New(nil), Shadow: shadow, Logger: logs, Key: keyfuncs.JSON("order_id")})
+		d := newDedup(t, dedup.Config{Store: memstore.New(nil), Shadow: shadow, Logger: logs, Key: keyfuncs.JSON("order_id")})
 		ran := 0
 		h := d.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 			ran++

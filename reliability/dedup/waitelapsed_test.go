@@ -10,7 +10,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 )
 
 // cancelOnClaim cancels a context when the nth claim has been answered.
@@ -41,7 +41,7 @@ func TestWaitEndedBeforeAnyPollKeepsTheClaimsRoundTrip(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	obs := &cancelOnClaim{decisions: newDecisions(), n: 2, cancel: cancel}
-	e, err := dedup.NewEngine(dedup.Config{Store: memory.New(clock), Clock: clock, Observer: obs,
+	e, err := dedup.NewEngine(dedup.Config{Store: memstore.New(clock), Clock: clock, Observer: obs,
 		InProgressWait: time.Minute, DisableHeartbeat: true})
 	if err != nil {
 		t.Fatal(err)

@@ -12,7 +12,8 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/httpdedup"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
+	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 )
 
 func TestResponseEncodingRoundTrip(t *testing.T) {
@@ -227,15 +228,15 @@ func TestConfigValidate(t *testing.T) {
 		t.Error("New accepted a config without Store and Identity")
 	}
 
-	err = httpdedup.Config{Store: memory.New(nil), Identity: httpdedup.StaticIdentity("x"), Lease: time.Second, Heartbeat: time.Second}.Validate()
+	err = httpdedup.Config{Store: memstore.New(nil), Identity: httpdedup.StaticIdentity("x"), Lease: time.Second, Heartbeat: time.Second}.Validate()
 	if !errors.Is(err, dedup.ErrInvalidDuration) {
 		t.Errorf("Heartbeat == Lease: %v", err)
 	}
-	err = httpdedup.Config{Store: memory.New(nil), Identity: httpdedup.StaticIdentity("x"), Lease: 2}.Validate()
+	err = httpdedup.Config{Store: memstore.New(nil), Identity: httpdedup.StaticIdentity("x"), Lease: 2}.Validate()
 	if !errors.Is(err, dedup.ErrInvalidDuration) {
 		t.Errorf("Lease of 2ns (a heartbeat of 0): %v", err)
 	}
-	both := httpdedup.Config{Store: memory.New(nil), Identity: httpdedup.StaticIdentity("x"), Lease: time.Second, Heartbeat: time.Second, DisableHeartbeat: true}
+	both := httpdedup.Config{Store: memstore.New(nil), Identity: httpdedup.StaticIdentity("x"), Lease: time.Second, Heartbeat: time.Second, DisableHeartbeat: true}
 	if err := both.Validate(); !errors.Is(err, dedup.ErrInvalidDuration) {
 		t.Errorf("Heartbeat with DisableHeartbeat: %v", err)
 	}
@@ -243,7 +244,7 @@ func TestConfigValidate(t *testing.T) {
 
 func TestNewDoesNotWriteTheCallersConfig(t *testing.T) {
 	headers := []string{"content-type", "location"}
-	cfg := httpdedup.Config{Store: memory.New(nil), Identity: httpdedup.StaticIdentity("x"), StoredHeaders: headers}
+	cfg := httpdedup.Config{Store: memstore.New(nil), Identity: httpdedup.StaticIdentity("x"), StoredHeaders: headers}
 	if _, err := httpdedup.New(cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -261,6 +262,83 @@ func TestDefaultStoreResponse(t *testing.T) {
 		}
 		if got := httpdedup.DefaultStoreResponse(status); got != want {
 			t.Errorf("DefaultStoreResponse(%d) = %v", status, got)
+		}
+	}
+}
+
+// The key functions' errors are *dedup.KeyError: Field names the header (or
+// the body field), Reason says what was wrong, and Err is ErrKeyMissing or
+// ErrKeyInvalid, so errors.Is matches the sentinel and dedup.ErrNoKey.
+func TestKeyErrorsAreDedupKeyErrors(t *testing.T) {
+	keyOf := func(name string, h http.Header) error {
+		r := httptest.NewRequest(http.MethodPost, "/", nil)
+		r.Header = h
+		_, err := httpdedup.HeaderKey(name)(r, nil)
+		return err
+	}
+	bodyKey := func(body string) error {
+		_, err := httpdedup.BodyKey(keyfuncs.JSON("id"))(httptest.NewRequest(http.MethodPost, "/", nil), func() ([]byte, error) { return []byte(body), nil })
+		return err
+	}
+	parsed := func(v string) error { _, err := httpdedup.ParseKey(v); return err }
+	for _, tc := range []struct {
+		name          string
+		err           error
+		sentinel      error
+		field, reason string
+	}{
+		{"no header", keyOf("Idempotency-Key", http.Header{}), httpdedup.ErrKeyMissing, "Idempotency-Key header", "no Idempotency-Key header"},
+		{"another header", keyOf("x-request-key", http.Header{}), httpdedup.ErrKeyMissing, "X-Request-Key header", "no X-Request-Key header"},
+		{"sent twice", keyOf("Idempotency-Key", http.Header{"Idempotency-Key": {"a", "b"}}), httpdedup.ErrKeyInvalid, "Idempotency-Key header", "Idempotency-Key header sent 2 times"},
+		{"empty value", keyOf("Idempotency-Key", http.Header{"Idempotency-Key": {""}}), httpdedup.ErrKeyInvalid, "Idempotency-Key header", "empty value"},
+		{"ParseKey", parsed(`"abc`), httpdedup.ErrKeyInvalid, "", "quoted string has no closing quote"},
+		{"CheckKey", httpdedup.CheckKey(" k"), httpdedup.ErrKeyInvalid, "", `the header would carry "k", not the key itself (a space at either end, or a structured-field string)`},
+		{"body field", bodyKey(`{"amount":1}`), httpdedup.ErrKeyMissing, "json:id", "missing"},
+		{"body not JSON", bodyKey(`x`), httpdedup.ErrKeyMissing, "json:id", "payload is not valid JSON"},
+	} {
+		var ke *dedup.KeyError
+		if !errors.As(tc.err, &ke) {
+			t.Errorf("%s: %T %v is not a *dedup.KeyError", tc.name, tc.err, tc.err)
+			continue
+		}
+		if ke.Field != tc.field || ke.Reason != tc.reason {
+			t.Errorf("%s: Field %q, Reason %q; want %q, %q", tc.name, ke.Field, ke.Reason, tc.field, tc.reason)
+		}
+		if !errors.Is(tc.err, tc.sentinel) || !errors.Is(tc.err, dedup.ErrNoKey) {
+			t.Errorf("%s: %v does not match %v and dedup.ErrNoKey", tc.name, tc.err, tc.sentinel)
+		}
+		if other := map[error]error{httpdedup.ErrKeyMissing: httpdedup.ErrKeyInvalid, httpdedup.ErrKeyInvalid: httpdedup.ErrKeyMissing}[tc.sentinel]; errors.Is(tc.err, other) {
+			t.Errorf("%s: %v matches %v too", tc.name, tc.err, other)
+		}
+	}
+	// BodyKey keeps the key function's own error.
+	if err := bodyKey(`{"amount":1}`); !errors.Is(err, dedup.ErrNoKey) || !strings.Contains(err.Error(), "json:id") {
+		t.Errorf("BodyKey error %v lost the key function's error", err)
+	}
+}
+
+// The client sees the same details as before the key errors became
+// *dedup.KeyError: the reason, preceded by the field unless the reason
+// names it.
+func TestKeyErrorDetails(t *testing.T) {
+	header := newMiddleware(t, httpdedup.Config{Store: memstore.New(nil)}).Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("the handler ran") }))
+	body := newMiddleware(t, httpdedup.Config{Store: memstore.New(nil), Key: httpdedup.BodyKey(keyfuncs.JSON("id"))}).Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("the handler ran") }))
+	for _, tc := range []struct {
+		name    string
+		h       http.Handler
+		q       req
+		problem string
+		detail  string
+	}{
+		{"no header", header, req{body: "x"}, httpdedup.ProblemKeyMissing, "This operation requires an idempotency key: no Idempotency-Key header."},
+		{"sent twice", header, req{header: http.Header{"Idempotency-Key": {"a", "b"}}}, httpdedup.ProblemKeyInvalid, "The idempotency key is malformed: Idempotency-Key header sent 2 times."},
+		{"empty value", header, req{header: http.Header{"Idempotency-Key": {""}}}, httpdedup.ProblemKeyInvalid, "The idempotency key is malformed: Idempotency-Key header: empty value."},
+		{"too long", header, req{key: strings.Repeat("k", 256)}, httpdedup.ProblemKeyInvalid, "The idempotency key is malformed: key is 256 bytes, longer than 255."},
+		{"body field", body, req{body: `{"amount":1}`}, httpdedup.ProblemKeyMissing, "This operation requires an idempotency key: json:id: missing."},
+	} {
+		p := wantProblem(t, serve(t, tc.h, tc.q), http.StatusBadRequest, tc.problem)
+		if p.Detail != tc.detail {
+			t.Errorf("%s: detail %q, want %q", tc.name, p.Detail, tc.detail)
 		}
 	}
 }

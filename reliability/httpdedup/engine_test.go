@@ -12,7 +12,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/httpdedup"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 )
 
 // lostReplyStore completes the record on the real store, then reports the
@@ -88,7 +88,7 @@ func TestUnwrittenResponseIsNotStored(t *testing.T) {
 // bounded now: the method and the pattern, or "*".
 func TestDecisionHandlerLabelIsBounded(t *testing.T) {
 	rec := &recorder{}
-	m := newMiddleware(t, httpdedup.Config{Store: memory.New(nil), Observer: rec})
+	m := newMiddleware(t, httpdedup.Config{Store: memstore.New(nil), Observer: rec})
 	mux := http.NewServeMux()
 	mux.Handle("POST /payments/{id}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }))
 	h := m.Require(mux)

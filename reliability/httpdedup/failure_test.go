@@ -17,9 +17,9 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/httpdedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
@@ -47,7 +47,7 @@ func TestRedisDownGets503AndRunsNothing(t *testing.T) {
 	t.Cleanup(func() { _ = server.Close() })
 	client := goredis.NewClient(&goredis.Options{Addr: server.Addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = client.Close() })
-	store, err := dedupredis.New(context.Background(), client, dedupredis.Config{})
+	store, err := dedupredis.New(context.Background(), dedupredis.Config{Client: client})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestRedisDownGets503AndRunsNothing(t *testing.T) {
 
 func TestCompleteFailureStillSendsTheResponse(t *testing.T) {
 	clock := newFakeClock()
-	store := &faultyStore{Store: memory.New(clock), completeErr: errStoreDown}
+	store := &faultyStore{Store: memstore.New(clock), completeErr: errStoreDown}
 	store.completeFailures.Store(100)
 	rec := &recorder{}
 	a := newAPI(t, store, httpdedup.Config{Clock: clock, DisableHeartbeat: true, Observer: rec, CompleteRetries: 2, CompleteBackoff: time.Second})
@@ -117,7 +117,7 @@ func TestCompleteFailureStillSendsTheResponse(t *testing.T) {
 
 func TestCompleteRetrySucceeds(t *testing.T) {
 	clock := newFakeClock()
-	store := &faultyStore{Store: memory.New(clock), completeErr: errStoreDown}
+	store := &faultyStore{Store: memstore.New(clock), completeErr: errStoreDown}
 	store.completeFailures.Store(1)
 	a := newAPI(t, store, httpdedup.Config{Clock: clock, DisableHeartbeat: true})
 	done := make(chan int, 1)
@@ -139,7 +139,7 @@ func TestCompleteRetrySucceeds(t *testing.T) {
 
 func TestReleaseFailureLeavesKeyInProgressUntilLease(t *testing.T) {
 	clock := newFakeClock()
-	store := &faultyStore{Store: memory.New(clock), releaseErr: errStoreDown}
+	store := &faultyStore{Store: memstore.New(clock), releaseErr: errStoreDown}
 	m := newMiddleware(t, httpdedup.Config{Store: store, Clock: clock, DisableHeartbeat: true, Lease: time.Minute})
 	h := m.Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusBadGateway) }))
 	if r := serve(t, h, req{key: "k"}); r.status != http.StatusBadGateway {
@@ -154,7 +154,7 @@ func TestReleaseFailureLeavesKeyInProgressUntilLease(t *testing.T) {
 
 func TestHeartbeatKeepsASlowHandlersClaim(t *testing.T) {
 	clock := newFakeClock()
-	store := memory.New(clock)
+	store := memstore.New(clock)
 	blocking := newBlockingHandler(&payments{})
 	m := newMiddleware(t, httpdedup.Config{Store: store, Clock: clock, Lease: 30 * time.Second})
 	srv := httptest.NewServer(m.Require(blocking))
@@ -188,7 +188,7 @@ func TestWithoutHeartbeatASlowHandlerIsTakenOver(t *testing.T) {
 	// The counterpart of TestHeartbeatKeepsASlowHandlersClaim: it shows that
 	// the lease does end, so the heartbeat is what keeps the claim.
 	clock := newFakeClock()
-	store := memory.New(clock)
+	store := memstore.New(clock)
 	blocking := newBlockingHandler(&payments{})
 	m := newMiddleware(t, httpdedup.Config{Store: store, Clock: clock, Lease: 30 * time.Second, DisableHeartbeat: true})
 	h := m.Require(blocking)
@@ -215,7 +215,7 @@ func TestHeartbeatExtendsTheRedisRecord(t *testing.T) {
 	clock := newFakeClock()
 	client := goredis.NewClient(&goredis.Options{Addr: redisServer.Addr})
 	t.Cleanup(func() { _ = client.Close() })
-	store, err := dedupredis.New(context.Background(), client, dedupredis.Config{KeyPrefix: testPrefix(t)})
+	store, err := dedupredis.New(context.Background(), dedupredis.Config{Client: client, KeyPrefix: testPrefix(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +250,7 @@ func TestHeartbeatExtendsTheRedisRecord(t *testing.T) {
 
 func TestLostClaimCancelsTheHandler(t *testing.T) {
 	clock := newFakeClock()
-	store := &faultyStore{Store: memory.New(clock), extendErr: dedup.ErrClaimLost}
+	store := &faultyStore{Store: memstore.New(clock), extendErr: dedup.ErrClaimLost}
 	rec := &recorder{}
 	cause := make(chan error, 1)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -399,7 +399,7 @@ func TestCustomKeyErrorsAreNotShownToClients(t *testing.T) {
 		"missing": {fmt.Errorf("lookup in table tenant_keys: %w", httpdedup.ErrKeyMissing), httpdedup.ProblemKeyMissing},
 		"other":   {errors.New("lookup in table tenant_keys failed"), httpdedup.ProblemKeyInvalid},
 	} {
-		m := newMiddleware(t, httpdedup.Config{Store: memory.New(nil), Key: func(*http.Request, httpdedup.BodyFunc) (string, error) {
+		m := newMiddleware(t, httpdedup.Config{Store: memstore.New(nil), Key: func(*http.Request, httpdedup.BodyFunc) (string, error) {
 			return "", c.err
 		}})
 		h := m.Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("the handler ran") }))
@@ -411,13 +411,13 @@ func TestCustomKeyErrorsAreNotShownToClients(t *testing.T) {
 }
 
 func TestBodyKeyOverTheLimitGets413(t *testing.T) {
-	m := newMiddleware(t, httpdedup.Config{Store: memory.New(nil), Key: httpdedup.BodyKey(keyfuncs.JSON("id")), MaxBodyBytes: 8})
+	m := newMiddleware(t, httpdedup.Config{Store: memstore.New(nil), Key: httpdedup.BodyKey(keyfuncs.JSON("id")), MaxBodyBytes: 8})
 	h := m.Optional(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("the handler ran") }))
 	wantProblem(t, serve(t, h, req{body: `{"id":"evt_000001"}`}), http.StatusRequestEntityTooLarge, httpdedup.ProblemBodyTooLarge)
 }
 
 func TestFingerprintErrorGets400(t *testing.T) {
-	m := newMiddleware(t, httpdedup.Config{Store: memory.New(nil), Fingerprint: func(*http.Request, []byte) (string, error) {
+	m := newMiddleware(t, httpdedup.Config{Store: memstore.New(nil), Fingerprint: func(*http.Request, []byte) (string, error) {
 		return "", errors.New("amount is not a number")
 	}})
 	h := m.Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("the handler ran") }))
@@ -427,7 +427,7 @@ func TestFingerprintErrorGets400(t *testing.T) {
 func TestDecisionsAreObserved(t *testing.T) {
 	rec := &recorder{}
 	clock := newFakeClock()
-	a := newAPI(t, memory.New(clock), httpdedup.Config{Observer: rec, Clock: clock})
+	a := newAPI(t, memstore.New(clock), httpdedup.Config{Observer: rec, Clock: clock})
 	mustSend(t, a.srv, req{key: "k", body: "x"})
 	mustSend(t, a.srv, req{key: "k", body: "x"})
 	mustSend(t, a.srv, req{key: "k", body: "y"})

@@ -20,9 +20,9 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/httpdedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
@@ -53,7 +53,7 @@ var backends = []backend{
 		t.Cleanup(func() { _ = client.Close() })
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		s, err := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: testPrefix(t)})
+		s, err := dedupredis.New(ctx, dedupredis.Config{Client: client, KeyPrefix: testPrefix(t)})
 		if err != nil {
 			t.Fatalf("dedupredis.New: %v", err)
 		}
@@ -61,7 +61,7 @@ var backends = []backend{
 		return s, client
 	}},
 	{"memory", func(_ *testing.T, clock dedup.Clock) (dedup.Store, *goredis.Client) {
-		return memory.New(clock), nil
+		return memstore.New(clock), nil
 	}},
 }
 

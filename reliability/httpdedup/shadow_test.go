@@ -10,7 +10,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/httpdedup"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 )
 
 // TestShadowRunsEveryRequest: with Config.Shadow a retry of a completed key,
@@ -55,7 +55,7 @@ func TestShadowRunsEveryRequest(t *testing.T) {
 // TestRequestIDIsKept: the record keeps the first request's X-Request-Id
 // (Config.RequestID), and a replay does not change it.
 func TestRequestIDIsKept(t *testing.T) {
-	store := memory.New(nil)
+	store := memstore.New(nil)
 	a := newAPI(t, store, httpdedup.Config{})
 	for _, id := range []string{"req-1", "req-2"} {
 		mustSend(t, a.srv, req{key: `"k-1"`, body: `{}`, header: http.Header{"X-Request-Id": {id}}})

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/lambdadedup"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
@@ -69,7 +70,7 @@ func (s *requestStore) ReleaseBatch(ctx context.Context, claims []dedup.Claim) [
 // An SQS batch of ten new records is claimed in one request and completed
 // in one; a duplicate costs nothing more.
 func TestSQSBatchIsOneClaimAndOneCompletion(t *testing.T) {
-	store := &requestStore{Store: memory.New(nil)}
+	store := &requestStore{Store: memstore.New(nil)}
 	c := newCharger()
 	h := newHandler(t, lambdadedup.Config{Concurrency: 4, Dedup: dedup.Config{Store: store}}, c.handle)
 	var recs []events.SQSMessage
@@ -97,7 +98,7 @@ func TestFIFOGroupReleasedTogether(t *testing.T) {
 		r.Attributes = map[string]string{"MessageGroupId": group}
 		return r
 	}
-	store := &requestStore{Store: memory.New(nil)}
+	store := &requestStore{Store: memstore.New(nil)}
 	c := newCharger()
 	c.fail = func(id string, _ int) error {
 		if id == "A1" {
@@ -126,7 +127,7 @@ func TestFIFOGroupReleasedTogether(t *testing.T) {
 func TestStreamReleasedTogether(t *testing.T) {
 	for _, s := range streams {
 		t.Run(s.name, func(t *testing.T) {
-			store := &requestStore{Store: memory.New(nil)}
+			store := &requestStore{Store: memstore.New(nil)}
 			c := newCharger()
 			c.fail = func(id string, _ int) error {
 				if id == "B" {

@@ -25,7 +25,7 @@ func TestSameRecordsAcrossRuntimes(t *testing.T) {
 		"redis": func(t *testing.T) dedup.Store {
 			c := goredis.NewClient(&goredis.Options{Addr: redisAddr})
 			t.Cleanup(func() { _ = c.Close() })
-			s, err := dedupredis.New(context.Background(), c, dedupredis.Config{})
+			s, err := dedupredis.New(context.Background(), dedupredis.Config{Client: c})
 			if err != nil {
 				t.Fatal(err)
 			}

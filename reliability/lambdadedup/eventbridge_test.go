@@ -42,7 +42,7 @@ func TestEventBridge(t *testing.T) {
 	for _, st := range realStores {
 		t.Run(st.name, func(t *testing.T) {
 			cfg := func() lambdadedup.Config {
-				return lambdadedup.Config{Scope: "charge-orders-" + watermill.NewShortUUID(), Dedup: dedup.Config{Store: st.new(t)}}
+				return lambdadedup.Config{Dedup: dedup.Config{Scope: "charge-orders-" + watermill.NewShortUUID(), Store: st.new(t)}}
 			}
 			t.Run("handler fails once, retry succeeds, one effect", func(t *testing.T) {
 				c := newCharger()
@@ -86,7 +86,7 @@ func TestEventBridge(t *testing.T) {
 			})
 			t.Run("in progress fails", func(t *testing.T) {
 				conf := cfg()
-				if _, err := conf.Dedup.Store.Claim(ctx, admin.ScopedKey(conf.Scope, "A"), "", time.Minute); err != nil {
+				if _, err := conf.Dedup.Store.Claim(ctx, admin.ScopedKey(conf.Dedup.Scope, "A"), "", time.Minute); err != nil {
 					t.Fatal(err)
 				}
 				c := newCharger()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,9 +20,9 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/lambdadedup"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 const queueARN = "arn:aws:sqs:us-east-1:000000000000:orders"
@@ -108,13 +109,13 @@ func (c *charger) total() int {
 func newHandler(t *testing.T, cfg lambdadedup.Config, h message.NoPublishHandlerFunc) *lambdadedup.Handler {
 	t.Helper()
 	if cfg.Dedup.Store == nil {
-		cfg.Dedup.Store = memory.New(cfg.Dedup.Clock)
+		cfg.Dedup.Store = memstore.New(cfg.Dedup.Clock)
 	}
 	if cfg.Dedup.Key == nil {
 		cfg.Dedup.Key = keyfuncs.JSON("order_id")
 	}
-	if cfg.Scope == "" {
-		cfg.Scope = "charge-orders"
+	if cfg.Dedup.Scope == "" {
+		cfg.Dedup.Scope = "charge-orders"
 	}
 	lh, err := lambdadedup.New(cfg, h)
 	if err != nil {
@@ -133,24 +134,27 @@ func (failingStore) Claim(context.Context, string, string, time.Duration) (dedup
 }
 
 func TestNewRefusesBadConfig(t *testing.T) {
-	store := memory.New(nil)
+	store := memstore.New(nil)
 	h := func(*message.Message) error { return nil }
 	for name, cfg := range map[string]lambdadedup.Config{
 		"no scope":        {Dedup: dedup.Config{Store: store, Key: keyfuncs.JSON("id")}},
-		"no store":        {Scope: "s", Dedup: dedup.Config{Key: keyfuncs.JSON("id")}},
-		"no key":          {Scope: "s", Dedup: dedup.Config{Store: store}},
-		"negative margin": {Scope: "s", DeadlineMargin: -time.Second, Dedup: dedup.Config{Store: store, Key: keyfuncs.JSON("id")}},
+		"no store":        {Dedup: dedup.Config{Scope: "s", Key: keyfuncs.JSON("id")}},
+		"no key":          {Dedup: dedup.Config{Scope: "s", Store: store}},
+		"negative margin": {DeadlineMargin: -time.Second, Dedup: dedup.Config{Scope: "s", Store: store, Key: keyfuncs.JSON("id")}},
 	} {
 		if _, err := lambdadedup.New(cfg, h); err == nil {
 			t.Errorf("%s: New accepted the configuration", name)
 		}
 	}
-	if _, err := lambdadedup.New(lambdadedup.Config{Scope: "s", Dedup: dedup.Config{Store: store, Key: keyfuncs.JSON("id")}}, nil); err == nil {
+	if _, err := lambdadedup.New(lambdadedup.Config{Dedup: dedup.Config{Scope: "s", Store: store, Key: keyfuncs.JSON("id")}}, nil); err == nil {
 		t.Error("New accepted a nil handler")
 	}
 	_, err := lambdadedup.New(lambdadedup.Config{Dedup: dedup.Config{Store: store, Key: keyfuncs.JSON("id")}}, h)
 	if !errors.Is(err, dedup.ErrNoScope) {
 		t.Errorf("no scope: %v, want ErrNoScope", err)
+	}
+	if err == nil || !strings.Contains(err.Error(), "Config.Dedup.Scope") {
+		t.Errorf("no scope: %v does not name Config.Dedup.Scope", err)
 	}
 }
 
@@ -190,7 +194,7 @@ func TestOutcomes(t *testing.T) {
 		}
 	})
 	t.Run("in progress fails", func(t *testing.T) {
-		store := memory.New(nil)
+		store := memstore.New(nil)
 		if _, err := store.Claim(ctx, admin.ScopedKey("charge-orders", "A"), "", time.Minute); err != nil {
 			t.Fatal(err)
 		}
@@ -232,7 +236,7 @@ func TestOutcomes(t *testing.T) {
 	}
 	t.Run("key reuse fails by default, dropped with DropPermanent", func(t *testing.T) {
 		c := newCharger()
-		store := memory.New(nil)
+		store := memstore.New(nil)
 		for _, drop := range []bool{false, true} {
 			h := newHandler(t, lambdadedup.Config{DropPermanent: drop, Dedup: dedup.Config{Store: store, Fingerprint: keyfuncs.PayloadFingerprint}}, c.handle)
 			if f := invoke(t, ctx, h, record("m1", order("A"))); len(f) != 0 {
@@ -349,7 +353,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // changes nothing).
 func TestLeaseEndsAtDeadline(t *testing.T) {
 	clock := fakeclock.New(time.Now())
-	store := memory.New(clock)
+	store := memstore.New(clock)
 	obs := &extendCounter{}
 	started, hang := make(chan struct{}), make(chan struct{})
 	defer close(hang)

@@ -10,8 +10,8 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/lambdadedup"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 // TestRecordKeepsWhoAndWhen: seed 003's ten copies of ORDER-003, each with
@@ -20,7 +20,7 @@ import (
 // transport id and message id), two claims, and when it was claimed and
 // completed.
 func TestRecordKeepsWhoAndWhen(t *testing.T) {
-	store := memory.New(nil)
+	store := memstore.New(nil)
 	c := newCharger()
 	c.fail = func(_ string, call int) error {
 		if call == 1 {
@@ -63,7 +63,7 @@ func TestRecordKeepsWhoAndWhen(t *testing.T) {
 // same whichever runtime claimed it. The SQS MessageId is still refused
 // as a key.
 func TestRecordOfAWatermillMessageKeepsItsUUID(t *testing.T) {
-	store := memory.New(nil)
+	store := memstore.New(nil)
 	var cfg lambdadedup.Config
 	cfg.Dedup.Store = store
 	h := newHandler(t, cfg, func(*message.Message) error { return nil })
@@ -95,7 +95,7 @@ func TestRecordOfAWatermillMessageKeepsItsUUID(t *testing.T) {
 // Kinesis: the sequence number is the transport id, the event id the
 // message id.
 func TestStreamRecordKeepsWhoAndWhen(t *testing.T) {
-	store := memory.New(nil)
+	store := memstore.New(nil)
 	var cfg lambdadedup.Config
 	cfg.Dedup.Store = store
 	h := newHandler(t, cfg, func(*message.Message) error { return nil })

@@ -18,9 +18,9 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/lambdadedup"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 // eventLog records the events of the decisions it is told of.
@@ -111,7 +111,7 @@ func TestShadowRunsEveryRecord(t *testing.T) {
 func TestInProgressWaitEndsByTheDeadlineMargin(t *testing.T) {
 	start := time.Now()
 	clock := fakeclock.New(start)
-	store := memory.New(clock)
+	store := memstore.New(clock)
 	const margin = 10 * time.Second
 	var runs atomic.Int32
 	h := newHandler(t, lambdadedup.Config{DeadlineMargin: margin,

@@ -46,7 +46,7 @@ var realStores = []struct {
 func newRedisStore(t *testing.T) dedup.Store {
 	c := goredis.NewClient(&goredis.Options{Addr: redisAddr})
 	t.Cleanup(func() { _ = c.Close() })
-	s, err := dedupredis.New(context.Background(), c, dedupredis.Config{})
+	s, err := dedupredis.New(context.Background(), dedupredis.Config{Client: c})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func eachStream(t *testing.T, f func(t *testing.T, s stream, cfg lambdadedup.Con
 	for _, s := range streams {
 		for _, st := range realStores {
 			t.Run(s.name+" on "+st.name, func(t *testing.T) {
-				f(t, s, lambdadedup.Config{Scope: "charge-orders-" + watermill.NewShortUUID(), Dedup: dedup.Config{Store: st.new(t)}})
+				f(t, s, lambdadedup.Config{Dedup: dedup.Config{Scope: "charge-orders-" + watermill.NewShortUUID(), Store: st.new(t)}})
 			})
 		}
 	}
@@ -220,7 +220,7 @@ func TestStreamTransportKey(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				obs := &keyEvents{}
 				cfg := cfg
-				cfg.Scope += "-" + watermill.NewShortUUID()
+				cfg.Dedup.Scope += "-" + watermill.NewShortUUID()
 				cfg.Dedup.Observer = obs
 				c := newCharger()
 				batch := recs("301", "A", "302", key, "303", "B")
@@ -263,7 +263,7 @@ func (o *keyEvents) transportKey() bool                          { return o.seen
 func TestStreamInProgress(t *testing.T) {
 	eachStream(t, func(t *testing.T, s stream, cfg lambdadedup.Config) {
 		ctx := context.Background()
-		res, err := cfg.Dedup.Store.Claim(ctx, admin.ScopedKey(cfg.Scope, "B"), "", time.Minute)
+		res, err := cfg.Dedup.Store.Claim(ctx, admin.ScopedKey(cfg.Dedup.Scope, "B"), "", time.Minute)
 		if err != nil || res.Outcome != dedup.Acquired {
 			t.Fatalf("claim B: %v %v", res.Outcome, err)
 		}

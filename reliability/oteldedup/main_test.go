@@ -36,7 +36,7 @@ func newRedisStore(t *testing.T) dedup.Store {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	prefix := "oteldedup-test-" + strings.ReplaceAll(t.Name(), "/", "-") + "-" + storekit.NewToken()[:8] + ":"
-	s, err := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: prefix})
+	s, err := dedupredis.New(ctx, dedupredis.Config{Client: client, KeyPrefix: prefix})
 	if err != nil {
 		t.Fatalf("dedupredis.New: %v", err)
 	}

@@ -9,8 +9,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/oteldedup"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 // TestSpanOfATransportKey: a key equal to the message's transport id is
@@ -19,7 +19,7 @@ import (
 func TestSpanOfATransportKey(t *testing.T) {
 	tp, rec := newProvider(t)
 	tracer := oteldedup.New(oteldedup.Config{TracerProvider: tp})
-	d, err := dedup.New(dedup.Config{Store: memory.New(nil), Scope: "s", Tracer: tracer,
+	d, err := dedup.New(dedup.Config{Store: memstore.New(nil), Scope: "s", Tracer: tracer,
 		Key: func(msg *message.Message) (string, error) { return msg.UUID, nil }})
 	if err != nil {
 		t.Fatal(err)

@@ -42,7 +42,7 @@ type shop struct {
 func openShop(t testing.TB, schema string, create bool) *shop {
 	t.Helper()
 	ctx := testCtx(t)
-	store, err := postgres.New(pool, postgres.Config{Schema: schema})
+	store, err := postgres.New(ctx, postgres.Config{DB: pool, Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}

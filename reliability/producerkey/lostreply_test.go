@@ -80,7 +80,7 @@ func newStore(t *testing.T) dedup.Store {
 	t.Helper()
 	client := goredis.NewClient(&goredis.Options{Addr: redisAddr})
 	t.Cleanup(func() { _ = client.Close() })
-	store, err := dedupredis.New(context.Background(), client, dedupredis.Config{KeyPrefix: "producerkey-test-" + watermill.NewShortUUID() + ":"})
+	store, err := dedupredis.New(context.Background(), dedupredis.Config{Client: client, KeyPrefix: "producerkey-test-" + watermill.NewShortUUID() + ":"})
 	if err != nil {
 		t.Fatal(err)
 	}

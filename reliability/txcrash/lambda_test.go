@@ -31,7 +31,7 @@ func TestLambdaRunInTxMoto(t *testing.T) {
 		t.Fatal(err)
 	}
 	dc := c.(*dynamoConsumer)
-	h, err := lambdadedup.New(lambdadedup.Config{Scope: scope, Dedup: dedup.Config{Store: dc.store, Key: keyfuncs.JSON("order_id"), Lease: lease}},
+	h, err := lambdadedup.New(lambdadedup.Config{Dedup: dedup.Config{Scope: scope, Store: dc.store, Key: keyfuncs.JSON("order_id"), Lease: lease}},
 		func(msg *message.Message) error {
 			order, err := keyfuncs.JSON("order_id")(msg)
 			if err != nil {

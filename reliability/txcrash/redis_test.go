@@ -98,7 +98,7 @@ func newRedisConsumer(t *testing.T, autoPipeline bool) func(addr string, helper 
 		client := redisClient(addr)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		store, err := redis.New(ctx, client, redis.Config{KeyPrefix: prefix(t), AutoPipeline: autoPipeline})
+		store, err := redis.New(ctx, redis.Config{Client: client, KeyPrefix: prefix(t), AutoPipeline: autoPipeline})
 		if err != nil {
 			return nil, err
 		}
@@ -147,7 +147,7 @@ func redisBackend(t *testing.T, name, addr string) backend {
 	t.Cleanup(func() { _ = client.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	store, err := redis.New(ctx, client, redis.Config{KeyPrefix: prefix(t)})
+	store, err := redis.New(ctx, redis.Config{Client: client, KeyPrefix: prefix(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

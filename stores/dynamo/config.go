@@ -110,7 +110,9 @@ func (a AttributeNames) list() []string {
 // Config configures a Store. It is passed by value; New never writes to the
 // caller's copy.
 type Config struct {
-	// Client talks to DynamoDB. Required. A *dynamodb.Client satisfies it.
+	// Client talks to DynamoDB. Required: New refuses a nil client (or a
+	// nil *dynamodb.Client) with ErrNoClient. A *dynamodb.Client satisfies
+	// it.
 	Client Client
 
 	// Table is the table name. Required. The table needs a string partition
@@ -175,8 +177,8 @@ func (c *Config) setDefaults() {
 func (c Config) Validate() error {
 	c.setDefaults()
 	var errs []error
-	if c.Client == nil {
-		errs = append(errs, errors.New("dynamo: Config.Client is required"))
+	if storekit.IsNil(c.Client) {
+		errs = append(errs, fmt.Errorf("%w (a *dynamodb.Client)", ErrNoClient))
 	}
 	if c.Table == "" {
 		errs = append(errs, errors.New("dynamo: Config.Table is required"))

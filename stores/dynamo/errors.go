@@ -8,6 +8,10 @@ import (
 )
 
 var (
+	// ErrNoClient: New was given a Config without a Client (nil, or a nil
+	// *dynamodb.Client). Validate reports it too.
+	ErrNoClient = errors.New("dynamo: Config.Client is required")
+
 	// ErrInvalidKey: the key cannot be stored in a DynamoDB partition key
 	// (it is empty or not valid UTF-8). Permanent; nothing was written.
 	ErrInvalidKey = errors.New("dynamo: invalid key")

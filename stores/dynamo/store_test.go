@@ -455,6 +455,25 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
+// A Config without a client is refused at New with ErrNoClient, before any
+// request, whether the client is nil or a nil *dynamodb.Client.
+func TestNewNilClient(t *testing.T) {
+	var nilClient *dynamodb.Client
+	for name, config := range map[string]dynamo.Config{
+		"nil":                  {Table: "t"},
+		"nil *dynamodb.Client": {Client: nilClient, Table: "t"},
+		"with other errors":    {},
+	} {
+		store, err := dynamo.New(context.Background(), config)
+		if !errors.Is(err, dynamo.ErrNoClient) || store != nil {
+			t.Errorf("%s: New = %v, %v; want ErrNoClient", name, store, err)
+		}
+		if err := config.Validate(); !errors.Is(err, dynamo.ErrNoClient) {
+			t.Errorf("%s: Validate = %v; want ErrNoClient", name, err)
+		}
+	}
+}
+
 // An item claimed by the previous version (no who-and-when attributes) and
 // completed by this one: Inspect shows neither a claimed-at nor a
 // completed-at, as admin.Record promises (CompletedAt is zero where

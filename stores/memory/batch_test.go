@@ -7,7 +7,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/storetest"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 )
 
 func batchFeatures() storetest.Features {
@@ -21,7 +21,7 @@ func TestBatchConformance(t *testing.T) { storetest.RunBatch(t, newStore, batchF
 // The batch cases again on the wall clock, with one store shared by every
 // case.
 func TestBatchConformanceRealTime(t *testing.T) {
-	store := memory.New(nil)
+	store := memstore.New(nil)
 	f := batchFeatures()
 	f.ControllableClock = false
 	storetest.RunBatch(t, func(t *testing.T) (dedup.Store, func(time.Duration)) { return store, nil }, f)

@@ -7,7 +7,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/dedup/storetest"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 )
 
 var epoch = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -16,7 +16,7 @@ var epoch = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 // sleeping, and the deadlines are exact.
 func newStore(t *testing.T) (dedup.Store, func(time.Duration)) {
 	clock := fakeclock.New(epoch)
-	return memory.New(clock), clock.Advance
+	return memstore.New(clock), clock.Advance
 }
 
 var features = storetest.Features{
@@ -35,7 +35,7 @@ func TestRouter(t *testing.T)      { storetest.RunRouter(t, newStore, features) 
 // The store contract and the admin contract again on the wall clock, with
 // one store shared by every case: the path a server-side store takes.
 func TestConformanceRealTime(t *testing.T) {
-	store := memory.New(nil)
+	store := memstore.New(nil)
 	shared := func(t *testing.T) (dedup.Store, func(time.Duration)) { return store, nil }
 	realTime := storetest.Features{ShortDuration: 20 * time.Millisecond, AlreadyCompleted: true, Admin: true, ListFillsPages: true,
 		Provenance: true, CountsTakeovers: true}

@@ -16,7 +16,10 @@ import (
 func ExampleNew() {
 	ctx := context.Background()
 	clock := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	store := memory.New(clock)
+	store, err := memory.New(context.Background(), memory.Config{Clock: clock})
+	if err != nil {
+		panic(err)
+	}
 	show := func(res dedup.ClaimResult, err error) dedup.ClaimResult {
 		if err != nil {
 			panic(err)

@@ -8,6 +8,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/dedup/storetest"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
@@ -37,7 +38,7 @@ func (s stalling) Inspect(ctx context.Context, key string) (admin.Record, error)
 }
 
 func TestConformanceSurvivesStalls(t *testing.T) {
-	newStore := func(t *testing.T) (dedup.Store, func(time.Duration)) { return stalling{memory.New(nil)}, nil }
+	newStore := func(t *testing.T) (dedup.Store, func(time.Duration)) { return stalling{memstore.New(nil)}, nil }
 	f := storetest.Features{ShortDuration: 20 * time.Millisecond, AlreadyCompleted: true, Admin: true, ListFillsPages: true,
 		Provenance: true, CountsTakeovers: true, Contenders: 8, DistinctKeys: 8}
 	t.Run("store", func(t *testing.T) { storetest.Run(t, newStore, f) })

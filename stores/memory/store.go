@@ -48,13 +48,23 @@ func (r *memRecord) isLive(now time.Time) bool { return !r.released && now.Befor
 // sweepEvery is how many claims pass between two sweeps of expired records.
 const sweepEvery = 1024
 
-// New returns an empty store using clock (nil means the wall
-// clock).
-func New(clock dedup.Clock) *Store {
+// Config configures a Store. It is passed by value; New never writes to the
+// caller's copy. The zero Config is a working store on the wall clock.
+type Config struct {
+	// Clock supplies "now" for lease deadlines and expiry. Defaults to the
+	// wall clock; tests pass a fakeclock.
+	Clock dedup.Clock
+}
+
+// New returns an empty store. It has the shape of every store's New, but
+// there is no Config it refuses: it never returns an error, and ctx is not
+// used (the store needs no server to check).
+func New(ctx context.Context, config Config) (*Store, error) {
+	clock := config.Clock
 	if clock == nil {
 		clock = storekit.WallClock{}
 	}
-	return &Store{clock: clock, records: map[string]*memRecord{}}
+	return &Store{clock: clock, records: map[string]*memRecord{}}, nil
 }
 
 // live returns the live record under key, or nil. An expired completed

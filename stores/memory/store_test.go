@@ -8,13 +8,14 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 func TestMemoryStoreSweepsExpiredRecords(t *testing.T) {
 	ctx := context.Background()
 	clock := fakeclock.New(epoch)
-	store := memory.New(clock)
+	store := memstore.New(clock)
 	for i := range 5000 {
 		res, err := store.Claim(ctx, fmt.Sprint("old-", i), "", time.Second)
 		if err != nil || res.Outcome != dedup.Acquired {
@@ -37,5 +38,30 @@ func TestMemoryStoreSweepsExpiredRecords(t *testing.T) {
 	}
 	if n := memory.Size(store); n != 3*1024 {
 		t.Fatalf("records held = %d, want only the %d live ones", n, 3*1024)
+	}
+}
+
+// New has every store's shape; no Config is refused, the zero one included,
+// and Config.Clock decides expiry.
+func TestNewTakesConfig(t *testing.T) {
+	ctx := context.Background()
+	store, err := memory.New(ctx, memory.Config{})
+	if err != nil || store == nil {
+		t.Fatalf("New(zero Config) = %v, %v; want a store", store, err)
+	}
+	if res, err := store.Claim(ctx, "k", "", time.Minute); err != nil || res.Outcome != dedup.Acquired {
+		t.Fatalf("claim on the wall clock: %v %v", res.Outcome, err)
+	}
+	clock := fakeclock.New(epoch)
+	store, err = memory.New(ctx, memory.Config{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Claim(ctx, "k", "", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second)
+	if res, err := store.Claim(ctx, "k", "", time.Second); err != nil || res.Outcome != dedup.Acquired {
+		t.Fatalf("claim after the lease on Config.Clock: %v %v, want acquired", res.Outcome, err)
 	}
 }

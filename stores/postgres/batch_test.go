@@ -61,7 +61,7 @@ func TestBatchConformance(t *testing.T) {
 	f.OneRequestBatch = true
 	storetest.RunBatch(t, func(t *testing.T) (dedup.Store, func(time.Duration)) {
 		db := &countingDB{}
-		s, err := postgres.New(db, postgres.Config{Schema: schema})
+		s, err := postgres.New(context.Background(), postgres.Config{DB: db, Schema: schema})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 )
 
 // DB is what the store needs from PostgreSQL: the method set of
@@ -22,6 +23,10 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	BeginTx(ctx context.Context, txOptions pgx.TxOptions) (pgx.Tx, error)
 }
+
+// ErrNoDB: New was given a Config without a DB (nil, or a nil
+// *pgxpool.Pool). Validate reports it too.
+var ErrNoDB = errors.New("postgres: Config.DB is required")
 
 // Defaults applied by New to zero fields of Config.
 const (
@@ -37,6 +42,11 @@ const maxIdentifierLength = 63
 // Config configures a Store. It is passed by value; New never writes to the
 // caller's copy.
 type Config struct {
+	// DB is the database that holds the records, normally a
+	// *pgxpool.Pool (see DB). Required: New refuses a nil DB (or a nil
+	// *pgxpool.Pool) with ErrNoDB. The store never closes it.
+	DB DB
+
 	// Table is the table holding the records, created by Migrate. Defaults
 	// to "dedup_keys". At most 63 bytes; quoted, so any characters work.
 	Table string
@@ -99,6 +109,9 @@ func (c *Config) setDefaults() {
 func (c Config) Validate() error {
 	c.setDefaults()
 	var errs []error
+	if storekit.IsNil(c.DB) {
+		errs = append(errs, fmt.Errorf("%w (a *pgxpool.Pool)", ErrNoDB))
+	}
 	for _, id := range []struct{ field, name string }{{"Table", c.Table}, {"Schema", c.Schema}} {
 		if len(id.name) > maxIdentifierLength {
 			errs = append(errs, fmt.Errorf("postgres: Config.%s is %d bytes, PostgreSQL identifiers are at most %d", id.field, len(id.name), maxIdentifierLength))

@@ -22,7 +22,7 @@ func ExampleStore_RunInTx() {
 	refunds := pgx.Identifier{schema, "refunds"}.Sanitize()
 	_, _ = pool.Exec(ctx, "CREATE TABLE "+refunds+" (refund_id text NOT NULL)")
 
-	store, err := postgres.New(pool, postgres.Config{Schema: schema})
+	store, err := postgres.New(ctx, postgres.Config{DB: pool, Schema: schema})
 	if err != nil {
 		panic(err)
 	}

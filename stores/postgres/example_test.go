@@ -24,7 +24,7 @@ func ExampleStore_TxMiddleware() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	store, err := postgres.New(pool, postgres.Config{})
+	store, err := postgres.New(ctx, postgres.Config{DB: pool})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func ExampleStore_DeleteExpired() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	store, err := postgres.New(pool, postgres.Config{})
+	store, err := postgres.New(ctx, postgres.Config{DB: pool})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func ExampleNew() {
 	}
 	defer func() { _, _ = db.Exec(context.WithoutCancel(ctx), "DROP SCHEMA "+schema+" CASCADE") }()
 
-	store, err := postgres.New(db, postgres.Config{Schema: schema})
+	store, err := postgres.New(ctx, postgres.Config{DB: db, Schema: schema})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -117,7 +117,7 @@ func TestHTTPTxCrashBeforeCommit(t *testing.T) {
 	const key = "5f0c8b1e-2a3d-4c6f-9b21-7d0e4a9c1f88"
 	if crashtest.IsChild(t) {
 		schema := os.Getenv(envChildSchema)
-		s, err := postgres.New(pool, postgres.Config{Schema: schema})
+		s, err := postgres.New(testCtx(t), postgres.Config{DB: pool, Schema: schema})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,7 +22,7 @@ func TestMigrateLongTableNameCreatesEveryIndex(t *testing.T) {
 func migrateLongTableName(t *testing.T, table string) {
 	ctx := testCtx(t)
 	schema := newSchema(t)
-	s, err := postgres.New(pool, postgres.Config{Schema: schema, Table: table})
+	s, err := postgres.New(ctx, postgres.Config{DB: pool, Schema: schema, Table: table})
 	if err != nil {
 		t.Fatal(err)
 	}

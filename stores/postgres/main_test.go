@@ -103,7 +103,8 @@ func newStore(t testing.TB, cfg postgres.Config) *postgres.Store {
 	if cfg.Schema == "" {
 		cfg.Schema = newSchema(t)
 	}
-	s, err := postgres.New(pool, cfg)
+	cfg.DB = pool
+	s, err := postgres.New(testCtx(t), cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

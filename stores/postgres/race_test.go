@@ -61,7 +61,7 @@ func TestClaimRaceFallsBackToLockingStatement(t *testing.T) {
 			if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&rivalPID); err != nil {
 				t.Fatal(err)
 			}
-			rival, err := postgres.New(txDB{tx}, postgres.Config{Schema: schemaOf(t, s)})
+			rival, err := postgres.New(ctx, postgres.Config{DB: txDB{tx}, Schema: schemaOf(t, s)})
 			if err != nil {
 				t.Fatal(err)
 			}

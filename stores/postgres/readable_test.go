@@ -229,7 +229,7 @@ func TestMigrateUpgradesRound1Table(t *testing.T) {
 // newStoreIn returns a store on the default table of schema, not migrated.
 func newStoreIn(t testing.TB, schema string) *postgres.Store {
 	t.Helper()
-	s, err := postgres.New(pool, postgres.Config{Schema: schema})
+	s, err := postgres.New(context.Background(), postgres.Config{DB: pool, Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}

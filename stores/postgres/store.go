@@ -52,21 +52,18 @@ const (
 	stateCompleted  = "completed"
 )
 
-// New validates config, applies its defaults and returns a Store using db
-// (normally a *pgxpool.Pool). It does not touch the database: call Migrate
-// once, or create the table with SchemaSQL through your own migrations.
-func New(db DB, config Config) (*Store, error) {
-	var errs []error
-	if db == nil {
-		errs = append(errs, errors.New("postgres: DB is required"))
-	}
+// New validates config (ErrNoDB without Config.DB, and every other problem
+// Validate reports), applies its defaults and returns a Store on
+// Config.DB. It does not touch the database, so ctx is not used and New
+// costs no round trip: call Migrate once, or create the table with
+// SchemaSQL through your own migrations. With Config.Notify it refuses a
+// DB that is not a *pgxpool.Pool (ErrNotifyNeedsPool).
+func New(ctx context.Context, config Config) (*Store, error) {
 	if err := config.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	config.setDefaults()
+	db := config.DB
 	s := &Store{db: db, cfg: config, table: quoteTable(config.Schema, config.Table)}
 	s.sql = buildStatements(s.table, config.Notify)
 	if config.Notify {

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -10,17 +11,38 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
 )
 
+// A Config without a DB is refused at New with ErrNoDB, whether the DB is
+// nil or a nil *pgxpool.Pool, and Validate says so too.
+func TestNewNilDB(t *testing.T) {
+	var nilPool *pgxpool.Pool
+	for name, config := range map[string]postgres.Config{
+		"nil":               {},
+		"nil *pgxpool.Pool": {DB: nilPool},
+		"with other errors": {FinishTimeout: -time.Second},
+	} {
+		store, err := postgres.New(context.Background(), config)
+		if !errors.Is(err, postgres.ErrNoDB) || store != nil {
+			t.Errorf("%s: New = %v, %v; want ErrNoDB", name, store, err)
+		}
+		if err := config.Validate(); !errors.Is(err, postgres.ErrNoDB) {
+			t.Errorf("%s: Validate = %v; want ErrNoDB", name, err)
+		}
+	}
+}
+
 func TestNewRefusesBadConfig(t *testing.T) {
-	if _, err := postgres.New(nil, postgres.Config{}); err == nil {
+	if _, err := postgres.New(context.Background(), postgres.Config{}); err == nil {
 		t.Fatal("New(nil DB) succeeded")
 	}
-	_, err := postgres.New(pool, postgres.Config{FinishTimeout: -time.Second})
+	_, err := postgres.New(context.Background(), postgres.Config{DB: pool, FinishTimeout: -time.Second})
 	if !errors.Is(err, dedup.ErrInvalidDuration) {
 		t.Fatalf("negative FinishTimeout: got %v, want ErrInvalidDuration", err)
 	}
@@ -29,11 +51,12 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		{Schema: strings.Repeat("s", 64)},
 		{Table: "a\x00b"},
 	} {
-		if _, err := postgres.New(pool, cfg); err == nil {
+		cfg.DB = pool
+		if _, err := postgres.New(context.Background(), cfg); err == nil {
 			t.Fatalf("New(%+v) succeeded", cfg)
 		}
 	}
-	if err := (postgres.Config{Table: strings.Repeat("t", 63)}).Validate(); err != nil {
+	if err := (postgres.Config{DB: pool, Table: strings.Repeat("t", 63)}).Validate(); err != nil {
 		t.Fatalf("63-byte table name refused: %v", err)
 	}
 }
@@ -65,7 +88,7 @@ func TestTableNameIsQuoted(t *testing.T) {
 func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	ctx := testCtx(t)
 	schema := newSchema(t)
-	s, err := postgres.New(pool, postgres.Config{Schema: schema})
+	s, err := postgres.New(ctx, postgres.Config{DB: pool, Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +224,7 @@ func TestDeleteExpired(t *testing.T) {
 // that is not ErrClaimLost, with the driver's error reachable.
 func TestStoreErrorsKeepTheirCause(t *testing.T) {
 	ctx := testCtx(t)
-	s, err := postgres.New(pool, postgres.Config{Schema: newSchema(t)}) // not migrated: no table
+	s, err := postgres.New(ctx, postgres.Config{DB: pool, Schema: newSchema(t)}) // not migrated: no table
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +264,7 @@ func TestReadmeShowsTheSchema(t *testing.T) {
 		t.Fatal("README's Schema section has no sql block")
 	}
 	block, _, _ = strings.Cut(block, "```")
-	s, err := postgres.New(pool, postgres.Config{})
+	s, err := postgres.New(context.Background(), postgres.Config{DB: pool})
 	if err != nil {
 		t.Fatal(err)
 	}

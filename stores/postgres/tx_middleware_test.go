@@ -503,7 +503,7 @@ func TestCrashBeforeCommit(t *testing.T) {
 
 // crashingConsumer runs in the child process of TestCrashBeforeCommit.
 func crashingConsumer(t *testing.T, schema string) {
-	s, err := postgres.New(pool, postgres.Config{Schema: schema})
+	s, err := postgres.New(context.Background(), postgres.Config{DB: pool, Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}

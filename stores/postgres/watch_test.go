@@ -251,7 +251,7 @@ func TestNotifyConfiguration(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	if _, err := postgres.New(conn, postgres.Config{Notify: true}); !errors.Is(err, postgres.ErrNotifyNeedsPool) {
+	if _, err := postgres.New(context.Background(), postgres.Config{DB: conn, Notify: true}); !errors.Is(err, postgres.ErrNotifyNeedsPool) {
 		t.Errorf("New(conn, Notify): %v, want ErrNotifyNeedsPool", err)
 	}
 	s := newStore(t, postgres.Config{})

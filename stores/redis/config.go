@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
 )
 
 // DefaultKeyPrefix is the prefix New uses when Config.KeyPrefix is empty.
@@ -15,6 +18,13 @@ const DefaultKeyPrefix = "dedup:"
 // Config configures a Store. It is passed by value; New never writes to the
 // caller's copy.
 type Config struct {
+	// Client is the go-redis client of the database that holds the
+	// records: a *redis.Client, a *redis.ClusterClient, a Sentinel client
+	// (redis.NewFailoverClient) or a *redis.Ring all satisfy it. Required:
+	// New refuses a nil client (or a nil pointer in the interface) with
+	// ErrNoClient. The store never closes it.
+	Client goredis.UniversalClient
+
 	// KeyPrefix is prepended to every scoped key to form the Redis key, so
 	// the records of one application are easy to find (SCAN MATCH
 	// dedup:*), to give their own ACL (~dedup:*) and to tell apart from
@@ -161,6 +171,9 @@ const defaultWaitTimeout = time.Second
 func (c Config) Validate() error {
 	c.setDefaults()
 	var errs []error
+	if storekit.IsNil(c.Client) {
+		errs = append(errs, fmt.Errorf("%w (the go-redis client of the database that holds the records)", ErrNoClient))
+	}
 	if i := strings.IndexByte(c.KeyPrefix, ':'); i != len(c.KeyPrefix)-1 {
 		errs = append(errs, fmt.Errorf("%w: Config.KeyPrefix %q must end with \":\" and contain no other \":\" "+
 			"(e.g. %q), or its records could share Redis keys with those of another prefix", ErrAmbiguousPrefix, c.KeyPrefix, suggestPrefix(c.KeyPrefix)))

@@ -16,7 +16,7 @@
 //	)
 //
 //	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-//	store, err := dedupredis.New(ctx, client, dedupredis.Config{}) // keys "dedup:<scope>:<key>"
+//	store, err := dedupredis.New(ctx, dedupredis.Config{Client: client}) // keys "dedup:<scope>:<key>"
 //	if err != nil {
 //		return err // unreachable, or older than Redis 7.0 (ErrServerTooOld)
 //	}

@@ -37,6 +37,10 @@ var (
 // which cannot carry their claim's token.
 var ErrUnknownFormat = errors.New("dedup/redis: unknown record format")
 
+// ErrNoClient: New was given a Config without a Client (nil, or a nil
+// pointer such as a nil *redis.Client). Validate reports it too.
+var ErrNoClient = errors.New("dedup/redis: Config.Client is required")
+
 // ErrAmbiguousPrefix: New was given a Config.KeyPrefix that does not end
 // with ":" or contains another ":". Such a prefix is a prefix of another's
 // keys ("app:" and "app:billing:", or "dedup" and "dedupx:"), so two stores

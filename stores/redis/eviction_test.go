@@ -37,7 +37,8 @@ func newWith(t *testing.T, client goredis.UniversalClient, config redis.Config) 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return redis.New(ctx, client, config)
+	config.Client = client
+	return redis.New(ctx, config)
 }
 
 // expectEvictionRefused checks that err is the typed refusal naming policy.

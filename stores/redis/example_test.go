@@ -19,7 +19,7 @@ func ExampleNew() {
 	ctx := context.Background()
 	client := redis.NewClient(&redis.Options{Addr: server.Addr}) // the test's redis-server; yours: "127.0.0.1:6379"
 	defer client.Close()
-	store, err := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: "example:"})
+	store, err := dedupredis.New(ctx, dedupredis.Config{Client: client, KeyPrefix: "example:"})
 	if err != nil {
 		panic(err) // unreachable, older than Redis 7.0, or an evicting maxmemory-policy
 	}

@@ -33,7 +33,7 @@ func TestConformanceAutoPipeline(t *testing.T) {
 }
 
 func TestAutoPipelineRefusesWaitReplicas(t *testing.T) {
-	err := redis.Config{AutoPipeline: true, WaitReplicas: 1}.Validate()
+	err := redis.Config{Client: anyClient, AutoPipeline: true, WaitReplicas: 1}.Validate()
 	if err == nil || !strings.Contains(err.Error(), "AutoPipeline") {
 		t.Fatalf("Validate: %v, want a refusal of AutoPipeline with WaitReplicas", err)
 	}

@@ -26,7 +26,7 @@ func TestNestedPrefixesNeverShareARecord(t *testing.T) {
 		t.Fatalf("claim %q under %q: %v %v", a, "app:", res.Outcome, err)
 	}
 
-	inner, err := redis.New(ctx, client, redis.Config{KeyPrefix: "app" + run + ":billing:"})
+	inner, err := redis.New(ctx, redis.Config{Client: client, KeyPrefix: "app" + run + ":billing:"})
 	if errors.Is(err, redis.ErrAmbiguousPrefix) {
 		return // refused: the two can never meet
 	}
@@ -61,14 +61,14 @@ func TestPrefixRule(t *testing.T) {
 		{"::", false},
 		{"a:b:c:", false},
 	} {
-		err := redis.Config{KeyPrefix: tc.prefix}.Validate()
+		err := redis.Config{Client: anyClient, KeyPrefix: tc.prefix}.Validate()
 		if tc.ok && err != nil {
 			t.Errorf("prefix %q refused: %v", tc.prefix, err)
 		}
 		if !tc.ok && !errors.Is(err, redis.ErrAmbiguousPrefix) {
 			t.Errorf("prefix %q: got %v, want ErrAmbiguousPrefix", tc.prefix, err)
 		}
-		_, err = redis.New(context.Background(), newClient(t), redis.Config{KeyPrefix: tc.prefix})
+		_, err = redis.New(context.Background(), redis.Config{Client: newClient(t), KeyPrefix: tc.prefix})
 		if tc.ok && err != nil {
 			t.Errorf("New with prefix %q: %v", tc.prefix, err)
 		}
@@ -88,7 +88,7 @@ func FuzzPrefixScopeKeyInjective(f *testing.F) {
 	f.Add("dedup:", "a:b", "c", "dedup:", "a", "b:c")
 	f.Add("p:", "", ":", "p::", "", "")
 	f.Fuzz(func(t *testing.T, p1, s1, k1, p2, s2, k2 string) {
-		if (redis.Config{KeyPrefix: p1}).Validate() != nil || (redis.Config{KeyPrefix: p2}).Validate() != nil {
+		if (redis.Config{Client: anyClient, KeyPrefix: p1}).Validate() != nil || (redis.Config{Client: anyClient, KeyPrefix: p2}).Validate() != nil {
 			return
 		}
 		if p1 == "" {

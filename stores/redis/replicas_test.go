@@ -29,6 +29,7 @@ func TestWaitConfigValidate(t *testing.T) {
 		{"timeout under a millisecond", redis.Config{WaitReplicas: 1, WaitTimeout: time.Microsecond}, false},
 		{"timeout without replicas", redis.Config{WaitTimeout: time.Second}, false},
 	} {
+		tc.cfg.Client = anyClient
 		if err := tc.cfg.Validate(); (err == nil) != tc.ok {
 			t.Errorf("%s: Validate() = %v, want ok=%v", tc.name, err, tc.ok)
 		}
@@ -41,15 +42,15 @@ func TestWaitRefusedClients(t *testing.T) {
 	defer cancel()
 	ring := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"a": server.Addr}})
 	t.Cleanup(func() { _ = ring.Close() })
-	if _, err := redis.New(ctx, ring, redis.Config{WaitReplicas: 1}); err == nil {
+	if _, err := redis.New(ctx, redis.Config{Client: ring, WaitReplicas: 1}); err == nil {
 		t.Error("New accepted WaitReplicas with a Ring")
 	}
 	short := goredis.NewClient(&goredis.Options{Addr: server.Addr, ReadTimeout: 500 * time.Millisecond})
 	t.Cleanup(func() { _ = short.Close() })
-	if _, err := redis.New(ctx, short, redis.Config{WaitReplicas: 1, WaitTimeout: time.Second}); err == nil {
+	if _, err := redis.New(ctx, redis.Config{Client: short, WaitReplicas: 1, WaitTimeout: time.Second}); err == nil {
 		t.Error("New accepted a WaitTimeout longer than the client's ReadTimeout")
 	}
-	if _, err := redis.New(ctx, short, redis.Config{WaitReplicas: 1, WaitTimeout: 100 * time.Millisecond}); err != nil {
+	if _, err := redis.New(ctx, redis.Config{Client: short, WaitReplicas: 1, WaitTimeout: 100 * time.Millisecond}); err != nil {
 		t.Errorf("New with a WaitTimeout shorter than ReadTimeout: %v", err)
 	}
 }

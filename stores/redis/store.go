@@ -86,17 +86,15 @@ var _ dedup.Store = (*Store)(nil)
 // construction, not at the first message. A server that tells its policy
 // neither way is accepted with a warning through Config.Logger.
 // Cost: two round trips per server (three where INFO memory lacks the
-// policy), one with AllowEviction. A Config that Validate refuses
-// (ErrAmbiguousPrefix) is refused before any round trip. The client is not
-// closed by the store.
-func New(ctx context.Context, client goredis.UniversalClient, config Config) (*Store, error) {
-	if client == nil {
-		return nil, errors.New("dedup/redis: New: client is nil")
-	}
+// policy), one with AllowEviction, within ctx. A Config that Validate
+// refuses (ErrNoClient, ErrAmbiguousPrefix, ...) is refused before any
+// round trip. The client (Config.Client) is not closed by the store.
+func New(ctx context.Context, config Config) (*Store, error) {
 	if err := config.Validate(); err != nil {
 		return nil, err
 	}
 	config.setDefaults()
+	client := config.Client
 	if config.WaitReplicas > 0 {
 		if err := checkWaitClient(client, config.WaitTimeout); err != nil {
 			return nil, err

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
@@ -178,8 +180,21 @@ func TestForeignValue(t *testing.T) {
 	}
 }
 
+// A Config without a client is refused at New with ErrNoClient, before any
+// round trip, whether the client is nil or a nil *redis.Client.
 func TestNewNilClient(t *testing.T) {
-	if _, err := redis.New(context.Background(), nil, redis.Config{}); err == nil {
-		t.Fatal("New(nil client) succeeded")
+	var nilClient *goredis.Client
+	for name, config := range map[string]redis.Config{
+		"nil":              {},
+		"nil *Client":      {Client: nilClient},
+		"with other error": {KeyPrefix: "a:b:"},
+	} {
+		store, err := redis.New(context.Background(), config)
+		if !errors.Is(err, redis.ErrNoClient) || store != nil {
+			t.Errorf("%s: New = %v, %v; want ErrNoClient", name, store, err)
+		}
+		if err := config.Validate(); !errors.Is(err, redis.ErrNoClient) {
+			t.Errorf("%s: Validate = %v; want ErrNoClient", name, err)
+		}
 	}
 }

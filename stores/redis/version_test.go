@@ -28,7 +28,7 @@ func TestNewRefusesOldServer(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	store, err := redis.New(ctx, client, redis.Config{})
+	store, err := redis.New(ctx, redis.Config{Client: client})
 	if !errors.Is(err, redis.ErrServerTooOld) {
 		t.Fatalf("New against Redis 6.2: %v, %v; want ErrServerTooOld", store, err)
 	}
@@ -50,7 +50,7 @@ func TestNewUnreachable(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := redis.New(ctx, client, redis.Config{}); err == nil || errors.Is(err, redis.ErrServerTooOld) {
+	if _, err := redis.New(ctx, redis.Config{Client: client}); err == nil || errors.Is(err, redis.ErrServerTooOld) {
 		t.Fatalf("New against a closed port: %v, want a connection error", err)
 	}
 }
@@ -59,7 +59,7 @@ func TestNewUnreachable(t *testing.T) {
 // TestConformanceCluster.
 func TestNewAcceptsRedis7(t *testing.T) {
 	client := newClient(t)
-	if _, err := redis.New(context.Background(), client, redis.Config{}); err != nil {
+	if _, err := redis.New(context.Background(), redis.Config{Client: client}); err != nil {
 		t.Fatal(err)
 	}
 }

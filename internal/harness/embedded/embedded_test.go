@@ -31,7 +31,7 @@ func TestMiniredisConformance(t *testing.T) {
 	t.Cleanup(r.Close)
 	client := goredis.NewClient(&goredis.Options{Addr: r.Addr})
 	t.Cleanup(func() { _ = client.Close() })
-	store, err := dedupredis.New(context.Background(), client, dedupredis.Config{})
+	store, err := dedupredis.New(context.Background(), dedupredis.Config{Client: client})
 	if err != nil {
 		t.Fatal(err)
 	}

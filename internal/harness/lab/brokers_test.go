@@ -117,7 +117,7 @@ func newStore(t *testing.T, kind storeKind) func(context.Context) (dedup.Store, 
 		client := goredis.NewClient(&goredis.Options{Addr: redisAddr})
 		t.Cleanup(func() { _ = client.Close() })
 		return func(ctx context.Context) (dedup.Store, error) {
-			return dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: "lab-test:"})
+			return dedupredis.New(ctx, dedupredis.Config{Client: client, KeyPrefix: "lab-test:"})
 		}
 	case dynamoStore:
 		a := loadAWS(t, "dynamodb")

@@ -31,7 +31,7 @@ var decisions = &decisionLog{}
 
 func setSharedConfig() error {
 	client := goredis.NewClient(&goredis.Options{Addr: redisAddr})
-	store, err := dedupredis.New(context.Background(), client, dedupredis.Config{KeyPrefix: "lab-e2e:"})
+	store, err := dedupredis.New(context.Background(), dedupredis.Config{Client: client, KeyPrefix: "lab-e2e:"})
 	if err != nil {
 		return err
 	}

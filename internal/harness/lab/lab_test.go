@@ -12,7 +12,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/internal/harness/lab"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 )
 
 func goChannel(_ context.Context, run string) (*lab.Transport, error) {
@@ -24,7 +24,7 @@ func TestLabOnGoChannelAndMemory(t *testing.T) {
 	cfg := lab.Config{
 		Copies: 10, Orders: 300, MaxDuplicates: 4, Concurrency: 16, EffectTime: time.Millisecond,
 		NewTransport: goChannel,
-		NewStore:     func(context.Context) (dedup.Store, error) { return memory.New(nil), nil },
+		NewStore:     func(context.Context) (dedup.Store, error) { return memstore.New(nil), nil },
 	}
 	results, err := lab.Run(context.Background(), cfg, true, true)
 	if err != nil {
@@ -110,7 +110,7 @@ func TestLabLostAcksOnGoChannel(t *testing.T) {
 	cfg := lab.Config{
 		Copies: 10, Orders: 50, Concurrency: 4, EffectTime: time.Millisecond, LoseAcks: 7,
 		NewTransport: lab.GoChannel(),
-		NewStore:     func(context.Context) (dedup.Store, error) { return memory.New(nil), nil },
+		NewStore:     func(context.Context) (dedup.Store, error) { return memstore.New(nil), nil },
 	}
 	results, err := lab.Run(context.Background(), cfg, true, true)
 	if err != nil {
@@ -131,7 +131,7 @@ func TestLabShadowOnGoChannelAndMemory(t *testing.T) {
 	cfg := lab.Config{
 		Copies: 10, Orders: 200, MaxDuplicates: 4, Concurrency: 16, EffectTime: time.Millisecond, Shadow: true,
 		NewTransport: goChannel,
-		NewStore:     func(context.Context) (dedup.Store, error) { return memory.New(nil), nil },
+		NewStore:     func(context.Context) (dedup.Store, error) { return memstore.New(nil), nil },
 	}
 	results, err := lab.Run(context.Background(), cfg, false, true)
 	if err != nil {

@@ -119,8 +119,7 @@ func (r *run) lambdaHandler(ctx context.Context) (any, error) {
 		return nil, fmt.Errorf("lab: store %s: %w", r.cfg.StoreName, err)
 	}
 	h, err := lambdadedup.New(lambdadedup.Config{
-		Scope: r.newScope(),
-		Dedup: dedup.Config{Store: store, Key: keyfuncs.JSON("order_id"), Retention: Retention, Observer: r.obs, Logger: r.cfg.Logger, Shadow: r.cfg.Shadow},
+		Dedup: dedup.Config{Store: store, Key: keyfuncs.JSON("order_id"), Scope: r.newScope(), Retention: Retention, Observer: r.obs, Logger: r.cfg.Logger, Shadow: r.cfg.Shadow},
 	}, r.charge)
 	if err != nil {
 		return nil, err

@@ -8,7 +8,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/internal/harness/lab"
-	"github.com/watermill-dedup/watermill-dedup/stores/memory"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 )
 
 // The lab in Lambda shape: every copy charged without the adapter, every
@@ -16,7 +16,7 @@ import (
 func TestLabLambdaRuntime(t *testing.T) {
 	cfg := lab.Config{
 		Copies: 10, Orders: 200, MaxDuplicates: 4, Concurrency: 5, EffectTime: time.Millisecond,
-		NewStore: func(context.Context) (dedup.Store, error) { return memory.New(nil), nil },
+		NewStore: func(context.Context) (dedup.Store, error) { return memstore.New(nil), nil },
 	}
 	results, err := lab.RunLambda(context.Background(), cfg, true, true)
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/internal/redisbatch"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
@@ -134,7 +135,7 @@ func openMemory() *backend {
 		m  = map[string]entry{}
 	)
 	store := &swapStore{}
-	store.p.Store(memory.New(nil))
+	store.p.Store(memstore.New(nil))
 	return &backend{
 		name:     StoreMemory,
 		describe: "stores/memory in process, emptied before each measurement (as the raw map); raw: insert-if-absent into a map under a sync.Mutex",
@@ -149,7 +150,7 @@ func openMemory() *backend {
 			return nil
 		},
 		reset: func() {
-			store.p.Store(memory.New(nil))
+			store.p.Store(memstore.New(nil))
 			mu.Lock()
 			m = map[string]entry{}
 			mu.Unlock()
@@ -196,7 +197,7 @@ func openRedis(ctx context.Context, id string, autoPipeline bool) (*backend, err
 	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr, PoolSize: redisPoolSize})
 	b.closers = append(b.closers, func() { _ = client.Close() })
 	b.redis = client
-	store, err := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: "dedup-bench-" + id + ":", AutoPipeline: autoPipeline})
+	store, err := dedupredis.New(ctx, dedupredis.Config{Client: client, KeyPrefix: "dedup-bench-" + id + ":", AutoPipeline: autoPipeline})
 	if err != nil {
 		b.close()
 		return nil, err
@@ -441,7 +442,7 @@ func openPostgres(ctx context.Context, id string) (*backend, error) {
 		defer cancel()
 		_, _ = pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 	})
-	store, err := postgres.New(pool, postgres.Config{Schema: schema})
+	store, err := postgres.New(ctx, postgres.Config{DB: pool, Schema: schema})
 	if err == nil {
 		err = store.Migrate(ctx)
 	}

@@ -210,7 +210,11 @@ func (b *batchBackend) count() int64 {
 func openBatchBackend(ctx context.Context, name, id string) (*batchBackend, error) {
 	switch name {
 	case StoreMemory:
-		return &batchBackend{name: name, describe: "stores/memory (one lock per batch operation)", store: memory.New(nil)}, nil
+		s, err := memory.New(ctx, memory.Config{})
+		if err != nil {
+			return nil, err
+		}
+		return &batchBackend{name: name, describe: "stores/memory (one lock per batch operation)", store: s}, nil
 	case StoreRedis:
 		return openBatchRedis(ctx, id)
 	case StorePostgres:
@@ -240,7 +244,7 @@ func openBatchRedis(ctx context.Context, id string) (*batchBackend, error) {
 	b := &batchBackend{name: StoreRedis, requests: new(atomic.Int64), closers: []func(){func() { _ = srv.Close() }}}
 	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr, PoolSize: redisPoolSize})
 	b.closers = append(b.closers, func() { _ = client.Close() })
-	store, err := dedupredis.New(ctx, client, dedupredis.Config{KeyPrefix: "dedup-batch-bench-" + id + ":"})
+	store, err := dedupredis.New(ctx, dedupredis.Config{Client: client, KeyPrefix: "dedup-batch-bench-" + id + ":"})
 	if err != nil {
 		b.close()
 		return nil, err
@@ -311,7 +315,7 @@ func openBatchPostgres(ctx context.Context, id string) (*batchBackend, error) {
 		defer cancel()
 		_, _ = pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 	})
-	store, err := postgres.New(countingDB{pool, b.requests}, postgres.Config{Schema: schema})
+	store, err := postgres.New(ctx, postgres.Config{DB: countingDB{pool, b.requests}, Schema: schema})
 	if err == nil {
 		err = store.Migrate(ctx)
 	}

@@ -46,7 +46,7 @@ func redisMemory(ctx context.Context, counts []int) ([]memPoint, string, error) 
 		describe string
 	)
 	err := withRedis(ctx, func(client *goredis.Client, version string) error {
-		store, err := dedupredis.New(ctx, client, dedupredis.Config{})
+		store, err := dedupredis.New(ctx, dedupredis.Config{Client: client})
 		if err != nil {
 			return err
 		}

@@ -29,7 +29,7 @@ func Example() {
 	charges := pgx.Identifier{schema, "charges"}.Sanitize()
 	_, _ = pool.Exec(ctx, "CREATE TABLE "+charges+" (order_id text NOT NULL)")
 
-	store, err := postgres.New(pool, postgres.Config{Schema: schema})
+	store, err := postgres.New(ctx, postgres.Config{DB: pool, Schema: schema})
 	if err != nil {
 		panic(err)
 	}
