@@ -219,7 +219,16 @@ func invokeBatch(ctx context.Context, fn lambda.Handler, batch []events.SQSMessa
 	defer cancel()
 	out, err := fn.Invoke(invCtx, payload)
 	if err != nil {
-		return nil, fmt.Errorf("lab: invocation failed: %w", err)
+		// A function error fails the whole batch, as an SQS event source
+		// mapping treats it: every record comes back after its visibility
+		// timeout (lambdadedup returns ErrBatchFailed when every record
+		// failed). A function that always fails leaves records unacked
+		// and the run ends at its timeout with an error.
+		failed := make(map[string]bool, len(batch))
+		for _, rec := range batch {
+			failed[rec.MessageId] = true
+		}
+		return failed, nil
 	}
 	var resp events.SQSEventResponse
 	if err := json.Unmarshal(out, &resp); err != nil {
