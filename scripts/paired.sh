@@ -7,8 +7,9 @@
 #
 #   scripts/paired.sh [-n PAIRS] [-m time|callgrind] A B [-- dedup-bench flags]
 #
-# A and B are git revisions (exported with git archive) or "." for the
-# working tree as it is (uncommitted changes included). Examples:
+# A and B are git revisions (exported with git archive), "." for the
+# working tree as it is (uncommitted changes included), or a directory
+# holding a copy of the repository. Examples:
 #
 #   scripts/paired.sh HEAD .                  # the committed code against the edit in progress
 #   scripts/paired.sh -m callgrind HEAD~1 HEAD
@@ -71,6 +72,8 @@ build() {
 	local src=$1 name=$2 dir
 	if [ "$src" = "." ]; then
 		dir=$root
+	elif [ -d "$src" ]; then
+		dir=$src
 	else
 		dir=$work/src-$name
 		mkdir -p "$dir"
