@@ -58,7 +58,8 @@ type workCtx struct {
 	f      *flight // its hc is the claim; its call the Origin
 
 	mu     sync.Mutex
-	inner  atomic.Pointer[context.Context] // the WithCancelCause, once made
+	inner  atomic.Pointer[context.Context] // &made, once made
+	made   context.Context                 // the WithCancelCause (set before inner)
 	cancel context.CancelCauseFunc
 	ended  bool // cancelled before inner was made: make it cancelled
 }
@@ -82,7 +83,8 @@ func (w *workCtx) make() context.Context {
 	if w.ended {
 		cancel(nil)
 	}
-	w.inner.Store(&c)
+	w.made = c
+	w.inner.Store(&w.made) // no copy of c on the heap
 	return c
 }
 
