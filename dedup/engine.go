@@ -281,8 +281,8 @@ func (f *flight) refused(ctx context.Context, res ClaimResult, elapsed, waited t
 		dec.Event = EventSkipDuplicate
 	case InProgress:
 		dec.Event, dec.Err = EventInProgress, fmt.Errorf("%w: %q", ErrInProgress, key)
-		if f.waitErr != nil {
-			dec.Err = fmt.Errorf("%w: %q; the wait for it ended on a store error: %w", ErrInProgress, key, f.waitErr)
+		if f.wait != nil && f.wait.err != nil {
+			dec.Err = fmt.Errorf("%w: %q; the wait for it ended on a store error: %w", ErrInProgress, key, f.wait.err)
 		}
 	default: // Conflict
 		dec.Event, dec.Err = EventKeyReuse, fmt.Errorf("%w: %q", ErrKeyReuse, key)
@@ -364,7 +364,12 @@ func (f *flight) claim(ctx context.Context, lease time.Duration) (res ClaimResul
 	}
 	op.start(f.work, f.work, e.cfg.StoreTimeout)
 	start := time.Now()
-	f.claimSent = start
+	if e.cfg.InProgressWait > 0 {
+		if f.wait == nil {
+			f.wait = new(flightWait)
+		}
+		f.wait.claimSent = start
+	}
 	res, err = e.cfg.Store.Claim(op, f.hc.Key, f.call.Fingerprint, lease)
 	elapsed := time.Since(start)
 	timedOut := op.end()
