@@ -155,4 +155,25 @@ for k in keys:
     sa = f"{fmt(ma)} [{fmt(min(A))}-{fmt(max(A))}]"
     sb = f"{fmt(mb)} [{fmt(min(B))}-{fmt(max(B))}]"
     print(f"{k[0]:10} {k[1]:9} {k[2]:>3} {k[3]:16} {sa:>28} {sb:>28} {mb/ma if ma else 0:6.3f}")
+# router+dedup / router+raw pair within each run (same build, store, c,
+# repetition), then the median over the runs of each build.
+runs = defaultdict(dict)
+n = defaultdict(int)
+for line in open(path):
+    f = line.rstrip("\n").split("\t")
+    if len(f) > 6 and f[1] == "rate":
+        build, _, store, c, variant, rep = f[:6]
+        runs[(build, store, c)].setdefault(variant, []).append(float(f[6]))
+ratios = defaultdict(list)
+for (build, store, c), v in runs.items():
+    for num, den in zip(v.get("router+dedup", []), v.get("router+raw pair", [])):
+        ratios[(store, c, build)].append(num / den)
+if ratios:
+    print("router+dedup / router+raw pair, within each run; median [min-max] over the runs")
+    for store, c in sorted({k[:2] for k in ratios}, key=lambda k: (k[0], int(k[1]))):
+        cells = []
+        for build in "AB":
+            r = ratios.get((store, c, build), [])
+            cells.append(f"{build} {statistics.median(r):.2f} [{min(r):.2f}-{max(r):.2f}]" if r else f"{build} -")
+        print(f"  {store:9} c={c:>3}  " + "   ".join(cells))
 EOF
