@@ -53,6 +53,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		redisRecs   = fs.String("redis-records", "10000,100000,1000000", "record counts for Redis used_memory growth, comma-separated (the 1M step takes about a minute); \"none\" to skip")
 		cpuprofile  = fs.String("cpuprofile", "", "write a CPU profile of the router happy path (of -profile-store) to this file and measure nothing else")
 		memprofile  = fs.String("memprofile", "", "write an allocation profile (every allocation) of the router happy path to this file and measure nothing else")
+		blockprof   = fs.String("blockprofile", "", "write a block profile (every event) of the router happy path to this file and measure nothing else")
 		profStore   = fs.String("profile-store", "redis", "the store of -cpuprofile and -memprofile")
 		profileDur  = fs.Duration("profile-duration", 0, "how long -cpuprofile runs (default 10s)")
 		profileConc = fs.Int("profile-c", 0, "concurrency of -cpuprofile (default 16)")
@@ -86,7 +87,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	opts := routerbench.Options{
 		Stores: split(*stores), Concurrency: cs, Repetitions: *reps, Duration: *duration, Warmup: *warmup,
 		AllocMessages: *allocMsgs, AllocConcurrency: *allocC,
-		CPUProfile: *cpuprofile, MemProfile: *memprofile, ProfileStore: *profStore, ProfileDuration: *profileDur, ProfileConcurrency: *profileConc,
+		CPUProfile: *cpuprofile, MemProfile: *memprofile, BlockProfile: *blockprof, ProfileStore: *profStore, ProfileDuration: *profileDur, ProfileConcurrency: *profileConc,
 		MaxClaimsInFlight: *maxClaims, Variants: split(*variants), Messages: *messages, Lines: *lines,
 		Out: stdout, Progress: stderr,
 	}

@@ -62,6 +62,11 @@ type Options struct {
 	// allocation profile (every allocation sampled) of the same path to this
 	// file.
 	MemProfile string
+	// BlockProfile, like CPUProfile, switches Run to profiling: it writes
+	// a profile of where goroutines blocked (every event,
+	// runtime.SetBlockProfileRate(1)) on the same path to this file: the
+	// admission bound (Config.MaxClaimsInFlight), the store's batching.
+	BlockProfile string
 	// ProfileStore is the store of the profiles. Defaults to redis.
 	ProfileStore string
 	// ProfileDuration defaults to 10s; ProfileConcurrency to 16.
@@ -160,7 +165,7 @@ func (o Options) Validate() error {
 	if !slices.Contains(AllStores, o.ProfileStore) {
 		errs = append(errs, fmt.Errorf("routerbench: unknown profile store %q", o.ProfileStore))
 	}
-	if (o.CPUProfile != "" || o.MemProfile != "") && (o.ProfileDuration < 0 || o.ProfileConcurrency < 1) {
+	if (o.CPUProfile != "" || o.MemProfile != "" || o.BlockProfile != "") && (o.ProfileDuration < 0 || o.ProfileConcurrency < 1) {
 		errs = append(errs, errors.New("routerbench: the profile needs a positive duration and concurrency"))
 	}
 	return errors.Join(errs...)
@@ -322,7 +327,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	opts.setDefaults()
-	if opts.CPUProfile != "" || opts.MemProfile != "" {
+	if opts.CPUProfile != "" || opts.MemProfile != "" || opts.BlockProfile != "" {
 		return profile(ctx, opts)
 	}
 	if opts.Messages > 0 {
@@ -471,6 +476,9 @@ func profile(ctx context.Context, opts Options) error {
 	if opts.MemProfile != "" {
 		runtime.MemProfileRate = 1
 	}
+	if opts.BlockProfile != "" {
+		runtime.SetBlockProfileRate(1)
+	}
 	rate, _, err := s.measure(ctx, v, opts.ProfileConcurrency, opts.ProfileDuration, 0)
 	if cpu != nil {
 		pprof.StopCPUProfile()
@@ -488,10 +496,20 @@ func profile(ctx context.Context, opts Options) error {
 			}
 		}
 	}
+	if opts.BlockProfile != "" && err == nil {
+		runtime.SetBlockProfileRate(0)
+		var f *os.File
+		if f, err = os.Create(opts.BlockProfile); err == nil {
+			err = pprof.Lookup("block").WriteTo(f, 0)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+	}
 	if err != nil {
 		return err
 	}
-	for _, p := range []string{opts.CPUProfile, opts.MemProfile} {
+	for _, p := range []string{opts.CPUProfile, opts.MemProfile, opts.BlockProfile} {
 		if p != "" {
 			fmt.Fprintf(opts.Out, "profile of the %s %s path at c=%d for %v: %.0f msg/s, written to %s (load %s, nproc %d)\n"+
 				"inspect it with: go tool pprof -top %s\n",
