@@ -3,6 +3,7 @@ package dedup
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
@@ -48,41 +49,94 @@ type flightWait struct {
 	claimSent time.Time
 }
 
-// workCtx is the work's context: context.WithCancelCause(parent), ended
-// with a cause (ErrClaimLost at the lease deadline), answering Value for
-// the claim (claimctx) and the call's Origin from the flight, without a
-// context.WithValue per message.
+// workCtx is the work's context: cancellable with a cause (ErrClaimLost at
+// the lease deadline), carrying the claim (claimctx) and the call's
+// Origin, and ended with the caller's context. It is
+// context.WithCancelCause(parent) with the claim as a value, made only
+// when something needs it: when someone asks for
+// Done (the work, the store, a child context) or the work is cancelled.
+// Until then Err, Deadline and Value (which context.Cause goes through)
+// are the parent's, which is what the child would answer. A
+// context.WithCancelCause registers itself with its parent: for a
+// Watermill message (GoChannel gives each message a context of its own)
+// that is a map and a channel per message, spared when nothing waits on
+// the work's context.
 //
-// (It was made lazily, on the first Done, to spare the registration with
-// a cancellable parent; paired builds showed no gain of 5 % on any store,
-// scripts/paired.sh -m callgrind, 3 pairs, 2026-12-03: 1.6 % of the
-// instructions per message on Redis at c=16, 2.7 % with AutoPipeline at
-// c=64, where the store asks for Done on every command anyway, 0.3 % on
-// the memory store.)
+// It pays in bytes, not in instructions: with a plain WithCancelCause
+// (made in init) the router path allocates 5 times and 450-460 bytes more
+// per message on Redis with AutoPipeline and on the memory store (c=16,
+// `go run ./cmd/dedup-bench -stores memory,redis,redis-ap -c 16
+// -alloc-messages 2000`, 2026-12-03), nothing more on Redis without it
+// (go-redis asks for Done on every command); in instructions per message
+// (scripts/paired.sh -m callgrind, 3 pairs) 1.6-2.7 % on Redis, 0.3 % on
+// the memory store with GOGC=off.
 type workCtx struct {
-	context.Context // the WithCancelCause
-	parent          context.Context
-	f               *flight // its hc is the claim; its call the Origin
-	cancel          context.CancelCauseFunc
+	parent context.Context
+	f      *flight // its hc is the claim; its call the Origin
+
+	mu     sync.Mutex
+	inner  atomic.Pointer[context.Context] // &made, once made
+	made   context.Context                 // the WithCancelCause (set before inner)
+	cancel context.CancelCauseFunc
+	ended  bool // cancelled before inner was made: make it cancelled
 }
 
 func (w *workCtx) init(parent context.Context, f *flight) {
-	w.Context, w.cancel = context.WithCancelCause(parent)
 	w.parent, w.f = parent, f
 }
 
-// Err is also the parent's at once: a parent that is not one of the
-// standard library's contexts reaches the WithCancelCause through a
-// goroutine.
-func (w *workCtx) Err() error {
-	if err := w.Context.Err(); err != nil {
-		return err
+// make returns inner, making it if needed.
+func (w *workCtx) make() context.Context {
+	if c := w.inner.Load(); c != nil {
+		return *c
 	}
-	return w.parent.Err()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if c := w.inner.Load(); c != nil {
+		return *c
+	}
+	c, cancel := context.WithCancelCause(w.parent)
+	w.cancel = cancel
+	if w.ended {
+		cancel(nil)
+	}
+	w.made = c
+	w.inner.Store(&w.made) // no copy of c on the heap
+	return c
 }
 
 // end cancels the work with cause (nil: context.Canceled).
-func (w *workCtx) end(cause error) { w.cancel(cause) }
+func (w *workCtx) end(cause error) {
+	if cause != nil {
+		w.make()
+	}
+	w.mu.Lock()
+	cancel := w.cancel
+	if cancel == nil {
+		w.ended = true
+	}
+	w.mu.Unlock()
+	if cancel != nil {
+		cancel(cause)
+	}
+}
+
+func (w *workCtx) Deadline() (time.Time, bool) { return w.parent.Deadline() }
+
+func (w *workCtx) Done() <-chan struct{} { return w.make().Done() }
+
+func (w *workCtx) Err() error {
+	if c := w.inner.Load(); c != nil {
+		return (*c).Err()
+	}
+	w.mu.Lock()
+	ended := w.ended
+	w.mu.Unlock()
+	if ended {
+		return context.Canceled
+	}
+	return w.parent.Err()
+}
 
 func (w *workCtx) Value(key any) any {
 	if claimctx.IsKey(key) {
@@ -93,7 +147,10 @@ func (w *workCtx) Value(key any) any {
 		// without an allocation.
 		return &w.f.call
 	}
-	return w.Context.Value(key)
+	if c := w.inner.Load(); c != nil {
+		return (*c).Value(key)
+	}
+	return w.parent.Value(key)
 }
 
 // runShadow is Engine.runShadow for the flight (Config.Shadow).
