@@ -27,19 +27,22 @@ type Engine struct {
 	// so that Complete, Release and Extend never queue behind a backlog of
 	// new claims for the store's connections.
 	claims chan struct{}
+	// wallClock: cfg.Clock is the wall clock, whose timers can be pooled.
+	wallClock bool
 	// quiet: no Observer and the NopLogger: decisions go nowhere.
 	quiet bool
 }
 
 // newEngine returns the engine of a validated config with its defaults set.
 func newEngine(config Config) *Engine {
+	_, wall := config.Clock.(realClock)
 	quiet := config.Observer == nil
 	switch config.Logger.(type) {
 	case watermill.NopLogger, *watermill.NopLogger:
 	default:
 		quiet = false
 	}
-	return &Engine{cfg: config, claims: make(chan struct{}, config.MaxClaimsInFlight), quiet: quiet}
+	return &Engine{cfg: config, claims: make(chan struct{}, config.MaxClaimsInFlight), wallClock: wall, quiet: quiet}
 }
 
 // NewEngine validates config, applies its defaults and returns an Engine.

@@ -377,8 +377,8 @@ func (c *opCtx) AfterFunc(f func()) (stop func() bool) {
 }
 
 // timerSlot is a reusable wall-clock timer: its function calls whatever
-// owner it serves at the moment, so that the timers of store operations
-// (see opCtx) cost no allocation once the pool is warm. A slot goes
+// owner it serves at the moment, so that the timers of the lease keeper and
+// of store operations cost no allocation once the pool is warm. A slot goes
 // back to the pool only when stop prevented its function from running, so
 // a late firing never reaches the next owner.
 type timerSlot struct {
@@ -414,6 +414,9 @@ func (s *timerSlot) fire() {
 		o.timerFired()
 	}
 }
+
+// reset re-arms a slot whose function is running (from within it).
+func (s *timerSlot) reset(d time.Duration) { s.t.Reset(d) }
 
 // stop stops the timer and reports whether that prevented the call; the
 // slot is then back in the pool and must not be used again.

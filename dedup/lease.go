@@ -23,11 +23,13 @@ import (
 // a goroutine: work shorter than the interval costs one timer, and a
 // goroutine exists only while an extension runs. An extension's request is
 // bounded by the deadline too.
-// The timer is Config.Clock's AfterFunc (time.AfterFunc on the wall
-// clock): a pool of reusable timers paid less than 5 % in paired builds
-// (scripts/paired.sh -m callgrind, 3 pairs, 2026-12-03: 2.3 % of the
-// instructions per message on Redis at c=16, 0.3 % with AutoPipeline at
-// c=64, 0.2 % on the memory store).
+// On the wall clock the timer is a pooled timerSlot: it pays in bytes,
+// not in instructions. With Clock.AfterFunc instead the router path
+// allocates about 140 bytes (2-3 allocations) more per message on every
+// store (`go run ./cmd/dedup-bench -stores memory,redis,redis-ap -c 16
+// -alloc-messages 2000`, 2026-12-03); in instructions per message
+// (scripts/paired.sh -m callgrind, 3 pairs) it saves 2.3 % on Redis at
+// c=16, 0.3 % with AutoPipeline at c=64, 0.2 % on the memory store.
 //
 // Its timers run on goroutines of their own, where no Watermill Recoverer
 // catches a panic: a panicking Store.Extend is an extension that failed (see
@@ -44,7 +46,8 @@ type leaseKeeper struct {
 	expired    bool           // the deadline passed without an extension, or an extension found the claim lost: the work was cancelled
 	lostSaid   bool           // the keeper decided claim_lost
 	finishing  bool           // Complete is running: a claim_lost from Extend may be its own doing
-	stopTimer  func() bool    // the pending timer
+	slot       *timerSlot     // the pending timer (wall clock: a pooled timer)
+	stopTimer  func() bool    // the pending timer (any other Clock)
 	stopExpiry func() bool    // the deadline's own timer while an extension is in flight
 	stopEnd    func() bool    // the lease's end, after the deadline passed (see expire)
 	cancelExt  func()         // cancels the extension in flight, if any
@@ -90,7 +93,15 @@ func (k *leaseKeeper) arm() {
 			at = beat
 		}
 	}
-	k.stopTimer = k.f.e.cfg.Clock.AfterFunc(at.Sub(k.f.e.cfg.Clock.Now()), k.fire)
+	d := at.Sub(k.f.e.cfg.Clock.Now())
+	switch {
+	case k.slot != nil: // re-armed from its own firing
+		k.slot.reset(d)
+	case k.f.e.wallClock:
+		k.slot = newTimerSlot(k, d)
+	default:
+		k.stopTimer = k.f.e.cfg.Clock.AfterFunc(d, k.fire)
+	}
 }
 
 // extensible reports whether an extension could still move the lease's
@@ -101,6 +112,9 @@ func (k *leaseKeeper) extensible() bool {
 	d := k.f.call.Deadline
 	return d.IsZero() || k.leaseEnd.Before(d)
 }
+
+// timerFired is the pending timer (wall clock).
+func (k *leaseKeeper) timerFired() { k.fire() }
 
 // finish marks the start of Complete: extensions go on until stop (the
 // lease must not end while the completion waits), but an extension that
@@ -136,6 +150,10 @@ func (k *leaseKeeper) stop() {
 
 // stopTimers stops every pending timer. Called with k.mu held.
 func (k *leaseKeeper) stopTimers() {
+	if k.slot != nil {
+		k.slot.stop() // back in the pool, unless it is firing now
+		k.slot = nil
+	}
 	if k.stopTimer != nil {
 		k.stopTimer()
 		k.stopTimer = nil
