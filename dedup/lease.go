@@ -23,6 +23,7 @@ import (
 // a goroutine: work shorter than the interval costs one timer, and a
 // goroutine exists only while an extension runs. An extension's request is
 // bounded by the deadline too.
+//
 // On the wall clock the timer is a pooled timerSlot: it pays in bytes,
 // not in instructions. With Clock.AfterFunc instead the router path
 // allocates about 140 bytes (2-3 allocations) more per message on every
