@@ -89,13 +89,11 @@ func (m *delivery) work(workCtx context.Context) ([]byte, error) {
 }
 
 // keyMissing refuses a message without a usable key or fingerprint (see
-// refuse). (A function of its own: handle's frame stays small.)
+// refuse).
 //
 // With Config.Tracer the refusal is a call of its own, as Engine.Do's are:
 // the Tracer starts it, sees the decision and ends it (with the handler, in
 // shadow mode, as its child).
-//
-//go:noinline
 func (d *Deduplicator) keyMissing(h message.HandlerFunc, msg *message.Message, call *Call, key string, err error) ([]*message.Message, error) {
 	dec := Decision{Event: keyEvent(err), Key: key, Err: err}
 	if d.engine.cfg.Tracer == nil {
@@ -122,9 +120,7 @@ func (d *Deduplicator) keyMissing(h message.HandlerFunc, msg *message.Message, c
 }
 
 // traced runs the delivery through Engine.Do, whose Tracer starts the
-// call. (A function of its own: handle's frame stays small.)
-//
-//go:noinline
+// call.
 func (m *delivery) traced(ctx context.Context) (ClaimResult, error) {
 	return m.d.engine.Do(ctx, m.flight.call, m.work)
 }

@@ -18,7 +18,7 @@ func (f *flight) watchHolder(ctx context.Context) (<-chan struct{}, func()) {
 	if !ok {
 		return nil, func() {}
 	}
-	wake, stop, err := w.WatchKey(ctx, f.hc.Key, f.claimSent)
+	wake, stop, err := w.WatchKey(ctx, f.hc.Key, f.wait.claimSent)
 	if err != nil || wake == nil {
 		return nil, func() {}
 	}

@@ -53,10 +53,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		redisRecs   = fs.String("redis-records", "10000,100000,1000000", "record counts for Redis used_memory growth, comma-separated (the 1M step takes about a minute); \"none\" to skip")
 		cpuprofile  = fs.String("cpuprofile", "", "write a CPU profile of the router happy path (of -profile-store) to this file and measure nothing else")
 		memprofile  = fs.String("memprofile", "", "write an allocation profile (every allocation) of the router happy path to this file and measure nothing else")
+		blockprof   = fs.String("blockprofile", "", "write a block profile (every event) of the router happy path to this file and measure nothing else")
 		profStore   = fs.String("profile-store", "redis", "the store of -cpuprofile and -memprofile")
 		profileDur  = fs.Duration("profile-duration", 0, "how long -cpuprofile runs (default 10s)")
 		profileConc = fs.Int("profile-c", 0, "concurrency of -cpuprofile (default 16)")
 		maxClaims   = fs.Int("max-claims-in-flight", 0, "dedup.Config.MaxClaimsInFlight of the router+dedup lanes (default: the field's default, 16)")
+		variants    = fs.String("variants", "", "measure only these variants, comma-separated (e.g. \"router,router+dedup,router+raw pair\"); default all")
+		messages    = fs.Int("messages", 0, "send exactly this many messages through the router happy path of -profile-store at -profile-c (after as many for warm-up), print one line and measure nothing else (for valgrind --tool=callgrind)")
+		lines       = fs.Bool("lines", false, "print tab-separated lines per repetition after the tables (rate, cpu, allocs), for scripts/paired.sh")
 		quiet       = fs.Bool("q", false, "no progress lines on stderr")
 		batch       = fs.String("batch", "", "measure batch claims instead, for these batch sizes, comma-separated (e.g. 1,10,100): per-record Engine.Do against Engine.DoBatch and the raw floor, per store of -stores (default memory,redis,postgres,dynamo)")
 	)
@@ -83,9 +87,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	opts := routerbench.Options{
 		Stores: split(*stores), Concurrency: cs, Repetitions: *reps, Duration: *duration, Warmup: *warmup,
 		AllocMessages: *allocMsgs, AllocConcurrency: *allocC,
-		CPUProfile: *cpuprofile, MemProfile: *memprofile, ProfileStore: *profStore, ProfileDuration: *profileDur, ProfileConcurrency: *profileConc,
-		MaxClaimsInFlight: *maxClaims,
-		Out:               stdout, Progress: stderr,
+		CPUProfile: *cpuprofile, MemProfile: *memprofile, BlockProfile: *blockprof, ProfileStore: *profStore, ProfileDuration: *profileDur, ProfileConcurrency: *profileConc,
+		MaxClaimsInFlight: *maxClaims, Variants: split(*variants), Messages: *messages, Lines: *lines,
+		Out: stdout, Progress: stderr,
 	}
 	if *quiet {
 		opts.Progress = io.Discard

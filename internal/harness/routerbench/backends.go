@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -184,17 +185,30 @@ func (s *swapStore) Extend(ctx context.Context, c dedup.Claim, lease time.Durati
 // connections per CPU): the raw baseline and the store share the client.
 const redisPoolSize = 128
 
+// RedisAddrEnv is the environment variable that, when set, names a running
+// redis-server (host:port) the Redis stores use instead of starting one:
+// for runs under valgrind (scripts/paired.sh). Keys are unique to the run,
+// as always, and nothing is flushed.
+const RedisAddrEnv = "DEDUP_BENCH_REDIS_ADDR"
+
 func openRedis(ctx context.Context, id string, autoPipeline bool) (*backend, error) {
-	srv, err := testserver.StartRedis()
-	if err != nil {
-		return nil, err
-	}
 	name := StoreRedis
 	if autoPipeline {
 		name = StoreRedisPipelined
 	}
-	b := &backend{name: name, closers: []func(){func() { _ = srv.Close() }}}
-	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr, PoolSize: redisPoolSize})
+	b := &backend{name: name}
+	// RedisAddrEnv names a running server instead of a child of this
+	// process: valgrind --tool=callgrind aborts on a child's SIGCHLD.
+	addr := os.Getenv(RedisAddrEnv)
+	if addr == "" {
+		srv, err := testserver.StartRedis()
+		if err != nil {
+			return nil, err
+		}
+		b.closers = append(b.closers, func() { _ = srv.Close() })
+		addr = srv.Addr
+	}
+	client := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: redisPoolSize})
 	b.closers = append(b.closers, func() { _ = client.Close() })
 	b.redis = client
 	store, err := dedupredis.New(ctx, dedupredis.Config{Client: client, KeyPrefix: "dedup-bench-" + id + ":", AutoPipeline: autoPipeline})
@@ -214,7 +228,7 @@ func openRedis(ctx context.Context, id string, autoPipeline bool) (*backend, err
 	b.describe = fmt.Sprintf("redis-server %s on %s, go-redis PoolSize %d, store AutoPipeline %v; raw: SET key value NX PX 30000, unpipelined;\n"+
 		"  raw pair: SET key value NX PX 30000 then SET key value2 XX PX 86400000, %s;\n"+
 		"  raw CAS pair: the same SET NX PX then EVALSHA of %q (value, value2, 86400000), the same way",
-		version, srv.Addr, redisPoolSize, autoPipeline, pairHow, casSrc)
+		version, addr, redisPoolSize, autoPipeline, pairHow, casSrc)
 	rawPrefix := "dedup-bench-raw-" + id + ":"
 	b.raw = func(ctx context.Context, key string) error {
 		return client.Do(ctx, "set", rawPrefix+key, rawToken, "nx", "px", rawLease.Milliseconds()).Err()

@@ -62,6 +62,11 @@ type Options struct {
 	// allocation profile (every allocation sampled) of the same path to this
 	// file.
 	MemProfile string
+	// BlockProfile, like CPUProfile, switches Run to profiling: it writes
+	// a profile of where goroutines blocked (every event,
+	// runtime.SetBlockProfileRate(1)) on the same path to this file: the
+	// admission bound (Config.MaxClaimsInFlight), the store's batching.
+	BlockProfile string
 	// ProfileStore is the store of the profiles. Defaults to redis.
 	ProfileStore string
 	// ProfileDuration defaults to 10s; ProfileConcurrency to 16.
@@ -70,6 +75,21 @@ type Options struct {
 	// MaxClaimsInFlight is the dedup.Config field of the router+dedup
 	// lanes; 0 keeps its default (16).
 	MaxClaimsInFlight int
+	// Variants, when set, restricts the measured variants to these names
+	// (of the throughput table: "router", "router+dedup", "router+raw
+	// pair", ...), to shorten runs that compare two builds
+	// (scripts/paired.sh).
+	Variants []string
+	// Messages, when positive, switches Run to a fixed count: it sends
+	// exactly Messages messages through the router happy path of
+	// ProfileStore at ProfileConcurrency (after as many for warm-up)
+	// and measures nothing else, for instruction counts per message
+	// (valgrind --tool=callgrind; see scripts/paired.sh).
+	Messages int
+	// Lines adds one tab-separated line per repetition, store, c and
+	// variant ("rate", "cpu") and per allocation sample ("allocs") after
+	// the tables, for scripts.
+	Lines bool
 	// Out receives the tables; Progress one line per step. Default to
 	// os.Stdout and io.Discard.
 	Out, Progress io.Writer
@@ -145,7 +165,7 @@ func (o Options) Validate() error {
 	if !slices.Contains(AllStores, o.ProfileStore) {
 		errs = append(errs, fmt.Errorf("routerbench: unknown profile store %q", o.ProfileStore))
 	}
-	if (o.CPUProfile != "" || o.MemProfile != "") && (o.ProfileDuration < 0 || o.ProfileConcurrency < 1) {
+	if (o.CPUProfile != "" || o.MemProfile != "" || o.BlockProfile != "") && (o.ProfileDuration < 0 || o.ProfileConcurrency < 1) {
 		errs = append(errs, errors.New("routerbench: the profile needs a positive duration and concurrency"))
 	}
 	return errors.Join(errs...)
@@ -173,7 +193,7 @@ type suite struct {
 	id  string
 }
 
-func newSuite(ctx context.Context, name, id string, maxC, maxClaims int) (*suite, error) {
+func newSuite(ctx context.Context, name, id string, maxC, maxClaims int, variants []string) (*suite, error) {
 	b, err := openBackend(ctx, name, id)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -200,6 +220,9 @@ func newSuite(ctx context.Context, name, id string, maxC, maxClaims int) (*suite
 		if l, ok := r.lanes[n]; ok {
 			s.variants = append(s.variants, variant{name: n, lane: l})
 		}
+	}
+	if len(variants) > 0 {
+		s.variants = slices.DeleteFunc(s.variants, func(v variant) bool { return !slices.Contains(variants, v.name) })
 	}
 	for _, v := range s.variants {
 		s.ops[v.name] = s.workload(v)
@@ -304,8 +327,11 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	opts.setDefaults()
-	if opts.CPUProfile != "" || opts.MemProfile != "" {
+	if opts.CPUProfile != "" || opts.MemProfile != "" || opts.BlockProfile != "" {
 		return profile(ctx, opts)
+	}
+	if opts.Messages > 0 {
+		return fixedCount(ctx, opts)
 	}
 	progress := func(format string, args ...any) { fmt.Fprintf(opts.Progress, format+"\n", args...) }
 	loadStart := loadavg()
@@ -327,7 +353,7 @@ func Run(ctx context.Context, opts Options) error {
 			continue
 		}
 		progress("starting %s", name)
-		s, err := newSuite(ctx, name, id, maxC, opts.MaxClaimsInFlight)
+		s, err := newSuite(ctx, name, id, maxC, opts.MaxClaimsInFlight, opts.Variants)
 		if err != nil {
 			return err
 		}
@@ -428,7 +454,7 @@ func (s *suite) measureAllocs(ctx context.Context, c int, total int64) error {
 // path of opts.ProfileStore.
 func profile(ctx context.Context, opts Options) error {
 	fmt.Fprintf(opts.Progress, "starting %s\n", opts.ProfileStore)
-	s, err := newSuite(ctx, opts.ProfileStore, runID(), opts.ProfileConcurrency, opts.MaxClaimsInFlight)
+	s, err := newSuite(ctx, opts.ProfileStore, runID(), opts.ProfileConcurrency, opts.MaxClaimsInFlight, nil)
 	if err != nil {
 		return err
 	}
@@ -450,6 +476,9 @@ func profile(ctx context.Context, opts Options) error {
 	if opts.MemProfile != "" {
 		runtime.MemProfileRate = 1
 	}
+	if opts.BlockProfile != "" {
+		runtime.SetBlockProfileRate(1)
+	}
 	rate, _, err := s.measure(ctx, v, opts.ProfileConcurrency, opts.ProfileDuration, 0)
 	if cpu != nil {
 		pprof.StopCPUProfile()
@@ -467,16 +496,53 @@ func profile(ctx context.Context, opts Options) error {
 			}
 		}
 	}
+	if opts.BlockProfile != "" && err == nil {
+		runtime.SetBlockProfileRate(0)
+		var f *os.File
+		if f, err = os.Create(opts.BlockProfile); err == nil {
+			err = pprof.Lookup("block").WriteTo(f, 0)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+	}
 	if err != nil {
 		return err
 	}
-	for _, p := range []string{opts.CPUProfile, opts.MemProfile} {
+	for _, p := range []string{opts.CPUProfile, opts.MemProfile, opts.BlockProfile} {
 		if p != "" {
 			fmt.Fprintf(opts.Out, "profile of the %s %s path at c=%d for %v: %.0f msg/s, written to %s (load %s, nproc %d)\n"+
 				"inspect it with: go tool pprof -top %s\n",
 				opts.ProfileStore, vHappy, opts.ProfileConcurrency, opts.ProfileDuration, rate, p, loadavg(), runtime.NumCPU(), p)
 		}
 	}
+	return nil
+}
+
+// fixedCount sends opts.Messages messages through the router happy path of
+// opts.ProfileStore (after as many for warm-up) and prints the count, the
+// time and the allocations: under valgrind --tool=callgrind, two runs of
+// different counts give the instructions per message.
+func fixedCount(ctx context.Context, opts Options) error {
+	s, err := newSuite(ctx, opts.ProfileStore, runID(), opts.ProfileConcurrency, opts.MaxClaimsInFlight, nil)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	v := variant{name: vHappy, lane: s.rig.lanes[vHappy]}
+	n := int64(opts.Messages)
+	if _, _, err := s.measure(ctx, v, opts.ProfileConcurrency, 0, n); err != nil { // warm-up
+		return err
+	}
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	rate, cpu, err := s.measure(ctx, v, opts.ProfileConcurrency, 0, n)
+	if err != nil {
+		return err
+	}
+	runtime.ReadMemStats(&m1)
+	fmt.Fprintf(opts.Out, "fixed\t%s\t%d\t%d\t%.0f\t%.1f\t%.1f\t%.0f\n", opts.ProfileStore, opts.ProfileConcurrency, n, rate, cpu,
+		float64(m1.Mallocs-m0.Mallocs)/float64(n), float64(m1.TotalAlloc-m0.TotalAlloc)/float64(n))
 	return nil
 }
 

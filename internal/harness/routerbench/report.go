@@ -202,6 +202,25 @@ func (r report) print(w io.Writer) {
 		_ = tw.Flush()
 	}
 
+	if o.Lines {
+		fmt.Fprintln(w)
+		for _, s := range r.suites {
+			for _, c := range o.Concurrency {
+				for _, v := range variants {
+					for k, rate := range s.rates[c][v] {
+						fmt.Fprintf(w, "rate\t%s\t%d\t%s\t%d\t%.0f\n", s.b.name, c, v, k, rate)
+						fmt.Fprintf(w, "cpu\t%s\t%d\t%s\t%d\t%.2f\n", s.b.name, c, v, k, s.cpu[c][v][k])
+					}
+				}
+			}
+			for _, v := range variants {
+				for k, a := range s.allocs[v] {
+					fmt.Fprintf(w, "allocs\t%s\t%d\t%s\t%d\t%.2f\t%.0f\n", s.b.name, o.AllocConcurrency, v, k, a[0], a[1])
+				}
+			}
+		}
+	}
+
 	if len(r.mem) > 0 {
 		fmt.Fprintf(w, "\nRedis used_memory growth per completed record: %s\n", r.memDescribe)
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
