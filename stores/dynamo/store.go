@@ -531,8 +531,6 @@ func itemTooLarge(err error) bool {
 // completed record of this very claim (read from the failure's ALL_OLD
 // item, else with one strongly consistent GetItem). A failed read leaves
 // err as it is.
-//
-//go:noinline
 func (s *Store) completedByClaim(ctx context.Context, pk string, claim dedup.Claim, err error) error {
 	var failed *types.ConditionalCheckFailedException
 	var item map[string]types.AttributeValue

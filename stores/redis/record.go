@@ -129,10 +129,7 @@ type record struct {
 // fingerprintDigest returns the stored form of a fingerprint: nil for none,
 // else 16 bytes of its SHA-256. A fixed-size digest keeps records small and
 // bounded whatever the caller's fingerprint (a hex SHA-256 is 64 bytes); two
-// different fingerprints collide with probability 2^-128. (Not inlined: the
-// hash's state would sit in every claim's stack frame.)
-//
-//go:noinline
+// different fingerprints collide with probability 2^-128.
 func fingerprintDigest(fingerprint string) []byte {
 	if fingerprint == "" {
 		return nil

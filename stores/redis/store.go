@@ -226,8 +226,6 @@ type claimArgs struct {
 
 // release drops what the arguments point to and puts them back in the
 // pool.
-//
-//go:noinline
 func (a *claimArgs) release() {
 	a.key, a.wait = "", redisbatch.Pending{}
 	clear(a.args[:])
@@ -236,8 +234,6 @@ func (a *claimArgs) release() {
 
 // release drops what the arguments point to and puts them back in the
 // pool.
-//
-//go:noinline
 func (a *scriptArgs) release() {
 	a.key, a.token, a.result, a.now, a.wait = "", "", nil, 0, redisbatch.Pending{}
 	clear(a.args[:])
@@ -314,8 +310,6 @@ func parseBulkReply(raw []byte) (v []byte, found, ok bool) {
 // claimWait is Claim with Config.WaitReplicas: SET NX PX GET and WAIT in
 // one pipeline to the key's master. An acquired claim that WAIT does not
 // confirm is released (best effort) and refused with a *ReplicationError.
-//
-//go:noinline
 func (s *Store) claimWait(ctx context.Context, key string, raw [tokenLen]byte, fp []byte, p *provenance, token string, lease time.Duration) (dedup.ClaimResult, error) {
 	var cmd *goredis.Cmd
 	value := appendInProgress(nil, &raw, fp, p)
@@ -363,8 +357,6 @@ var errReleased = errors.New("dedup/redis: released record")
 
 // outcomeOf decodes the value a claim found and classifies it; a released
 // record gives errReleased.
-//
-//go:noinline
 func outcomeOf(old []byte, token [tokenLen]byte, fp []byte, key, claimToken string) (dedup.ClaimResult, error) {
 	r, err := decodeRecord(old)
 	if err != nil {
@@ -511,8 +503,6 @@ func (s *Store) run(ctx context.Context, op string, script *ownedScript, claim d
 
 // runWait is run with Config.WaitReplicas: the script and WAIT in one
 // pipeline.
-//
-//go:noinline
 func (s *Store) runWait(ctx context.Context, op string, script *ownedScript, key string, args []any, raw *[tokenLen]byte) error {
 	var cmd *goredis.Cmd
 	acks, err := s.withWait(ctx, s.prefix+key, script.script, func(p goredis.Pipeliner) goredis.Cmder {
@@ -531,10 +521,7 @@ func (s *Store) runWait(ctx context.Context, op string, script *ownedScript, key
 }
 
 // replyError maps a script's failure or reply other than replyOK to an
-// error. It is a function of its own so that the frame of run, on every
-// message's path, stays small.
-//
-//go:noinline
+// error.
 func (s *Store) replyError(ctx context.Context, op string, script *ownedScript, key string, reply int64, err error, raw *[tokenLen]byte) error {
 	if err != nil {
 		return fmt.Errorf("dedup/redis: %s: %w", op, err)
@@ -561,8 +548,6 @@ func (s *Store) replyError(ctx context.Context, op string, script *ownedScript, 
 }
 
 // decodeHexToken decodes a token in hex into raw and returns it raw.
-//
-//go:noinline
 func decodeHexToken(token string, raw *[tokenLen]byte) (string, bool) {
 	if _, err := hex.Decode(raw[:], []byte(token)); err != nil {
 		return "", false

@@ -26,8 +26,6 @@ const maxTakeovers = 4
 // takeoverScript, keeping the released record's provenance and counting
 // one more claim. One round trip per attempt (with Config.WaitReplicas,
 // the script and WAIT share it).
-//
-//go:noinline
 func (s *Store) takeOver(ctx context.Context, key string, old []byte, raw [tokenLen]byte, fp []byte, token string, lease time.Duration) (dedup.ClaimResult, error) {
 	for attempt := 1; ; attempt++ {
 		origin, _ := dedup.OriginFromContext(ctx)
