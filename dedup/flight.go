@@ -2,12 +2,13 @@ package dedup
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
+	"errors"
+	"fmt"
 	"time"
 
+	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
-	"github.com/watermill-dedup/watermill-dedup/internal/originctx"
+	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
 )
 
 // flight is one Engine.Do call (or one message of the middleware) from its
@@ -15,6 +16,12 @@ import (
 // lifecycle needs: the call, the lease keeper, the claim the work's context
 // carries and the contexts of the store operations, which would otherwise
 // be a dozen small allocations per call.
+//
+// This file reads a call top to bottom: do takes the key and claims it
+// (claim), an acquired claim runs the work under a kept lease (run,
+// runHeld; the lease keeper is in lease.go), and the record is completed
+// (complete) or released (release). The contexts and timers the lifecycle
+// uses are in context.go; the Engine and its decisions in engine.go.
 type flight struct {
 	e    *Engine
 	call Call
@@ -50,115 +57,6 @@ type flightWait struct {
 	claimSent time.Time
 }
 
-// workCtx is the work's context: cancellable with a cause (ErrClaimLost at
-// the lease deadline), carrying the claim (claimctx) and the call's
-// Origin, and ended with the caller's context. It is
-// context.WithCancelCause(parent) with the claim as a value, made only
-// when something needs it: when someone asks for
-// Done (the work, the store, a child context) or the work is cancelled.
-// Until then Err, Deadline and Value (which context.Cause goes through)
-// are the parent's, which is what the child would answer. A
-// context.WithCancelCause registers itself with its parent: for a
-// Watermill message (GoChannel gives each message a context of its own)
-// that is a map and a channel per message, spared when nothing waits on
-// the work's context.
-//
-// It pays in bytes, not in instructions: with a plain WithCancelCause
-// (made in init) the router path allocates 5 times and 450-460 bytes more
-// per message on Redis with AutoPipeline and on the memory store (c=16,
-// `go run ./cmd/dedup-bench -stores memory,redis,redis-ap -c 16
-// -alloc-messages 2000`, 2026-12-03), nothing more on Redis without it
-// (go-redis asks for Done on every command); in instructions per message
-// (scripts/paired.sh -m callgrind, 3 pairs) 1.6-2.7 % on Redis, 0.3 % on
-// the memory store with GOGC=off.
-type workCtx struct {
-	parent context.Context
-	f      *flight // its hc is the claim; its call the Origin
-
-	mu     sync.Mutex
-	inner  atomic.Pointer[context.Context] // &made, once made
-	made   context.Context                 // the WithCancelCause (set before inner)
-	cancel context.CancelCauseFunc
-	ended  bool // cancelled before inner was made: make it cancelled
-}
-
-func (w *workCtx) init(parent context.Context, f *flight) {
-	w.parent, w.f = parent, f
-}
-
-// make returns inner, making it if needed.
-func (w *workCtx) make() context.Context {
-	if c := w.inner.Load(); c != nil {
-		return *c
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if c := w.inner.Load(); c != nil {
-		return *c
-	}
-	c, cancel := context.WithCancelCause(w.parent)
-	w.cancel = cancel
-	if w.ended {
-		cancel(nil)
-	}
-	w.made = c
-	w.inner.Store(&w.made) // no copy of c on the heap
-	return c
-}
-
-// end cancels the work with cause (nil: context.Canceled).
-func (w *workCtx) end(cause error) {
-	if cause != nil {
-		w.make()
-	}
-	w.mu.Lock()
-	cancel := w.cancel
-	if cancel == nil {
-		w.ended = true
-	}
-	w.mu.Unlock()
-	if cancel != nil {
-		cancel(cause)
-	}
-}
-
-func (w *workCtx) Deadline() (time.Time, bool) { return w.parent.Deadline() }
-
-func (w *workCtx) Done() <-chan struct{} { return w.make().Done() }
-
-func (w *workCtx) Err() error {
-	if c := w.inner.Load(); c != nil {
-		return (*c).Err()
-	}
-	w.mu.Lock()
-	ended := w.ended
-	w.mu.Unlock()
-	if ended {
-		return context.Canceled
-	}
-	return w.parent.Err()
-}
-
-func (w *workCtx) Value(key any) any {
-	if claimctx.IsKey(key) {
-		return &w.f.hc
-	}
-	if _, ok := key.(originctx.Key); ok && (w.f.call.MessageUUID != "" || w.f.call.MessageID != "") {
-		// The claim's context answers OriginFromContext from the call,
-		// without an allocation.
-		return &w.f.call
-	}
-	if c := w.inner.Load(); c != nil {
-		return (*c).Value(key)
-	}
-	return w.parent.Value(key)
-}
-
-// runShadow is Engine.runShadow for the flight (Config.Shadow).
-func (f *flight) runShadow(ctx context.Context, dec Decision, w worker) (ClaimResult, error) {
-	return f.e.runShadow(ctx, &f.call, dec, w.work)
-}
-
 // worker is the work of a flight: Engine.Do's function, or the middleware's
 // handler call (which implements it without a closure).
 type worker interface {
@@ -170,264 +68,398 @@ type workFunc func(ctx context.Context) ([]byte, error)
 
 func (f workFunc) work(ctx context.Context) ([]byte, error) { return f(ctx) }
 
-// opCtx is the context of one store operation, bounded by StoreTimeout. It
-// behaves like context.WithTimeout(parent, StoreTimeout) (or, detached,
-// like context.WithTimeout(context.WithoutCancel(parent), StoreTimeout)),
-// ended by end when the operation returns, but costs no allocation and no
-// timer unless the store asks for Done: stores that only read Deadline and
-// Err (or never look) pay nothing for the bound; stores that wait on Done
-// get a pooled timer.
-//
-// Attached (the claim), its parent is the flight's work context: Done is
-// that context's channel, and the deadline cancels it (the work has not
-// started; a claim that still succeeds gets a fresh work context), so a
-// child context of the claim's ends with context.Canceled and the cause
-// context.DeadlineExceeded. A store should not use an operation's context
-// after the operation returned: an attached one is not cancelled then. Detached
-// (Complete and Release, which must run after the caller's context ended),
-// it has a channel of its own and ignores its parent's cancellation.
-//
-// It pays: paired builds (scripts/paired.sh -m callgrind, 3 pairs,
-// 2026-12-03) with context.WithTimeout instead (of WithoutCancel for the
-// detached ones) cost 12.6 % more instructions per message on Redis at
-// c=16 (129 k against 115 k), 2.4 % more with AutoPipeline at c=64 and
-// 37 % more on the memory store (GOGC=off: 76 k against 56 k).
-type opCtx struct {
-	// parent is, attached, the work's context (a *workCtx), which the
-	// deadline ends.
-	parent   context.Context
-	deadline time.Duration // since opEpoch, on the monotonic clock
-
-	mu       sync.Mutex
-	done     chan struct{} // detached: made on the first Done
-	timer    *timerSlot
-	afters   *[]*afterFunc // detached: AfterFunc registrations of child contexts
-	ended    opEnd
-	detached bool
-}
-
-// opEpoch is the origin of opCtx deadlines: a duration since it (on the
-// monotonic clock) is 8 bytes where a time.Time is 24.
-var opEpoch = time.Now()
-
-// opEnd is how an operation's context ended.
-type opEnd uint8
-
-const (
-	opRunning  opEnd = iota
-	opCanceled       // the operation returned
-	opTimedOut       // the deadline passed first
-)
-
-// err is the context's error for e.
-func (e opEnd) err() error {
-	switch e {
-	case opCanceled:
-		return context.Canceled
-	case opTimedOut:
-		return context.DeadlineExceeded
+// do is Do for the flight's call (after Do's Tracer, if any, started it).
+func (f *flight) do(ctx context.Context, w worker) (ClaimResult, error) {
+	e, call := f.e, &f.call
+	if call.Scope == "" {
+		return ClaimResult{}, ErrNoScope
 	}
-	return nil
-}
-
-// start readies a new c for an operation of at most timeout: attached to
-// the work's context w (parent is w), or detached from parent (w nil).
-func (c *opCtx) start(parent context.Context, w *workCtx, timeout time.Duration) {
-	c.parent, c.detached = parent, w == nil
-	c.deadline = time.Since(opEpoch) + timeout
-}
-
-// end ends the operation: the context is cancelled (context.Canceled) as
-// the cancel function of context.WithTimeout would, and its timer, if any,
-// goes back to the pool. It reports whether the deadline had passed first.
-func (c *opCtx) end() (timedOut bool) {
-	c.mu.Lock()
-	if c.timer != nil {
-		c.timer.stop()
-		c.timer = nil
+	if call.KeyErr != nil {
+		f.nameUnkeyed()
+		return f.keyMissing(ctx, call.KeyErr, w)
 	}
-	if c.ended == opRunning {
-		c.ended = opCanceled
-		c.closeLocked()
+	if err := e.checkKey(call.Key, call.MessageUUID); err != nil {
+		return f.keyMissing(ctx, err, w)
 	}
-	timedOut = c.ended == opTimedOut
-	c.mu.Unlock()
-	return timedOut
-}
+	key := scopedkey.Of(call.Scope, call.Key)
+	f.hc.Key = key
+	lease, err := e.callLease(call)
+	if err != nil {
+		return ClaimResult{}, err
+	}
 
-// closeLocked closes the detached channel and runs the registered
-// AfterFuncs. Called with c.mu held, once.
-func (c *opCtx) closeLocked() {
-	if c.done != nil {
-		close(c.done)
+	// The work's context exists before the claim: the claim's request
+	// context is derived from it (see opCtx).
+	f.newWorkContext(ctx)
+	defer func() { f.work.end(nil) }()
+	start := time.Now()
+	res, err := f.claim(ctx, lease)
+	elapsed := time.Since(start)
+	var waited time.Duration
+	if err == nil && res.Outcome == InProgress && e.cfg.InProgressWait > 0 && !e.cfg.Shadow {
+		res, elapsed, waited, err = f.awaitHolder(ctx, elapsed)
 	}
-	if c.afters != nil {
-		for _, a := range *c.afters {
-			if !a.stopped {
-				a.fired = true
-				go a.f()
-			}
+	if err == nil && (res.Outcome < Acquired || res.Outcome > Conflict) {
+		err = fmt.Errorf("unknown outcome %v", res.Outcome)
+	}
+	if err != nil {
+		if errors.Is(err, errCallDeadline) {
+			return ClaimResult{}, err // not sent: no store failure, nothing to fail open
 		}
-		c.afters = nil
+		return f.claimFailed(ctx, w, elapsed, waited, err)
+	}
+	switch res.Outcome {
+	case Acquired:
+		f.claimEvent(event.ClaimWon, res, elapsed, waited)
+		return f.run(ctx, res.Claim, w)
+	case Duplicate:
+		if e.cfg.Shadow {
+			return f.refused(ctx, res, elapsed, waited, w)
+		}
+		f.claimEvent(event.SkipDuplicate, res, elapsed, waited)
+		return res, nil
+	default:
+		return f.refused(ctx, res, elapsed, waited, w)
 	}
 }
 
-// timerFired is the deadline.
-func (c *opCtx) timerFired() {
-	c.mu.Lock()
-	if c.ended != opRunning || time.Since(opEpoch) < c.deadline {
-		c.mu.Unlock()
+// nameUnkeyed names the record of a call whose key the caller could not
+// take (Call.KeyErr) by call.Key, if set, in its decision.
+func (f *flight) nameUnkeyed() {
+	if f.call.Key != "" {
+		f.hc.Key = scopedkey.Of(f.call.Scope, f.call.Key)
+	}
+}
+
+// The cold paths of do are functions of their own. The compiler may
+// inline them: forbidding it (//go:noinline, to keep do's frame small)
+// did not pay in paired builds (scripts/paired.sh -m callgrind, 3 pairs,
+// 2026-12-03: without the 7 directives of this package, 4 % more
+// instructions per message on Redis at c=16, 12 % fewer with AutoPipeline
+// at c=64, 7 % fewer on the memory store with GOGC=off).
+
+// keyMissing decides a key that cannot be claimed; with Config.Shadow the
+// work runs anyway.
+func (f *flight) keyMissing(ctx context.Context, err error, w worker) (ClaimResult, error) {
+	if f.e.cfg.Shadow {
+		return f.runShadow(ctx, Decision{Event: keyEvent(err), Key: f.hc.Key, Err: err}, w)
+	}
+	f.e.event(&f.call, keyEvent(err), "", f.hc.Key, 0, err)
+	return ClaimResult{}, err
+}
+
+// claim runs Store.Claim once admitted (see Engine.claims), within
+// StoreTimeout; a context that ends while waiting for admission fails it.
+//
+// The keeper's claimedAt is the clock's reading once admitted, just before
+// the request is sent: the lease certainly runs until claimedAt+lease (a
+// wait for admission does not count against it), cut to end at the call's
+// Deadline, if any, as it stands after that wait.
+func (f *flight) claim(ctx context.Context, lease time.Duration) (res ClaimResult, err error) {
+	e := f.e
+	select {
+	case e.claims <- struct{}{}:
+	default: // a full bound: wait, within ctx
+		select {
+		case e.claims <- struct{}{}:
+		case <-ctx.Done():
+			return ClaimResult{}, context.Cause(ctx)
+		}
+	}
+	defer func() { <-e.claims }()
+	now := e.cfg.Clock.Now()
+	if d := f.call.Deadline; !d.IsZero() && d.Sub(now) < lease {
+		// The wait for admission took some of the time left.
+		if lease = d.Sub(now); lease <= 0 {
+			return ClaimResult{}, fmt.Errorf("%w while waiting for admission: %w", errCallDeadline, context.DeadlineExceeded)
+		}
+	}
+	f.keeper.lease, f.keeper.claimedAt = lease, now
+	if f.work.Err() != nil && ctx.Err() == nil {
+		// An earlier claim of the call (InProgressWait) timed out and
+		// ended the work's context with it.
+		f.newWorkContext(ctx)
+	}
+	op := &f.claimCtx
+	if op.parent != nil { // an earlier claim of the call (InProgressWait)
+		op = &opCtx{}
+	}
+	op.start(f.work, f.work, e.cfg.StoreTimeout)
+	start := time.Now()
+	if e.cfg.InProgressWait > 0 {
+		if f.wait == nil {
+			f.wait = new(flightWait)
+		}
+		f.wait.claimSent = start
+	}
+	res, err = e.cfg.Store.Claim(op, f.hc.Key, f.call.Fingerprint, lease)
+	elapsed := time.Since(start)
+	timedOut := op.end()
+	e.observeOp(ctx, "claim", elapsed, err)
+	if timedOut {
+		// The deadline ended (or is about to end: the timer's goroutine
+		// may not have got there yet) the work's context while the claim
+		// was answered: the work, or the next claim of an InProgressWait,
+		// gets a fresh one.
+		f.newWorkContext(ctx)
+	}
+	return res, err
+}
+
+// claimEvent decides a claim's outcome.
+func (f *flight) claimEvent(ev event.Event, res ClaimResult, elapsed, waited time.Duration) {
+	if f.e.quiet && f.call.trace == nil {
 		return
 	}
-	c.ended = opTimedOut
-	c.closeLocked()
-	c.mu.Unlock()
-	if w, ok := c.parent.(*workCtx); ok && !c.detached {
-		if testHookOpTimedOut != nil {
-			testHookOpTimedOut()
+	f.e.decide(&f.call, Decision{Event: ev, Op: "claim", Key: f.hc.Key, Elapsed: elapsed, Waited: waited, Outcome: res.Outcome,
+		Replayed: ev == event.SkipDuplicate && len(res.Result) > 0})
+}
+
+// claimFailed reports a claim that got no answer, and runs the work
+// unclaimed with Config.FailOpen (or Shadow).
+func (f *flight) claimFailed(ctx context.Context, w worker, elapsed, waited time.Duration, err error) (ClaimResult, error) {
+	e, call, key := f.e, &f.call, f.hc.Key
+	err = &StoreError{Op: "claim", Key: key, Err: err}
+	e.decide(call, Decision{Event: event.StoreError, Op: "claim", Key: key, Elapsed: elapsed, Waited: waited, Err: err})
+	if !(e.cfg.FailOpen || e.cfg.Shadow) || ctx.Err() != nil {
+		return ClaimResult{}, err
+	}
+	e.event(call, event.FailOpen, "claim", key, 0, err)
+	// Marked as a run without a claim, as shadow runs are: it hides the
+	// claim of an enclosing call (OutcomeFromContext says 0, false), and
+	// stores/postgres RunInTx commits its writes without completing.
+	ctx = claimctx.WithShadow(ctx, 0)
+	result, err := w.work(ctx)
+	return ClaimResult{Result: result}, err
+}
+
+// refused reports a claim that found the key in progress or completed
+// with another fingerprint (or, with Config.Shadow, completed), and with
+// Config.Shadow runs the work without a claim.
+func (f *flight) refused(ctx context.Context, res ClaimResult, elapsed, waited time.Duration, w worker) (ClaimResult, error) {
+	e, call, key := f.e, &f.call, f.hc.Key
+	dec := Decision{Op: "claim", Key: key, Elapsed: elapsed, Waited: waited, Outcome: res.Outcome}
+	switch res.Outcome {
+	case Duplicate:
+		dec.Event = event.SkipDuplicate
+	case InProgress:
+		dec.Event, dec.Err = event.InProgress, fmt.Errorf("%w: %q", ErrInProgress, key)
+		if f.wait != nil && f.wait.err != nil {
+			dec.Err = fmt.Errorf("%w: %q; the wait for it ended on a store error: %w", ErrInProgress, key, f.wait.err)
 		}
-		w.end(context.DeadlineExceeded)
+	default: // Conflict
+		dec.Event, dec.Err = event.KeyReuse, fmt.Errorf("%w: %q", ErrKeyReuse, key)
 	}
+	if e.cfg.Shadow {
+		return f.runShadow(ctx, dec, w)
+	}
+	e.decide(call, dec)
+	return res, dec.Err
 }
 
-// testHookOpTimedOut, set by tests only, runs when an attached operation's
-// deadline has passed, before the work's context is ended.
-var testHookOpTimedOut func()
+// run does the work of an acquired claim and ends the claim exactly once.
+func (f *flight) run(ctx context.Context, claim Claim, w worker) (ClaimResult, error) {
+	f.hold(claim)
+	return f.runHeld(ctx, w, nil)
+}
 
-// Deadline is the operation's deadline, or the parent's if that is
-// earlier (attached only).
-func (c *opCtx) Deadline() (time.Time, bool) {
-	if !c.detached {
-		if d, ok := c.parent.Deadline(); ok && d.Before(opEpoch.Add(c.deadline)) {
-			return d, true
+// hold starts keeping an acquired claim: the work's context carries it,
+// and the lease keeper extends it (see leaseKeeper).
+func (f *flight) hold(claim Claim) {
+	f.hc.Key, f.hc.Token, f.hc.Retention = claim.Key, claim.Token, f.e.cfg.Retention
+	f.hc.SetStopper(f.keepLease())
+}
+
+// runHeld does the work of a held claim and ends the claim exactly once:
+// at once, or, in a batch (b not nil), with the batch's completions and
+// releases.
+func (f *flight) runHeld(ctx context.Context, w worker, b *batchSlot) (ClaimResult, error) {
+	claim := f.keeper.claim()
+	acquired := ClaimResult{Outcome: Acquired, Claim: claim}
+	if sb := f.call.StartBy; !sb.IsZero() && !f.e.cfg.Clock.Now().Before(sb) {
+		// Won too late (after an InProgressWait, a slow claim, or, in a
+		// batch, the turns of earlier calls): the work would not have the
+		// time it needs.
+		err := fmt.Errorf("%w: the call's StartBy (%s) has passed; the key %q is released unworked", ErrNotStarted, sb.Format(time.RFC3339Nano), claim.Key)
+		if b != nil {
+			b.release(err)
+		} else {
+			f.release(ctx, err)
 		}
+		return acquired, err
 	}
-	return opEpoch.Add(c.deadline), true
-}
 
-// Done arms the deadline's timer on first use.
-func (c *opCtx) Done() <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.timer == nil && c.ended == opRunning {
-		c.timer = newTimerSlot(c, c.deadline-time.Since(opEpoch))
-	}
-	if !c.detached {
-		return c.parent.Done()
-	}
-	if c.done == nil {
-		c.done = make(chan struct{})
-		if c.ended != opRunning {
-			close(c.done)
+	panicked := true
+	defer func() {
+		switch {
+		case !panicked:
+		case f.hc.Completed():
+			// The work completed the record itself (stores/postgres
+			// RunInTx) before it panicked: nothing to release.
+			f.completedInWork(claim)
+		default:
+			// The panic (or runtime.Goexit) goes on after this function
+			// returns; the claim is released first so that a retry runs.
+			f.release(ctx, errors.New("handler panicked"))
 		}
-	}
-	return c.done
-}
+	}()
+	result, err := w.work(f.work)
+	panicked = false
 
-func (c *opCtx) Err() error {
-	c.mu.Lock()
-	err := c.ended.err()
-	c.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	if !c.detached {
-		if err := c.parent.Err(); err != nil {
-			return err
+	switch {
+	case f.hc.Completed():
+		// The work completed the record itself, in its own transaction
+		// (stores/postgres RunInTx): an error after that (from a
+		// middleware outside the transaction) cannot undo it, and a
+		// release could only fail.
+		f.completedInWork(claim)
+		if err != nil {
+			return acquired, err
 		}
+	case err != nil:
+		if b != nil {
+			b.release(err)
+		} else {
+			f.release(ctx, err)
+		}
+		return acquired, err
+	case b != nil:
+		b.complete(result)
+	default:
+		f.complete(ctx, result)
 	}
-	if time.Since(opEpoch) >= c.deadline {
-		return context.DeadlineExceeded
-	}
-	return nil
+	acquired.Result = result
+	return acquired, nil
 }
 
-func (c *opCtx) Value(key any) any { return c.parent.Value(key) }
-
-// afterFunc is one AfterFunc registration on a detached opCtx.
-type afterFunc struct {
-	f              func()
-	stopped, fired bool
-}
-
-// AfterFunc lets a child context of a detached operation (context.WithCancel
-// of it) be cancelled with it without a goroutine of its own; attached
-// operations hand their children to the work context's cancelCtx.
-func (c *opCtx) AfterFunc(f func()) (stop func() bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	a := &afterFunc{f: f}
-	if c.ended != opRunning {
-		a.fired = true
-		go f()
+// newWorkContext makes the work's context: cancellable with a cause,
+// carrying the flight's claim.
+func (f *flight) newWorkContext(ctx context.Context) {
+	if f.work == nil {
+		f.work = &f.workCtx0
 	} else {
-		if c.afters == nil {
-			c.afters = new([]*afterFunc)
+		f.work = &workCtx{} // the first one may still be in a store's hands
+	}
+	f.work.init(ctx, f)
+}
+
+// completedInWork ends a claim whose work completed the record itself.
+func (f *flight) completedInWork(claim Claim) {
+	f.keeper.stop()
+	f.e.event(&f.call, event.Completed, "complete", claim.Key, f.e.cfg.Clock.Now().Sub(f.keeper.claimedAt), nil)
+}
+
+// complete records the work as done, retrying store errors with backoff
+// while the heartbeat keeps the lease alive.
+func (f *flight) complete(ctx context.Context, result []byte) {
+	e, keeper := f.e, &f.keeper
+	keeper.finish()
+	defer keeper.stop() // also when the store or the Observer panics
+	claim := keeper.claim()
+	var err error
+	backoff := e.cfg.CompleteBackoff
+	for attempt := 0; ; attempt++ {
+		err = f.finishOp(ctx, "complete", func(ctx context.Context) error {
+			return e.cfg.Store.Complete(ctx, claim, result, e.cfg.Retention)
+		})
+		again, pause := f.completeAgain(err, &result, attempt)
+		if !again {
+			break
 		}
-		*c.afters = append(*c.afters, a)
-	}
-	return func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if a.fired || a.stopped {
-			return false
+		if pause {
+			sleep(e.cfg.Clock, backoff)
+			backoff *= 2
 		}
-		a.stopped = true
-		return true
+	}
+	f.completed(err)
+}
+
+// completeAgain decides on a Complete's answer err, the attempt-th (from
+// 0): whether to send it again, and whether to pause first (a store
+// error; not a result too large, sent again at once without it).
+func (f *flight) completeAgain(err error, result *[]byte, attempt int) (again, pause bool) {
+	if errors.Is(err, ErrResultTooLarge) && *result != nil {
+		// Record the effect without its result rather than leave the
+		// key in progress (which would run the effect again after the
+		// lease): the replay is lost, the effect is not repeated. Op is
+		// empty: the claim is not over yet.
+		f.e.event(&f.call, event.StoreError, "", f.hc.Key, 0, fmt.Errorf("storing the result for replay (%d bytes); completing without it: %w", len(*result), err))
+		*result = nil
+		return true, false
+	}
+	if err == nil || errors.Is(err, ErrClaimLost) || errors.Is(err, ErrInvalidDuration) || attempt >= f.e.cfg.CompleteRetries {
+		return false, false
+	}
+	return true, true
+}
+
+// completed stops the keeper and decides a completion's last answer err.
+func (f *flight) completed(err error) {
+	e, call, keeper := f.e, &f.call, &f.keeper
+	keeper.stop()
+	claim := keeper.claim()
+	elapsed := e.cfg.Clock.Now().Sub(keeper.claimedAt)
+	switch {
+	case err == nil || errors.Is(err, ErrAlreadyCompleted):
+		// ErrAlreadyCompleted: an earlier attempt whose reply was lost
+		// completed the record with this claim.
+		e.event(call, event.Completed, "complete", claim.Key, elapsed, nil)
+	case errors.Is(err, ErrClaimLost):
+		e.event(call, event.ClaimLost, "complete", claim.Key, elapsed, fmt.Errorf("the work ran but the record was taken over before completing: %w", err))
+	default:
+		// Reported as success anyway: the record stays in progress until its
+		// lease ends, then a retry (if any) would run the work again.
+		e.event(call, event.StoreError, "complete", claim.Key, elapsed, &StoreError{Op: "complete", Key: claim.Key, Err: err})
 	}
 }
 
-// timerSlot is a reusable wall-clock timer: its function calls whatever
-// owner it serves at the moment, so that the timers of the lease keeper and
-// of store operations cost no allocation once the pool is warm. A slot goes
-// back to the pool only when stop prevented its function from running, so
-// a late firing never reaches the next owner.
-type timerSlot struct {
-	t     *time.Timer
-	mu    sync.Mutex
-	owner timerOwner
+// release releases the claim's record so that a retry can run the work again.
+func (f *flight) release(ctx context.Context, cause error) {
+	e, keeper := f.e, &f.keeper
+	keeper.finish()
+	defer keeper.stop() // also when the store or the Observer panics
+	claim := keeper.claim()
+	err := f.finishOp(ctx, "release", func(ctx context.Context) error { return e.cfg.Store.Release(ctx, claim) })
+	f.released(err, cause)
 }
 
-type timerOwner interface{ timerFired() }
-
-var timerSlots sync.Pool
-
-// newTimerSlot calls owner.timerFired once d has passed, unless stopped.
-func newTimerSlot(owner timerOwner, d time.Duration) *timerSlot {
-	s, _ := timerSlots.Get().(*timerSlot)
-	if s == nil {
-		s = &timerSlot{owner: owner}
-		s.t = time.AfterFunc(d, s.fire)
-		return s
-	}
-	s.mu.Lock()
-	s.owner = owner
-	s.mu.Unlock()
-	s.t.Reset(d)
-	return s
-}
-
-func (s *timerSlot) fire() {
-	s.mu.Lock()
-	o := s.owner
-	s.mu.Unlock()
-	if o != nil {
-		o.timerFired()
+// released stops the keeper and decides a release's answer err.
+func (f *flight) released(err, cause error) {
+	e, call, keeper := f.e, &f.call, &f.keeper
+	keeper.stop()
+	claim := keeper.claim()
+	elapsed := e.cfg.Clock.Now().Sub(keeper.claimedAt)
+	switch {
+	case err == nil:
+		e.event(call, event.Released, "release", claim.Key, elapsed, cause)
+	case errors.Is(err, ErrClaimLost):
+		e.event(call, event.ClaimLost, "release", claim.Key, elapsed, fmt.Errorf("releasing after a failure (%v): %w", cause, err))
+	default:
+		// The record stays in progress until its lease ends; retries get
+		// ErrInProgress until then.
+		e.event(call, event.StoreError, "release", claim.Key, elapsed, &StoreError{Op: "release", Key: claim.Key, Err: err})
 	}
 }
 
-// reset re-arms a slot whose function is running (from within it).
-func (s *timerSlot) reset(d time.Duration) { s.t.Reset(d) }
-
-// stop stops the timer and reports whether that prevented the call; the
-// slot is then back in the pool and must not be used again.
-func (s *timerSlot) stop() bool {
-	if !s.t.Stop() {
-		return false
+// finishOp runs a Complete or Release within StoreTimeout, detached from ctx:
+// the record must be finished even when the message's or request's context
+// was cancelled. The first attempt uses the flight's own context; retries
+// get one each.
+func (f *flight) finishOp(ctx context.Context, op string, do func(context.Context) error) error {
+	oc := &f.endCtx
+	if oc.parent != nil {
+		oc = &opCtx{}
 	}
-	s.mu.Lock()
-	s.owner = nil
-	s.mu.Unlock()
-	timerSlots.Put(s)
-	return true
+	oc.start(context.WithoutCancel(ctx), nil, f.e.cfg.StoreTimeout)
+	start := time.Now()
+	err := do(oc)
+	elapsed := time.Since(start)
+	oc.end()
+	f.e.observeOp(ctx, op, elapsed, err)
+	return err
+}
+
+// runShadow is Engine.runShadow for the flight (Config.Shadow).
+func (f *flight) runShadow(ctx context.Context, dec Decision, w worker) (ClaimResult, error) {
+	return f.e.runShadow(ctx, &f.call, dec, w.work)
 }
