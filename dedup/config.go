@@ -8,6 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/watermill-dedup/watermill-dedup/internal/admit"
 	"github.com/watermill-dedup/watermill-dedup/internal/keyrule"
 )
 
@@ -224,9 +225,12 @@ type Config struct {
 	// context). Complete, Release and Extend are never bounded, so under a
 	// backlog of new messages they still reach the store's connections
 	// quickly and a finished handler's record is completed within its
-	// lease. Defaults to 16. With a store that batches concurrent calls
-	// (stores/redis Config.AutoPipeline), set it to the number of
-	// handlers that run at once, so that their claims share batches.
+	// lease. Defaults to 16, or to the store's own default: a store that
+	// sends concurrent calls in a bounded number of batches, where a
+	// backlog of claims cannot hold Complete, Release and Extend back,
+	// admits more, so that the claims of every handler running at once
+	// share batches (stores/redis with Config.AutoPipeline: 256). A value
+	// set here always wins.
 	MaxClaimsInFlight int
 
 	// Clock drives leases, heartbeats and retry backoff. Defaults to the
@@ -258,6 +262,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxClaimsInFlight == 0 {
 		c.MaxClaimsInFlight = defaultMaxClaimsInFlight
+		if n := admit.Of(c.Store); n > 0 {
+			c.MaxClaimsInFlight = n
+		}
 	}
 	if c.InProgressPoll == 0 {
 		c.InProgressPoll = defaultInProgressPoll

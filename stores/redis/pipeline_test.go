@@ -16,6 +16,8 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/dedup/storetest"
+	"github.com/watermill-dedup/watermill-dedup/internal/admit"
+	"github.com/watermill-dedup/watermill-dedup/internal/redisbatch"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
@@ -207,5 +209,22 @@ func TestAutoPipelineBatchesAndFailsOnlyItsOwn(t *testing.T) {
 		pipes.count(), pipes.largest(), len(pipes.failed), failed, calls)
 	if failed == 0 || failed > len(failedKeys) {
 		t.Errorf("%d calls failed, want at least the poisoned one and at most the %d keys of failed batches", failed, len(failedKeys))
+	}
+}
+
+// TestAutoPipelineClaimAdmission: with Config.AutoPipeline the store tells
+// the engine to admit a full batch of claims at once (dedup.Config.
+// MaxClaimsInFlight left at zero), since the batcher bounds the batches
+// that every command shares; without it the engine keeps its own default.
+func TestAutoPipelineClaimAdmission(t *testing.T) {
+	client := newClient(t)
+	for _, tc := range []struct {
+		autoPipeline bool
+		want         int
+	}{{true, redisbatch.DefaultMaxBatch}, {false, 0}} {
+		store := newStore(t, client, redis.Config{KeyPrefix: "dedup-admit:", AutoPipeline: tc.autoPipeline})
+		if got := admit.Of(store); got != tc.want {
+			t.Errorf("AutoPipeline %v: claim admission default %d, want %d", tc.autoPipeline, got, tc.want)
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/admit"
 	"github.com/watermill-dedup/watermill-dedup/internal/keywatch"
 	"github.com/watermill-dedup/watermill-dedup/internal/redisbatch"
 	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
@@ -60,7 +61,26 @@ type Store struct {
 	// watch keeps the key watches of WatchKey; nil for a client whose
 	// shard channels cannot be followed (a Ring).
 	watch *keywatch.Hub
+	// admissionDefault tells the engine how many claims to admit at once
+	// when dedup.Config.MaxClaimsInFlight is left at zero (internal/admit):
+	// claimAdmission with Config.AutoPipeline, else none (the engine's 16).
+	admissionDefault
 }
+
+// admissionDefault is admit.Default under an unexported name, so that its
+// method stays out of the store's documented API.
+type admissionDefault = admit.Default
+
+// claimAdmission is the number of claims the engine admits at once by
+// default with Config.AutoPipeline: one full batch (redisbatch.DefaultMaxBatch).
+// The engine's own bound (16) keeps a backlog of claims from taking every
+// pool connection from Complete, Release and Extend; through the batcher
+// every command of the store shares at most redisbatch.DefaultMaxInFlight
+// batches on that many connections, so the bound only caps how many claims
+// share a batch. Up to a full batch, every handler that runs at once can
+// put its claim into the next batch; beyond it a claim would only wait in
+// the batcher's queue instead of the engine's.
+const claimAdmission = redisbatch.DefaultMaxBatch
 
 // process sends cmd, batched with other calls' with Config.AutoPipeline
 // (p is where it waits).
@@ -130,6 +150,7 @@ func New(ctx context.Context, config Config) (*Store, error) {
 	}
 	if config.AutoPipeline {
 		st.batch = redisbatch.New(client, redisbatch.DefaultMaxBatch, redisbatch.DefaultMaxInFlight)
+		st.admissionDefault = admit.NewDefault(claimAdmission)
 	}
 	st.watch = newWatchHub(client, watchLinger)
 	return st, nil
