@@ -19,7 +19,9 @@ var ErrInvalidAdmissionLimit = errors.New("dedup/metrics: MaxClaimsInFlight must
 // RegisterAdmissionLimit registers two metrics of the claim admission bound,
 // maxClaimsInFlight: the dedup.Config.MaxClaimsInFlight of the Deduplicator
 // or Engine that reports to the Observer made with the same cfg (0 stands
-// for its default, 16). With the default namespace:
+// for the engine's default, 16). A store can raise the default of a
+// MaxClaimsInFlight left at zero (stores/redis with Config.AutoPipeline
+// admits 256): pass that number then, not 0. With the default namespace:
 //
 //	dedup_claim_admission_limit                     gauge: the bound
 //	dedup_claim_admission_capacity_seconds_total    counter: the bound × the seconds since registration

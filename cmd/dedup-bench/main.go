@@ -57,7 +57,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		profStore   = fs.String("profile-store", "redis", "the store of -cpuprofile and -memprofile")
 		profileDur  = fs.Duration("profile-duration", 0, "how long -cpuprofile runs (default 10s)")
 		profileConc = fs.Int("profile-c", 0, "concurrency of -cpuprofile (default 16)")
-		maxClaims   = fs.Int("max-claims-in-flight", 0, "dedup.Config.MaxClaimsInFlight of the router+dedup lanes (default: the field's default, 16)")
+		maxClaims   = fs.Int("max-claims-in-flight", 0, "dedup.Config.MaxClaimsInFlight of the router+dedup lanes (default: the field's default, 16; 256 on redis-ap, the store's)")
 		variants    = fs.String("variants", "", "measure only these variants, comma-separated (e.g. \"router,router+dedup,router+raw pair\"); default all")
 		messages    = fs.Int("messages", 0, "send exactly this many messages through the router happy path of -profile-store at -profile-c (after as many for warm-up), print one line and measure nothing else (for valgrind --tool=callgrind)")
 		lines       = fs.Bool("lines", false, "print tab-separated lines per repetition after the tables (rate, cpu, allocs), for scripts/paired.sh")

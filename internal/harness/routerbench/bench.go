@@ -73,7 +73,7 @@ type Options struct {
 	ProfileDuration    time.Duration
 	ProfileConcurrency int
 	// MaxClaimsInFlight is the dedup.Config field of the router+dedup
-	// lanes; 0 keeps its default (16).
+	// lanes; 0 keeps its default (16, or the store's: 256 on redis-ap).
 	MaxClaimsInFlight int
 	// Variants, when set, restricts the measured variants to these names
 	// (of the throughput table: "router", "router+dedup", "router+raw

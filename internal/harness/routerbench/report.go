@@ -57,7 +57,7 @@ func (r report) print(w io.Writer) {
 		runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, r.loadStart, r.loadEnd)
 	fmt.Fprintf(w, "router: Watermill %s Router on GoChannel (BlockPublishUntilSubscriberAck): c consumer handlers on c topics, one publisher each,\n"+
 		"  so c messages are in flight; a message counts when Publish returns, after the ack\n", wm)
-	claims := "MaxClaimsInFlight 16, its default"
+	claims := "MaxClaimsInFlight left at zero (16; 256 on redis-ap, the store's default)"
 	if o.MaxClaimsInFlight > 0 {
 		claims = fmt.Sprintf("MaxClaimsInFlight %d (-max-claims-in-flight)", o.MaxClaimsInFlight)
 	}
