@@ -21,10 +21,14 @@ import (
 // the claims that reached it.
 type admittingStore struct {
 	dedup.Store
-	admit.Default
-	arrived atomic.Int64
-	gate    chan struct{}
+	admission int
+	arrived   atomic.Int64
+	gate      chan struct{}
 }
+
+func (s *admittingStore) ClaimAdmission() int { return s.admission }
+
+var _ admit.Store = (*admittingStore)(nil)
 
 func (s *admittingStore) Claim(ctx context.Context, key, fp string, lease time.Duration) (dedup.ClaimResult, error) {
 	s.arrived.Add(1)
@@ -56,7 +60,7 @@ func claimsAtOnce(t *testing.T, cfg dedup.Config, storeDefault, calls int) int {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	clock := fakeclock.New(epoch)
-	s := &admittingStore{Store: memstore.New(clock), Default: admit.NewDefault(storeDefault), gate: make(chan struct{})}
+	s := &admittingStore{Store: memstore.New(clock), admission: storeDefault, gate: make(chan struct{})}
 	cfg.Store, cfg.Clock, cfg.DisableHeartbeat = s, clock, true
 	e, err := dedup.NewEngine(cfg)
 	if err != nil {

@@ -21,7 +21,8 @@ var ErrInvalidAdmissionLimit = errors.New("dedup/metrics: MaxClaimsInFlight must
 // or Engine that reports to the Observer made with the same cfg (0 stands
 // for the engine's default, 16). A store can raise the default of a
 // MaxClaimsInFlight left at zero (stores/redis with Config.AutoPipeline
-// admits 256): pass that number then, not 0. With the default namespace:
+// admits 256, its Store.ClaimAdmission): pass that number then, not 0.
+// With the default namespace:
 //
 //	dedup_claim_admission_limit                     gauge: the bound
 //	dedup_claim_admission_capacity_seconds_total    counter: the bound × the seconds since registration

@@ -61,15 +61,7 @@ type Store struct {
 	// watch keeps the key watches of WatchKey; nil for a client whose
 	// shard channels cannot be followed (a Ring).
 	watch *keywatch.Hub
-	// admissionDefault tells the engine how many claims to admit at once
-	// when dedup.Config.MaxClaimsInFlight is left at zero (internal/admit):
-	// claimAdmission with Config.AutoPipeline, else none (the engine's 16).
-	admissionDefault
 }
-
-// admissionDefault is admit.Default under an unexported name, so that its
-// method stays out of the store's documented API.
-type admissionDefault = admit.Default
 
 // claimAdmission is the number of claims the engine admits at once by
 // default with Config.AutoPipeline: one full batch (redisbatch.DefaultMaxBatch).
@@ -81,6 +73,19 @@ type admissionDefault = admit.Default
 // put its claim into the next batch; beyond it a claim would only wait in
 // the batcher's queue instead of the engine's.
 const claimAdmission = redisbatch.DefaultMaxBatch
+
+// ClaimAdmission is how many Claim requests a dedup engine on this store
+// admits at once when dedup.Config.MaxClaimsInFlight is left at zero: one
+// full batch (256) with Config.AutoPipeline, whose batcher bounds the
+// batches that every command of the store shares; 0 without it, which
+// leaves the engine's own default (16). An explicit MaxClaimsInFlight
+// always wins.
+func (s *Store) ClaimAdmission() int {
+	if s.batch == nil {
+		return 0
+	}
+	return claimAdmission
+}
 
 // process sends cmd, batched with other calls' with Config.AutoPipeline
 // (p is where it waits).
@@ -95,6 +100,8 @@ func (s *Store) process(ctx context.Context, cmd goredis.Cmder, p *redisbatch.Pe
 }
 
 var _ dedup.Store = (*Store)(nil)
+
+var _ admit.Store = (*Store)(nil)
 
 // New checks that every server the client writes to runs Redis 7.0 or newer
 // (INFO server on each Cluster master or Ring shard, on the one server or
@@ -150,7 +157,6 @@ func New(ctx context.Context, config Config) (*Store, error) {
 	}
 	if config.AutoPipeline {
 		st.batch = redisbatch.New(client, redisbatch.DefaultMaxBatch, redisbatch.DefaultMaxInFlight)
-		st.admissionDefault = admit.NewDefault(claimAdmission)
 	}
 	st.watch = newWatchHub(client, watchLinger)
 	return st, nil
