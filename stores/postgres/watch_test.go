@@ -236,6 +236,17 @@ func TestWaitersSurviveATerminatedListener(t *testing.T) {
 	if err := pool.QueryRow(testCtx(t), `SELECT pg_terminate_backend($1)`, pids[0]).Scan(&ok); err != nil || !ok {
 		t.Fatalf("pg_terminate_backend: %v %v", ok, err)
 	}
+	// Until its backend has exited, the terminated connection may still
+	// pass on the completion's notification, the copies would answer
+	// through it, and with nothing left to watch no connection would be
+	// opened again (seen under load).
+	waitUntil(t, "the terminated backend to exit", func() bool {
+		var n int
+		if err := pool.QueryRow(testCtx(t), `SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, pids[0]).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 0
+	})
 	h.duplicates(t)
 	waitUntil(t, "a new listening connection", func() bool { p := listeners(t); return len(p) == 1 && p[0] != pids[0] })
 	_ = store.Close()
