@@ -91,13 +91,7 @@ func TestSQSBatchIsOneClaimAndOneCompletion(t *testing.T) {
 // FIFO: the records of a group after a failed one do not start, and their
 // claims are released together with the failed record's, in one request.
 func TestFIFOGroupReleasedTogether(t *testing.T) {
-	const fifoARN = "arn:aws:sqs:us-east-1:000000000000:orders.fifo"
-	rec := func(id, group, orderID string) events.SQSMessage {
-		r := record(id, order(orderID))
-		r.EventSourceARN = fifoARN
-		r.Attributes = map[string]string{"MessageGroupId": group}
-		return r
-	}
+	rec := fifoRecord
 	store := &requestStore{Store: memstore.New(nil)}
 	c := newCharger()
 	c.fail = func(id string, _ int) error {

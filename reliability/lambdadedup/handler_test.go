@@ -400,13 +400,7 @@ func TestLeaseEndsAtDeadline(t *testing.T) {
 // FIFO: after a failure in a message group, the group's later records are
 // failures too, unstarted; other groups go on.
 func TestFIFOGroup(t *testing.T) {
-	const fifoARN = "arn:aws:sqs:us-east-1:000000000000:orders.fifo"
-	rec := func(id, group, orderID string) events.SQSMessage {
-		r := record(id, order(orderID))
-		r.EventSourceARN = fifoARN
-		r.Attributes = map[string]string{"MessageGroupId": group}
-		return r
-	}
+	rec := fifoRecord
 	for _, concurrency := range []int{1, 4} {
 		t.Run(fmt.Sprint("concurrency ", concurrency), func(t *testing.T) {
 			c := newCharger()
@@ -508,13 +502,7 @@ func (o *skipObserver) ObserveStoreOp(string, time.Duration, error) {}
 // time ran short (StartBy) is deadline_skipped, though both end with
 // dedup.ErrNotStarted.
 func TestFIFOSkipsTellGroupFromDeadline(t *testing.T) {
-	const fifoARN = "arn:aws:sqs:us-east-1:000000000000:orders.fifo"
-	rec := func(id, group, orderID string) events.SQSMessage {
-		r := record(id, order(orderID))
-		r.EventSourceARN = fifoARN
-		r.Attributes = map[string]string{"MessageGroupId": group}
-		return r
-	}
+	rec := fifoRecord
 	clock := fakeclock.New(time.Now())
 	c := newCharger()
 	c.fail = func(id string, _ int) error {
@@ -545,4 +533,12 @@ func TestFIFOSkipsTellGroupFromDeadline(t *testing.T) {
 	if len(obs.events) != 2 {
 		t.Errorf("skip decisions %v, want a2's and b3's only", obs.events)
 	}
+}
+
+// fifoRecord is a record of a FIFO queue's message group.
+func fifoRecord(id, group, orderID string) events.SQSMessage {
+	r := record(id, order(orderID))
+	r.EventSourceARN = "arn:aws:sqs:us-east-1:000000000000:orders.fifo"
+	r.Attributes = map[string]string{"MessageGroupId": group}
+	return r
 }

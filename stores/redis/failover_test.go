@@ -378,17 +378,7 @@ func TestClusterFailover(t *testing.T) {
 	for _, v := range failoverVariants {
 		wait := v.wait
 		t.Run(v.name(), func(t *testing.T) {
-			cluster, err := testserver.StartRedisClusterWithReplicas(3, time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = cluster.Close() })
-			client := goredis.NewClusterClient(&goredis.ClusterOptions{
-				Addrs:       cluster.Addrs,
-				DialTimeout: 250 * time.Millisecond,
-				ReadTimeout: 2 * time.Second,
-			})
-			t.Cleanup(func() { _ = client.Close() })
+			cluster, client := failoverCluster(t)
 			store := failoverStore(t, client, wait, v.autoPipeline)
 			masters, err := cluster.Masters()
 			if err != nil {
@@ -436,4 +426,23 @@ func TestClusterFailover(t *testing.T) {
 			checkFailoverCounts(t, wait, c)
 		})
 	}
+}
+
+// failoverCluster starts a 3-master Cluster with a replica each (node
+// timeout 1s) and a client that gives up on a dead node quickly, both
+// closed after the test.
+func failoverCluster(t *testing.T) (*testserver.RedisCluster, *goredis.ClusterClient) {
+	t.Helper()
+	cluster, err := testserver.StartRedisClusterWithReplicas(3, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cluster.Close() })
+	client := goredis.NewClusterClient(&goredis.ClusterOptions{
+		Addrs:       cluster.Addrs,
+		DialTimeout: 250 * time.Millisecond,
+		ReadTimeout: 2 * time.Second,
+	})
+	t.Cleanup(func() { _ = client.Close() })
+	return cluster, client
 }

@@ -274,17 +274,7 @@ func migrateSlot(ctx context.Context, masters []*goredis.Client, slot int, from,
 func TestClusterManualFailoverDuringBatch(t *testing.T) {
 	for _, autoPipeline := range []bool{false, true} {
 		t.Run(fmt.Sprintf("AutoPipeline=%v", autoPipeline), func(t *testing.T) {
-			cluster, err := testserver.StartRedisClusterWithReplicas(3, time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = cluster.Close() })
-			client := goredis.NewClusterClient(&goredis.ClusterOptions{
-				Addrs:       cluster.Addrs,
-				DialTimeout: 250 * time.Millisecond,
-				ReadTimeout: 2 * time.Second,
-			})
-			t.Cleanup(func() { _ = client.Close() })
+			cluster, client := failoverCluster(t)
 			hook := &inFlight{}
 			client.AddHook(hook)
 			store := failoverStore(t, client, false, autoPipeline)

@@ -67,17 +67,7 @@ func TestClusterWaitersSurviveFailovers(t *testing.T) {
 }
 
 func clusterWaitersSurviveFailovers(t *testing.T, autoPipeline bool) {
-	cluster, err := testserver.StartRedisClusterWithReplicas(3, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cluster.Close() })
-	client := goredis.NewClusterClient(&goredis.ClusterOptions{
-		Addrs:       cluster.Addrs,
-		DialTimeout: 250 * time.Millisecond,
-		ReadTimeout: 2 * time.Second,
-	})
-	t.Cleanup(func() { _ = client.Close() })
+	cluster, client := failoverCluster(t)
 	store := newStore(t, client, redis.Config{KeyPrefix: watchPrefix("watch-cl"), AutoPipeline: autoPipeline})
 	masters, err := cluster.Masters()
 	if err != nil {
