@@ -16,12 +16,12 @@
 #   scripts/paired.sh -n 7 HEAD . -- -stores redis -c 16
 #
 # time (default): each run is `dedup-bench -reps 1` of the router lanes
-# (router, router+dedup, router+raw pair) on memory, redis and redis-ap at
-# c = 16 and 64 (DEFAULT_FLAGS; flags after -- are added after them), then
-# the allocation samples. It prints, per store, c and variant, the median
-# msg/s and CPU µs/msg of A and of B over the pairs, their spread
-# [min-max] and B/A, the allocations per message, and `uptime` before
-# every pair.
+# (router, router+dedup, router+raw pair, router+raw CAS pair) on memory,
+# redis and redis-ap at c = 16 and 64 (DEFAULT_FLAGS; flags after -- are
+# added after them), then the allocation samples. It prints, per store, c
+# and variant, the median msg/s and CPU µs/msg of A and of B over the
+# pairs, their spread [min-max] and B/A, the allocations per message,
+# router+dedup over each router floor, and `uptime` before every pair.
 #
 # callgrind: instructions per message under valgrind --tool=callgrind,
 # which the machine's load does not move: for each build and each store
@@ -53,7 +53,7 @@ shift 2
 extra=("$@")
 
 DEFAULT_FLAGS=(-q -lines -stores memory,redis,redis-ap -c 16,64 -reps 1 -duration 1s -warmup 300ms
-	-redis-records none -alloc-messages 1000 -variants "router,router+dedup,router+raw pair")
+	-redis-records none -alloc-messages 1000 -variants "router,router+dedup,router+raw pair,router+raw CAS pair")
 CG_STORES=${CG_STORES:-"memory:16 redis:16 redis-ap:64"}
 CG_SMALL=${CG_SMALL:-200}
 CG_LARGE=${CG_LARGE:-1200}
@@ -145,7 +145,7 @@ for line in open(path):
         vals[(metric, store, c, variant, build)].append(float(f[6]))
 print(f"paired.sh -m {mode}: A = {a}, B = {b}; {len(loads)} pairs, A B alternated; load (1/5/15 min) before each pair: {'; '.join(loads)}")
 keys = sorted({k[:4] for k in vals}, key=lambda k: (k[1], int(k[2]), k[3], k[0]))
-print(f"{'metric':10} {'store':9} {'c':>3} {'variant':16} {'A median [min-max]':>28} {'B median [min-max]':>28} {'B/A':>6}")
+print(f"{'metric':10} {'store':9} {'c':>3} {'variant':19} {'A median [min-max]':>28} {'B median [min-max]':>28} {'B/A':>6}")
 for k in keys:
     A, B = vals.get(k + ("A",), []), vals.get(k + ("B",), [])
     if not A or not B:
@@ -154,8 +154,8 @@ for k in keys:
     fmt = lambda v: f"{v:.1f}" if v < 1000 else f"{v:.0f}"
     sa = f"{fmt(ma)} [{fmt(min(A))}-{fmt(max(A))}]"
     sb = f"{fmt(mb)} [{fmt(min(B))}-{fmt(max(B))}]"
-    print(f"{k[0]:10} {k[1]:9} {k[2]:>3} {k[3]:16} {sa:>28} {sb:>28} {mb/ma if ma else 0:6.3f}")
-# router+dedup / router+raw pair within each run (same build, store, c,
+    print(f"{k[0]:10} {k[1]:9} {k[2]:>3} {k[3]:19} {sa:>28} {sb:>28} {mb/ma if ma else 0:6.3f}")
+# router+dedup / each router floor within each run (same build, store, c,
 # repetition), then the median over the runs of each build.
 runs = defaultdict(dict)
 n = defaultdict(int)
@@ -164,12 +164,14 @@ for line in open(path):
     if len(f) > 6 and f[1] == "rate":
         build, _, store, c, variant, rep = f[:6]
         runs[(build, store, c)].setdefault(variant, []).append(float(f[6]))
-ratios = defaultdict(list)
-for (build, store, c), v in runs.items():
-    for num, den in zip(v.get("router+dedup", []), v.get("router+raw pair", [])):
-        ratios[(store, c, build)].append(num / den)
-if ratios:
-    print("router+dedup / router+raw pair, within each run; median [min-max] over the runs")
+for floor in ("router+raw pair", "router+raw CAS pair"):
+    ratios = defaultdict(list)
+    for (build, store, c), v in runs.items():
+        for num, den in zip(v.get("router+dedup", []), v.get(floor, [])):
+            ratios[(store, c, build)].append(num / den)
+    if not ratios:
+        continue
+    print(f"router+dedup / {floor}, within each run; median [min-max] over the runs")
     for store, c in sorted({k[:2] for k in ratios}, key=lambda k: (k[0], int(k[1]))):
         cells = []
         for build in "AB":

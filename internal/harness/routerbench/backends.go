@@ -81,7 +81,9 @@ type backend struct {
 	// Complete that checks its ownership costs on that store.
 	casFloor func(ctx context.Context, key string) error
 	// floorInRouter adds the router+raw pair lane: a router whose handler
-	// (no middleware) runs floor, the floor of router+dedup.
+	// (no middleware) runs floor, the floor of router+dedup; and, with
+	// casFloor set, the router+raw CAS pair lane, whose handler runs
+	// casFloor.
 	floorInRouter bool
 	// reset, when set, empties the store and the raw baseline's data
 	// between measurements (the memory store: its records live in this

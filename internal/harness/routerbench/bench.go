@@ -198,11 +198,14 @@ func newSuite(ctx context.Context, name, id string, maxC, maxClaims int, variant
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	var routerFloor func(context.Context, string) error
+	var floors []floorLane
 	if b.floorInRouter {
-		routerFloor = b.floor
+		floors = append(floors, floorLane{vRouterFloor, "pair", b.floor})
+		if b.casFloor != nil {
+			floors = append(floors, floorLane{vRouterCASFloor, "cas", b.casFloor})
+		}
 	}
-	r, err := newRig(ctx, b.store, id, maxC, maxClaims, name == StoreMemory, routerFloor)
+	r, err := newRig(ctx, b.store, id, maxC, maxClaims, name == StoreMemory, floors...)
 	if err != nil {
 		b.close()
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -216,7 +219,7 @@ func newSuite(ctx context.Context, name, id string, maxC, maxClaims int, variant
 	if b.casFloor != nil {
 		s.variants = append(s.variants, variant{name: vCASFloor})
 	}
-	for _, n := range []string{vRouter, vHappy, vRouterFloor, vDup, vWMHappy, vWMDup} {
+	for _, n := range []string{vRouter, vHappy, vRouterFloor, vRouterCASFloor, vDup, vWMHappy, vWMDup} {
 		if l, ok := r.lanes[n]; ok {
 			s.variants = append(s.variants, variant{name: n, lane: l})
 		}

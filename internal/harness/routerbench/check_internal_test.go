@@ -28,7 +28,7 @@ func (*forgetful) Extend(context.Context, dedup.Claim, time.Duration) error     
 func TestDuplicateLaneCatchesHandlerCalls(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r, err := newRig(ctx, &forgetful{}, "check", 2, 0, false, nil)
+	r, err := newRig(ctx, &forgetful{}, "check", 2, 0, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,47 +44,99 @@ func TestDuplicateLaneCatchesHandlerCalls(t *testing.T) {
 	}
 }
 
-// TestFloorLaneRunsFloor shows that the router+raw pair lane's handler
-// runs the floor once per message, with the message's scoped key, and
-// that a failing floor fails the measurement.
+// TestFloorLaneRunsFloor shows that each floor lane's handler (router+raw
+// pair, router+raw CAS pair) runs its own floor once per message, with the
+// message's scoped key, and that a failing floor fails the measurement.
 func TestFloorLaneRunsFloor(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var (
+	var fail atomic.Bool
+	floors := []floorLane{{name: vRouterFloor, tag: "pair"}, {name: vRouterCASFloor, tag: "cas"}}
+	seen := make([]struct {
 		calls atomic.Int64
-		fail  atomic.Bool
 		bad   atomic.Value
-	)
-	floor := func(_ context.Context, key string) error {
-		calls.Add(1)
-		if !strings.HasPrefix(key, scope+":ORDER-check-pair-") {
-			bad.Store(key)
+	}, len(floors))
+	for i, f := range floors {
+		floors[i].run = func(_ context.Context, key string) error {
+			seen[i].calls.Add(1)
+			if !strings.HasPrefix(key, scope+":ORDER-check-"+f.tag+"-") {
+				seen[i].bad.Store(key)
+			}
+			if fail.Load() {
+				return errors.New(f.name + " failed")
+			}
+			return nil
 		}
-		if fail.Load() {
-			return errors.New("floor failed")
-		}
-		return nil
 	}
-	r, err := newRig(ctx, &forgetful{}, "check", 2, 0, false, floor)
+	r, err := newRig(ctx, &forgetful{}, "check", 2, 0, false, floors...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = r.stop() }()
-	l, ok := r.lanes[vRouterFloor]
-	if !ok {
-		t.Fatalf("no %s lane", vRouterFloor)
-	}
-	if _, _, err := r.checked(ctx, l, 2, 0, 20); err != nil {
-		t.Fatalf("floor lane: %v", err)
-	}
-	if got := calls.Load(); got != 20 {
-		t.Errorf("floor ran %d times for 20 messages", got)
-	}
-	if k := bad.Load(); k != nil {
-		t.Errorf("floor got key %q, want the message's scoped key", k)
+	for i, f := range floors {
+		l, ok := r.lanes[f.name]
+		if !ok {
+			t.Fatalf("no %s lane", f.name)
+		}
+		if _, _, err := r.checked(ctx, l, 2, 0, 20); err != nil {
+			t.Fatalf("%s lane: %v", f.name, err)
+		}
+		if got := seen[i].calls.Load(); got != 20 {
+			t.Errorf("%s: its floor ran %d times for 20 messages", f.name, got)
+		}
+		if k := seen[i].bad.Load(); k != nil {
+			t.Errorf("%s: its floor got key %q, want the message's scoped key", f.name, k)
+		}
 	}
 	fail.Store(true)
-	if _, _, err := r.checked(ctx, l, 2, 0, 4); err == nil || !strings.Contains(err.Error(), "floor failed") {
-		t.Errorf("checked with a failing floor: %v, want its error", err)
+	for _, f := range floors {
+		if _, _, err := r.checked(ctx, r.lanes[f.name], 2, 0, 4); err == nil || !strings.Contains(err.Error(), f.name+" failed") {
+			t.Errorf("%s: checked with a failing floor: %v, want its error", f.name, err)
+		}
+	}
+}
+
+// TestRouterCASFloorLaneRunsCASFloor shows, on a redis-server of its own
+// (through openRedis, as the benchmark), that the router+raw CAS pair
+// lane's handler runs the backend's casFloor: after 20 messages, 20 keys
+// of the raw CAS pair hold the value its EVALSHA writes, with the
+// retention (not the lease) as expiry, and the raw pair wrote none.
+func TestRouterCASFloorLaneRunsCASFloor(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	id := runID()
+	s, err := newSuite(ctx, StoreRedis, id, 2, 0, []string{vRouterCASFloor})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	l, ok := s.rig.lanes[vRouterCASFloor]
+	if !ok {
+		t.Fatalf("no %s lane on %s", vRouterCASFloor, StoreRedis)
+	}
+	if _, _, err := s.rig.checked(ctx, l, 2, 0, 20); err != nil {
+		t.Fatal(err)
+	}
+	rdb := s.b.redis
+	keys, err := rdb.Keys(ctx, "dedup-bench-cas-"+id+":*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 20 {
+		t.Fatalf("%d raw CAS pair keys after 20 messages, want 20: %q", len(keys), keys)
+	}
+	for _, k := range keys {
+		if !strings.HasPrefix(k, "dedup-bench-cas-"+id+":"+scope+":ORDER-"+id+"-cas-") {
+			t.Errorf("key %q is not the message's scoped key", k)
+		}
+		if v, err := rdb.Get(ctx, k).Result(); err != nil || v != rawDone {
+			t.Errorf("%s = %q, %v; want the CAS script's write %q", k, v, err, rawDone)
+		}
+		if ttl, err := rdb.PTTL(ctx, k).Result(); err != nil || ttl <= rawLease {
+			t.Errorf("%s expires in %v (%v), want the retention, above the lease %v", k, ttl, err, rawLease)
+		}
+	}
+	if pair, err := rdb.Keys(ctx, "dedup-bench-pair-"+id+":*").Result(); err != nil || len(pair) != 0 {
+		t.Errorf("raw pair keys %q (%v), want none: the lane runs the raw CAS pair", pair, err)
 	}
 }

@@ -32,6 +32,7 @@ var ratioCols = []struct{ num, den, title string }{
 	{vHappy, vRaw, "router+dedup/raw"},
 	{vRouterFloor, vRaw, "router+raw pair/raw"},
 	{vHappy, vRouterFloor, "router+dedup/router+raw pair"},
+	{vHappy, vRouterCASFloor, "router+dedup/router+raw CAS pair"},
 	{vDup, vRaw, "dup/raw"},
 	{vHappy, vRouter, "router+dedup/router"},
 	{vDup, vRouter, "dup/router"},
@@ -39,7 +40,7 @@ var ratioCols = []struct{ num, den, title string }{
 	{vDup, vWMDup, "dup/wm-dup"},
 }
 
-var allVariants = []string{vRaw, vStore, vFloor, vCASFloor, vRouter, vHappy, vRouterFloor, vDup, vWMHappy, vWMDup}
+var allVariants = []string{vRaw, vStore, vFloor, vCASFloor, vRouter, vHappy, vRouterFloor, vRouterCASFloor, vDup, vWMHappy, vWMDup}
 
 func (r report) print(w io.Writer) {
 	o := r.opts
@@ -65,9 +66,6 @@ func (r report) print(w io.Writer) {
 		keyMetadata, scope, claims)
 	fmt.Fprintf(w, "wm-dedup: Watermill's middleware.Deduplicator, NewMessageHasherFromMetadataField(%q), map repository with a 24h window\n", keyMetadata)
 	fmt.Fprintf(w, "dup: every message a copy of one of %d already completed keys\n", dupKeys)
-	for _, s := range r.suites {
-		fmt.Fprintf(w, "%s: %s\n", s.b.name, s.b.describe)
-	}
 
 	// Only the variants some store has.
 	var variants []string
@@ -78,6 +76,12 @@ func (r report) print(w io.Writer) {
 				break
 			}
 		}
+	}
+	if slices.Contains(variants, vRouterFloor) || slices.Contains(variants, vRouterCASFloor) {
+		fmt.Fprintf(w, "router+raw pair, router+raw CAS pair: the router, no middleware, whose handler runs the raw pair or the raw CAS pair (below) on the message's scoped key\n")
+	}
+	for _, s := range r.suites {
+		fmt.Fprintf(w, "%s: %s\n", s.b.name, s.b.describe)
 	}
 
 	fmt.Fprintf(w, "\nthroughput: msg/s (router variants) or op/s (raw, claim+complete), median of %d repetitions [min-max]\n", o.Repetitions)
@@ -161,6 +165,7 @@ func (r report) print(w io.Writer) {
 		fmt.Fprintf(w, "\nallocations per message: runtime.MemStats (whole process: router, middleware, store client) over %d messages at c=%d, median of 3 samples;\n"+
 			"  +dedup, +dup and +wm-dedup are added by the middleware and its store: router with it minus router without;\n"+
 			"  +raw pair: added by a handler that runs the raw pair (router+raw pair minus router), the floor of +dedup;\n"+
+			"  +raw CAS pair: the same with the raw CAS pair (router+raw CAS pair minus router), the floor of +dedup with the same commands;\n"+
 			"  raw pair, claim+complete, raw: per operation, no router\n", o.AllocMessages, o.AllocConcurrency)
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		type col struct {
@@ -168,7 +173,8 @@ func (r report) print(w io.Writer) {
 			delta    bool
 		}
 		acols := []col{
-			{"router", vRouter, false}, {"+dedup", vHappy, true}, {"+raw pair", vRouterFloor, true}, {"+dedup dup", vDup, true},
+			{"router", vRouter, false}, {"+dedup", vHappy, true}, {"+raw pair", vRouterFloor, true}, {"+raw CAS pair", vRouterCASFloor, true},
+			{"+dedup dup", vDup, true},
 			{"+wm-dedup", vWMHappy, true}, {"+wm-dedup dup", vWMDup, true},
 			{"claim+complete", vStore, false}, {"raw pair", vFloor, false}, {"raw CAS pair", vCASFloor, false}, {"raw", vRaw, false},
 		}

@@ -32,10 +32,14 @@ const (
 	// vRouterFloor is a router whose handler runs the raw pair, no
 	// middleware: the floor of router+dedup.
 	vRouterFloor = "router+raw pair"
-	vHappy       = "router+dedup"
-	vDup         = "router+dedup dup"
-	vWMHappy     = "router+wm-dedup"
-	vWMDup       = "router+wm-dedup dup"
+	// vRouterCASFloor is a router whose handler runs the raw CAS pair, no
+	// middleware: the floor of router+dedup with the same two commands
+	// (on Redis, a completion is an EVALSHA, not a SET XX).
+	vRouterCASFloor = "router+raw CAS pair"
+	vHappy          = "router+dedup"
+	vDup            = "router+dedup dup"
+	vWMHappy        = "router+wm-dedup"
+	vWMDup          = "router+wm-dedup dup"
 )
 
 const (
@@ -110,12 +114,19 @@ type rig struct {
 	stop   func() error
 }
 
+// floorLane is a router lane without middleware whose handler runs run
+// with the message's scoped key (vRouterFloor, vRouterCASFloor); tag makes
+// its business keys distinct from every other lane's.
+type floorLane struct {
+	name, tag string
+	run       func(ctx context.Context, key string) error
+}
+
 // newRig starts a router whose lanes use store through dedup.New (and,
 // when withWatermill, Watermill's own Deduplicator on an in-memory
-// repository), each with maxC handlers. With floor set, a lane without
-// middleware whose handler calls floor with the message's scoped key is
-// added (vRouterFloor). Keys are unique to id.
-func newRig(ctx context.Context, store dedup.Store, id string, maxC, maxClaims int, withWatermill bool, floor func(ctx context.Context, key string) error) (*rig, error) {
+// repository), each with maxC handlers, and one lane per floor. Keys are
+// unique to id.
+func newRig(ctx context.Context, store dedup.Store, id string, maxC, maxClaims int, withWatermill bool, floors ...floorLane) (*rig, error) {
 	pub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
 	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	if err != nil {
@@ -177,10 +188,10 @@ func newRig(ctx context.Context, store dedup.Store, id string, maxC, maxClaims i
 		{vHappy, happy, true, distinct("happy"), nil, nil, nil},
 		{vDup, dup, false, cycle(dupLaneKeys), dupLaneKeys, nil, nil},
 	}
-	if floor != nil {
-		specs = append(specs, spec{name: vRouterFloor, wantCalls: true, nextKey: distinct("pair"),
+	for _, f := range floors {
+		specs = append(specs, spec{name: f.name, wantCalls: true, nextKey: distinct(f.tag),
 			work: func(msg *message.Message) error {
-				return floor(msg.Context(), admin.ScopedKey(scope, msg.Metadata.Get(keyMetadata)))
+				return f.run(msg.Context(), admin.ScopedKey(scope, msg.Metadata.Get(keyMetadata)))
 			}})
 	}
 	if withWatermill {

@@ -71,10 +71,11 @@ func rows(t *testing.T, got string, prefixes ...string) {
 }
 
 // TestRunFloors runs the harness once, tiny, on the stores that have a
-// raw pair (the floor of claim+complete) and, on Redis, a router+raw pair
-// lane (the floor of router+dedup), with and without AutoPipeline, so
-// that the floors' variants, ratios and allocation columns are printed. It
-// checks what was printed, never how fast anything was.
+// raw pair (the floor of claim+complete) and, on Redis, the router+raw pair
+// and router+raw CAS pair lanes (the floors of router+dedup), with and
+// without AutoPipeline, so that the floors' variants, ratios and
+// allocation columns are printed. It checks what was printed, never how
+// fast anything was.
 func TestRunFloors(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts redis-server, dynalite and PostgreSQL")
@@ -82,8 +83,9 @@ func TestRunFloors(t *testing.T) {
 	got := tinyRun(t, 3*time.Minute, []string{routerbench.StoreRedis, routerbench.StoreRedisPipelined, routerbench.StoreDynamo, routerbench.StorePostgres}, 3)
 	printed(t, got,
 		"raw pair/raw", "claim+complete/raw pair", "router+raw pair/raw", "router+dedup/router+raw pair",
-		"raw CAS pair/raw", "claim+complete/raw CAS pair",
-		"+raw pair allocs", "raw pair allocs", "raw CAS pair allocs",
+		"raw CAS pair/raw", "claim+complete/raw CAS pair", "router+dedup/router+raw CAS pair",
+		"+raw pair allocs", "raw pair allocs", "raw CAS pair allocs", "+raw CAS pair allocs",
+		"router+raw pair, router+raw CAS pair: the router, no middleware",
 		"raw pair: SET key value NX PX 30000 then SET key value2 XX PX 86400000, unpipelined",
 		"raw pair: SET key value NX PX 30000 then SET key value2 XX PX 86400000, through a pipeline shared",
 		"raw CAS pair: the same SET NX PX then EVALSHA",
