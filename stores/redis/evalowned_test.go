@@ -18,29 +18,35 @@ import (
 // runner makes 11. The bound leaves room for the race detector, under
 // which sync.Pool drops a quarter of what is put back.
 func TestClaimCompleteAllocations(t *testing.T) {
+	withAndWithoutAutoPipeline(t, func(t *testing.T, _ *goredis.Client, store *redis.Store) {
+		op := claimComplete(store)
+		i := 0
+		next := func() {
+			i++
+			if err := op(context.Background(), "alloc-"+strconv.Itoa(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range 50 { // warm the pools and the connection
+			next()
+		}
+		const bound = 14
+		if n := testing.AllocsPerRun(500, next); n > bound {
+			t.Errorf("Claim+Complete of a fresh key: %.1f allocations, want at most %d", n, bound)
+		} else {
+			t.Logf("Claim+Complete of a fresh key: %.1f allocations (bound %d)", n, bound)
+		}
+	})
+}
+
+// withAndWithoutAutoPipeline runs f on a store of its own with
+// Config.AutoPipeline off, then on.
+func withAndWithoutAutoPipeline(t *testing.T, f func(t *testing.T, client *goredis.Client, store *redis.Store)) {
 	for _, ap := range []bool{false, true} {
 		t.Run("AutoPipeline="+strconv.FormatBool(ap), func(t *testing.T) {
-			ctx := context.Background()
 			client := goredis.NewClient(&goredis.Options{Addr: server.Addr})
 			t.Cleanup(func() { _ = client.Close() })
-			store := newStore(t, client, redis.Config{KeyPrefix: watchPrefix(t.Name()), AutoPipeline: ap})
-			op := claimComplete(store)
-			i := 0
-			next := func() {
-				i++
-				if err := op(ctx, "alloc-"+strconv.Itoa(i)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			for range 50 { // warm the pools and the connection
-				next()
-			}
-			const bound = 14
-			if n := testing.AllocsPerRun(500, next); n > bound {
-				t.Errorf("Claim+Complete of a fresh key: %.1f allocations, want at most %d", n, bound)
-			} else {
-				t.Logf("Claim+Complete of a fresh key: %.1f allocations (bound %d)", n, bound)
-			}
+			f(t, client, newStore(t, client, redis.Config{KeyPrefix: watchPrefix(t.Name()), AutoPipeline: ap}))
 		})
 	}
 }
@@ -50,33 +56,28 @@ func TestClaimCompleteAllocations(t *testing.T) {
 // script) answers EVALSHA with NOSCRIPT; Complete and Release then send the
 // script itself, alone and with AutoPipeline.
 func TestCompleteAfterScriptFlush(t *testing.T) {
-	for _, ap := range []bool{false, true} {
-		t.Run("AutoPipeline="+strconv.FormatBool(ap), func(t *testing.T) {
-			ctx := context.Background()
-			client := goredis.NewClient(&goredis.Options{Addr: server.Addr})
-			t.Cleanup(func() { _ = client.Close() })
-			store := newStore(t, client, redis.Config{KeyPrefix: watchPrefix(t.Name()), AutoPipeline: ap})
-			for i, finish := range []func(dedup.Claim) error{
-				func(c dedup.Claim) error { return store.Complete(ctx, c, []byte("r"), benchLease) },
-				func(c dedup.Claim) error { return store.Release(ctx, c) },
-			} {
-				if err := client.ScriptFlush(ctx).Err(); err != nil {
-					t.Fatal(err)
-				}
-				key := "flushed-" + strconv.Itoa(i)
-				res, err := store.Claim(ctx, key, "", benchLease)
-				if err != nil || res.Outcome != dedup.Acquired {
-					t.Fatalf("claim: %v %v", res.Outcome, err)
-				}
-				if err := finish(res.Claim); err != nil {
-					t.Fatalf("finish %d after SCRIPT FLUSH: %v", i, err)
-				}
-				res, err = store.Claim(ctx, key, "", benchLease)
-				want := []dedup.Outcome{dedup.Duplicate, dedup.Acquired}[i]
-				if err != nil || res.Outcome != want {
-					t.Fatalf("claim after finish %d: %v %v, want %v", i, res.Outcome, err, want)
-				}
+	withAndWithoutAutoPipeline(t, func(t *testing.T, client *goredis.Client, store *redis.Store) {
+		ctx := context.Background()
+		for i, finish := range []func(dedup.Claim) error{
+			func(c dedup.Claim) error { return store.Complete(ctx, c, []byte("r"), benchLease) },
+			func(c dedup.Claim) error { return store.Release(ctx, c) },
+		} {
+			if err := client.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
 			}
-		})
-	}
+			key := "flushed-" + strconv.Itoa(i)
+			res, err := store.Claim(ctx, key, "", benchLease)
+			if err != nil || res.Outcome != dedup.Acquired {
+				t.Fatalf("claim: %v %v", res.Outcome, err)
+			}
+			if err := finish(res.Claim); err != nil {
+				t.Fatalf("finish %d after SCRIPT FLUSH: %v", i, err)
+			}
+			res, err = store.Claim(ctx, key, "", benchLease)
+			want := []dedup.Outcome{dedup.Duplicate, dedup.Acquired}[i]
+			if err != nil || res.Outcome != want {
+				t.Fatalf("claim after finish %d: %v %v, want %v", i, res.Outcome, err, want)
+			}
+		}
+	})
 }
