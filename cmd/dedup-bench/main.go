@@ -55,6 +55,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		memprofile  = fs.String("memprofile", "", "write an allocation profile (every allocation) of the router happy path to this file and measure nothing else")
 		blockprof   = fs.String("blockprofile", "", "write a block profile (every event) of the router happy path to this file and measure nothing else")
 		profStore   = fs.String("profile-store", "redis", "the store of -cpuprofile and -memprofile")
+		profVariant = fs.String("profile-variant", "router+dedup", "the router lane of -cpuprofile, -memprofile, -blockprofile and -messages: router+dedup, router, \"router+raw pair\" or \"router+raw CAS pair\" (a floor, profiled the same way)")
 		profileDur  = fs.Duration("profile-duration", 0, "how long -cpuprofile runs (default 10s)")
 		profileConc = fs.Int("profile-c", 0, "concurrency of -cpuprofile (default 16)")
 		maxClaims   = fs.Int("max-claims-in-flight", 0, "dedup.Config.MaxClaimsInFlight of the router+dedup lanes (default: the field's default, 16; 256 on redis-ap, the store's)")
@@ -87,7 +88,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	opts := routerbench.Options{
 		Stores: split(*stores), Concurrency: cs, Repetitions: *reps, Duration: *duration, Warmup: *warmup,
 		AllocMessages: *allocMsgs, AllocConcurrency: *allocC,
-		CPUProfile: *cpuprofile, MemProfile: *memprofile, BlockProfile: *blockprof, ProfileStore: *profStore, ProfileDuration: *profileDur, ProfileConcurrency: *profileConc,
+		CPUProfile: *cpuprofile, MemProfile: *memprofile, BlockProfile: *blockprof, ProfileStore: *profStore, ProfileVariant: *profVariant, ProfileDuration: *profileDur, ProfileConcurrency: *profileConc,
 		MaxClaimsInFlight: *maxClaims, Variants: split(*variants), Messages: *messages, Lines: *lines,
 		Out: stdout, Progress: stderr,
 	}

@@ -95,6 +95,28 @@ type backend struct {
 	closers []func()
 }
 
+// serverCPU is the CPU time (user and system) the Redis server has used
+// since it started, from INFO cpu, with the CPU of its own network I/O; ok
+// is false for the other stores and when the server does not answer.
+func (b *backend) serverCPU(ctx context.Context) (d time.Duration, ok bool) {
+	if b.redis == nil {
+		return 0, false
+	}
+	info, err := b.redis.InfoMap(ctx, "cpu").Result()
+	if err != nil {
+		return 0, false
+	}
+	var sum float64
+	for _, field := range []string{"used_cpu_user", "used_cpu_sys"} {
+		v, err := strconv.ParseFloat(info["CPU"][field], 64)
+		if err != nil {
+			return 0, false
+		}
+		sum += v
+	}
+	return time.Duration(sum * float64(time.Second)), true
+}
+
 func (b *backend) close() {
 	for i := len(b.closers) - 1; i >= 0; i-- {
 		b.closers[i]()

@@ -69,6 +69,11 @@ type Options struct {
 	BlockProfile string
 	// ProfileStore is the store of the profiles. Defaults to redis.
 	ProfileStore string
+	// ProfileVariant is the router lane of the profiles and of Messages:
+	// "router+dedup" (the default), "router", "router+raw pair" or
+	// "router+raw CAS pair", so that a floor can be profiled, or counted
+	// in instructions, the same way as the middleware.
+	ProfileVariant string
 	// ProfileDuration defaults to 10s; ProfileConcurrency to 16.
 	ProfileDuration    time.Duration
 	ProfileConcurrency int
@@ -123,6 +128,9 @@ func (o *Options) setDefaults() {
 	if o.ProfileStore == "" {
 		o.ProfileStore = StoreRedis
 	}
+	if o.ProfileVariant == "" {
+		o.ProfileVariant = vHappy
+	}
 	if o.ProfileDuration == 0 {
 		o.ProfileDuration = 10 * time.Second
 	}
@@ -165,6 +173,9 @@ func (o Options) Validate() error {
 	if !slices.Contains(AllStores, o.ProfileStore) {
 		errs = append(errs, fmt.Errorf("routerbench: unknown profile store %q", o.ProfileStore))
 	}
+	if !slices.Contains(profileVariants, o.ProfileVariant) {
+		errs = append(errs, fmt.Errorf("routerbench: profile variant %q is not one of %q", o.ProfileVariant, profileVariants))
+	}
 	if (o.CPUProfile != "" || o.MemProfile != "" || o.BlockProfile != "") && (o.ProfileDuration < 0 || o.ProfileConcurrency < 1) {
 		errs = append(errs, errors.New("routerbench: the profile needs a positive duration and concurrency"))
 	}
@@ -184,8 +195,13 @@ type suite struct {
 	rig      *rig
 	variants []variant
 	// rates[c][variant name] holds one rate (operations/s) per repetition,
-	// cpu[c][variant name] this process's CPU time per operation (µs).
-	rates, cpu map[int]map[string][]float64
+	// cpu[c][variant name] this process's CPU time per operation (µs),
+	// srv[c][variant name] the server's (µs; Redis only, see
+	// backend.serverCPU).
+	rates, cpu, srv map[int]map[string][]float64
+	// lastSrv is the server's CPU time per operation (µs) of the last run,
+	// or -1 when the backend cannot tell.
+	lastSrv float64
 	// allocs[variant name] holds per-sample allocations and bytes per op.
 	allocs map[string][][2]float64
 	// ops[variant name] is what one worker does once.
@@ -210,7 +226,7 @@ func newSuite(ctx context.Context, name, id string, maxC, maxClaims int, variant
 		b.close()
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	s := &suite{b: b, rig: r, id: id, rates: map[int]map[string][]float64{}, cpu: map[int]map[string][]float64{}, allocs: map[string][][2]float64{},
+	s := &suite{b: b, rig: r, id: id, rates: map[int]map[string][]float64{}, cpu: map[int]map[string][]float64{}, srv: map[int]map[string][]float64{}, allocs: map[string][][2]float64{},
 		ops: map[string]func(context.Context, int) error{}}
 	s.variants = []variant{{name: vRaw}, {name: vStore}}
 	if b.floor != nil {
@@ -298,6 +314,7 @@ func (s *suite) run(ctx context.Context, v variant, c int, d time.Duration, tota
 		n       int64
 		elapsed time.Duration
 	)
+	srv0, srvOK := s.b.serverCPU(ctx)
 	cpu0 := processCPU()
 	if v.lane != nil {
 		n, elapsed, err = s.rig.checked(ctx, v.lane, c, d, total)
@@ -305,11 +322,16 @@ func (s *suite) run(ctx context.Context, v variant, c int, d time.Duration, tota
 		n, elapsed, err = drive(ctx, c, d, total, s.ops[v.name])
 	}
 	cpu1 := processCPU()
+	srv1, srvOK1 := s.b.serverCPU(ctx)
 	if err != nil {
 		return 0, 0, fmt.Errorf("%s %s c=%d: %w", s.b.name, v.name, c, err)
 	}
 	if n == 0 {
 		return 0, 0, fmt.Errorf("%s %s c=%d: no operation finished in %v", s.b.name, v.name, c, elapsed)
+	}
+	s.lastSrv = -1
+	if srvOK && srvOK1 {
+		s.lastSrv = float64(srv1-srv0) / float64(time.Microsecond) / float64(n)
 	}
 	return float64(n) / elapsed.Seconds(), float64(cpu1-cpu0) / float64(time.Microsecond) / float64(n), nil
 }
@@ -379,7 +401,7 @@ func Run(ctx context.Context, opts Options) error {
 		for _, c := range opts.Concurrency {
 			for _, s := range suites {
 				if s.rates[c] == nil {
-					s.rates[c], s.cpu[c] = map[string][]float64{}, map[string][]float64{}
+					s.rates[c], s.cpu[c], s.srv[c] = map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 				}
 				// Rotate the order so that no variant always runs first
 				// (or right after a particular other one).
@@ -391,6 +413,9 @@ func Run(ctx context.Context, opts Options) error {
 					}
 					s.rates[c][v.name] = append(s.rates[c][v.name], rate)
 					s.cpu[c][v.name] = append(s.cpu[c][v.name], cpu)
+					if s.lastSrv >= 0 {
+						s.srv[c][v.name] = append(s.srv[c][v.name], s.lastSrv)
+					}
 				}
 			}
 		}
@@ -462,7 +487,10 @@ func profile(ctx context.Context, opts Options) error {
 		return err
 	}
 	defer s.close()
-	v := variant{name: vHappy, lane: s.rig.lanes[vHappy]}
+	v, err := s.profileVariant(opts)
+	if err != nil {
+		return err
+	}
 	if _, _, err := s.measure(ctx, v, opts.ProfileConcurrency, time.Second, 0); err != nil { // warm-up
 		return err
 	}
@@ -516,10 +544,23 @@ func profile(ctx context.Context, opts Options) error {
 		if p != "" {
 			fmt.Fprintf(opts.Out, "profile of the %s %s path at c=%d for %v: %.0f msg/s, written to %s (load %s, nproc %d)\n"+
 				"inspect it with: go tool pprof -top %s\n",
-				opts.ProfileStore, vHappy, opts.ProfileConcurrency, opts.ProfileDuration, rate, p, loadavg(), runtime.NumCPU(), p)
+				opts.ProfileStore, opts.ProfileVariant, opts.ProfileConcurrency, opts.ProfileDuration, rate, p, loadavg(), runtime.NumCPU(), p)
 		}
 	}
 	return nil
+}
+
+// profileVariants are the lanes ProfileVariant may name.
+var profileVariants = []string{vHappy, vRouter, vRouterFloor, vRouterCASFloor}
+
+// profileVariant is the lane of opts.ProfileVariant, or an error naming the
+// store when it has none (the memory store has no raw floors).
+func (s *suite) profileVariant(opts Options) (variant, error) {
+	l, ok := s.rig.lanes[opts.ProfileVariant]
+	if !ok {
+		return variant{}, fmt.Errorf("routerbench: store %s has no %q lane", opts.ProfileStore, opts.ProfileVariant)
+	}
+	return variant{name: opts.ProfileVariant, lane: l}, nil
 }
 
 // fixedCount sends opts.Messages messages through the router happy path of
@@ -532,7 +573,10 @@ func fixedCount(ctx context.Context, opts Options) error {
 		return err
 	}
 	defer s.close()
-	v := variant{name: vHappy, lane: s.rig.lanes[vHappy]}
+	v, err := s.profileVariant(opts)
+	if err != nil {
+		return err
+	}
 	n := int64(opts.Messages)
 	if _, _, err := s.measure(ctx, v, opts.ProfileConcurrency, 0, n); err != nil { // warm-up
 		return err

@@ -122,6 +122,36 @@ func (r report) print(w io.Writer) {
 	}
 	_ = tw.Flush()
 
+	var srvSuites []*suite
+	for _, s := range r.suites {
+		for _, byVariant := range s.srv {
+			if len(byVariant) > 0 {
+				srvSuites = append(srvSuites, s)
+				break
+			}
+		}
+	}
+	if len(srvSuites) > 0 {
+		fmt.Fprintf(w, "\nCPU time of the Redis server per message or op, µs (INFO cpu, user + system, its network I/O included), median of %d repetitions\n", o.Repetitions)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "store\tc\t%s\t\n", strings.Join(variants, "\t"))
+		for _, s := range srvSuites {
+			for _, c := range o.Concurrency {
+				fmt.Fprintf(tw, "%s\t%d\t", s.b.name, c)
+				for _, v := range variants {
+					srv, ok := s.srv[c][v]
+					if !ok {
+						fmt.Fprintf(tw, "-\t")
+						continue
+					}
+					fmt.Fprintf(tw, "%.1f\t", median(srv))
+				}
+				fmt.Fprintln(tw)
+			}
+		}
+		_ = tw.Flush()
+	}
+
 	fmt.Fprintf(w, "\nratios: median over the %d repetitions of the ratio within each repetition (same store, same c)\n", o.Repetitions)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	var cols []int
@@ -216,6 +246,9 @@ func (r report) print(w io.Writer) {
 					for k, rate := range s.rates[c][v] {
 						fmt.Fprintf(w, "rate\t%s\t%d\t%s\t%d\t%.0f\n", s.b.name, c, v, k, rate)
 						fmt.Fprintf(w, "cpu\t%s\t%d\t%s\t%d\t%.2f\n", s.b.name, c, v, k, s.cpu[c][v][k])
+						if srv := s.srv[c][v]; k < len(srv) {
+							fmt.Fprintf(w, "srvcpu\t%s\t%d\t%s\t%d\t%.2f\n", s.b.name, c, v, k, srv[k])
+						}
 					}
 				}
 			}

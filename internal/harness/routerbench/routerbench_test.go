@@ -21,7 +21,10 @@ func TestRunMemory(t *testing.T) {
 		"router+dedup/raw", "dup/raw", "router/raw", "claim+complete/raw", "dedup/wm-dedup",
 		"router+wm-dedup dup",
 	)
-	rows(t, got, "memory  1  ", "memory  3  ")
+	rows(t, got, 3, "memory  1  ", "memory  3  ")
+	if strings.Contains(got, "CPU time of the Redis server") {
+		t.Errorf("a run without Redis printed a Redis server CPU table:\n%s", got)
+	}
 }
 
 // tinyRun runs the harness once on stores at concurrencies, for 20 ms a
@@ -61,11 +64,13 @@ func printed(t *testing.T, got string, wants ...string) {
 
 // rows checks that each prefix starts one row in each of the three per-c
 // tables (throughput, CPU, ratios).
-func rows(t *testing.T, got string, prefixes ...string) {
+// rows checks that each prefix starts want rows: 3 (throughput, CPU,
+// ratios), 4 on Redis (and the server's CPU).
+func rows(t *testing.T, got string, want int, prefixes ...string) {
 	t.Helper()
 	for _, p := range prefixes {
-		if n := strings.Count(got, p); n != 3 {
-			t.Errorf("%d rows start with %q, want 3 (throughput, CPU, ratios):\n%s", n, p, got)
+		if n := strings.Count(got, p); n != want {
+			t.Errorf("%d rows start with %q, want %d:\n%s", n, p, want, got)
 		}
 	}
 }
@@ -91,28 +96,62 @@ func TestRunFloors(t *testing.T) {
 		"raw CAS pair: the same SET NX PX then EVALSHA",
 		"raw pair: the same PutItem then UpdateItem", "raw CAS pair: the same PutItem (with a state)",
 		"raw pair: the same INSERT",
+		"CPU time of the Redis server per message or op",
 	)
-	rows(t, got, "redis  3  ", "redis-ap  3  ", "dynamo  3  ", "postgres  3  ")
+	rows(t, got, 4, "redis  3  ", "redis-ap  3  ")
+	rows(t, got, 3, "dynamo  3  ", "postgres  3  ")
 }
 
 func TestOptionsValidate(t *testing.T) {
 	bad := routerbench.Options{
-		Stores:       []string{"memory", "mongo"},
-		Concurrency:  []int{0},
-		Repetitions:  -1,
-		Duration:     -time.Second,
-		RedisRecords: []int{0},
+		Stores:         []string{"memory", "mongo"},
+		Concurrency:    []int{0},
+		Repetitions:    -1,
+		Duration:       -time.Second,
+		RedisRecords:   []int{0},
+		ProfileVariant: "router+raw",
 	}
 	err := bad.Validate()
 	if err == nil {
 		t.Fatal("Validate accepted bad options")
 	}
-	for _, want := range []string{`"mongo"`, "concurrency", "repetitions", "duration", "record counts"} {
+	for _, want := range []string{`"mongo"`, "concurrency", "repetitions", "duration", "record counts", `profile variant "router+raw"`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate error lacks %q: %v", want, err)
 		}
 	}
 	if err := (routerbench.Options{}).Validate(); err != nil {
 		t.Errorf("Validate of the zero Options (all defaults): %v", err)
+	}
+}
+
+// TestFixedCountProfileVariant: -messages (and the profiles) run the lane
+// ProfileVariant names, a floor as well as the middleware, and a store
+// without that lane is an error naming both.
+func TestFixedCountProfileVariant(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, v := range []string{"router+raw CAS pair", "router+dedup"} {
+		var out bytes.Buffer
+		err := routerbench.Run(ctx, routerbench.Options{
+			Stores: []string{routerbench.StoreRedis}, ProfileStore: routerbench.StoreRedis, ProfileConcurrency: 2,
+			ProfileVariant: v, Messages: 10, Out: &out,
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", v, err)
+		}
+		if !strings.HasPrefix(out.String(), "fixed\tredis\t2\t10\t") {
+			t.Errorf("%s printed %q, want the fixed-count line", v, out.String())
+		}
+	}
+	err := routerbench.Run(ctx, routerbench.Options{
+		Stores: []string{routerbench.StoreMemory}, ProfileStore: routerbench.StoreMemory, ProfileConcurrency: 2,
+		ProfileVariant: "router+raw CAS pair", Messages: 10, Out: &bytes.Buffer{},
+	})
+	if err == nil || !strings.Contains(err.Error(), `store memory has no "router+raw CAS pair" lane`) {
+		t.Errorf("the memory store with a floor lane: %v, want an error naming the store and the lane", err)
 	}
 }
