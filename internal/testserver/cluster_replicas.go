@@ -188,10 +188,18 @@ func (c *RedisCluster) ReplicaOf(master *Redis) (*Redis, error) {
 	return nil, fmt.Errorf("testserver: %s has no replica in CLUSTER NODES", master.Addr)
 }
 
+// manualFailoverTimeout is how long a Redis replica lets a manual failover
+// (CLUSTER FAILOVER) take before it aborts it and stays a replica
+// (CLUSTER_MF_TIMEOUT in Redis' cluster code).
+const manualFailoverTimeout = 5 * time.Second
+
 // Failover sends CLUSTER FAILOVER to replica (a manual failover: the
 // replica waits until it has its master's whole replication stream, then
 // takes over) and waits up to timeout until it is a master and every
-// running node reports cluster_state:ok.
+// running node reports cluster_state:ok. Redis aborts a manual failover
+// that has not finished within 5 seconds (a master too busy to answer in
+// time, on a loaded machine); Failover then sends CLUSTER FAILOVER again,
+// until timeout.
 //
 // It also waits until the old master reports role:slave.
 func (c *RedisCluster) Failover(replica *Redis, timeout time.Duration) error {
@@ -213,10 +221,21 @@ func (c *RedisCluster) Failover(replica *Redis, timeout time.Duration) error {
 	if old == nil {
 		return fmt.Errorf("testserver: %s is not a replica of a known master", replica.Addr)
 	}
-	if _, err := redisDo(replica.Addr, 5*time.Second, "CLUSTER", "FAILOVER"); err != nil {
-		return fmt.Errorf("testserver: CLUSTER FAILOVER on %s: %w", replica.Addr, err)
+	for attempt := 1; ; attempt++ {
+		_, sendErr := redisDo(replica.Addr, 5*time.Second, "CLUSTER", "FAILOVER")
+		// Wait out this attempt: Redis' own limit, a second of slack.
+		err := replica.WaitRole("master", min(manualFailoverTimeout+time.Second, time.Until(deadline)))
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			if sendErr != nil {
+				err = fmt.Errorf("%w (the last CLUSTER FAILOVER: %v)", err, sendErr)
+			}
+			return fmt.Errorf("testserver: manual failover of %s, %d attempts: %w", replica.Addr, attempt, err)
+		}
 	}
-	if err := c.WaitPromoted(replica, timeout); err != nil {
+	if err := c.WaitPromoted(replica, time.Until(deadline)); err != nil {
 		return err
 	}
 	return old.WaitRole("slave", time.Until(deadline))

@@ -392,7 +392,7 @@ func TestClusterFailover(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				return cluster.Failover(replica, 20*time.Second)
+				return cluster.Failover(replica, 40*time.Second)
 			}
 			kill := func(flow func() error) error {
 				master := masters[1]

@@ -49,5 +49,9 @@ func newStore(t testing.TB, client goredis.UniversalClient, config redis.Config)
 	if err != nil {
 		t.Fatalf("redis.New: %v", err)
 	}
+	// Closed after the test, also one that failed before its own Close:
+	// its watch goroutines would otherwise outlive it, and a later test
+	// that counts them (watchGoroutines) would count them too.
+	t.Cleanup(func() { _ = s.Close() })
 	return s
 }

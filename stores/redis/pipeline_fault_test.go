@@ -291,7 +291,7 @@ func TestClusterManualFailoverDuringBatch(t *testing.T) {
 					if err := hook.when(autoPipeline); err != nil {
 						return err
 					}
-					if err := cluster.Failover(replica, 20*time.Second); err != nil {
+					if err := cluster.Failover(replica, 40*time.Second); err != nil {
 						return err
 					}
 					return flow()

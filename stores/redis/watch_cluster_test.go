@@ -93,7 +93,7 @@ func clusterWaitersSurviveFailovers(t *testing.T, autoPipeline bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cluster.Failover(replica, 20*time.Second); err != nil {
+	if err := cluster.Failover(replica, 40*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if errs := manual.wait(t); len(errs) > 0 {
@@ -122,4 +122,22 @@ func clusterWaitersSurviveFailovers(t *testing.T, autoPipeline bool) {
 		}
 		waitFor(t, "no pub/sub connection on "+n.Addr, func() bool { return pubsubClients(t, n.Addr) == 0 })
 	}
+}
+
+// A test that ends with a watch open and its store not closed (as one that
+// fails halfway does) leaves no goroutine of the store behind: newStore
+// closes the store after the test, so a later test that counts the
+// store's goroutines (as TestClusterWaitersSurviveFailovers does) counts
+// only its own.
+func TestNewStoreClosedAfterTheTest(t *testing.T) {
+	client := goredis.NewClient(&goredis.Options{Addr: server.Addr})
+	t.Cleanup(func() { _ = client.Close() })
+	t.Run("leaves a watch open", func(t *testing.T) {
+		store := newStore(t, client, redis.Config{KeyPrefix: watchPrefix("watch-left")})
+		if _, _, err := store.WatchKey(context.Background(), "watch:left-open", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the store's goroutines to start", func() bool { return watchGoroutines() > 0 })
+	})
+	waitFor(t, "the store's goroutines to end after the test", func() bool { return watchGoroutines() == 0 })
 }
