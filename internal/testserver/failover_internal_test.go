@@ -6,6 +6,37 @@ import (
 	"time"
 )
 
+// replicatedCluster starts a 3-master cluster with a replica each (node
+// timeout nodeTimeout), closed after the test, and returns it with its
+// first master and that master's replica.
+func replicatedCluster(t *testing.T, nodeTimeout time.Duration) (c *RedisCluster, master, replica *Redis) {
+	t.Helper()
+	c, err := StartRedisClusterWithReplicas(3, nodeTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	masters, err := c.Masters()
+	if err != nil || len(masters) != 3 {
+		t.Fatalf("Masters() = %v, %v; want 3", masters, err)
+	}
+	if replica, err = c.ReplicaOf(masters[0]); err != nil {
+		t.Fatal(err)
+	}
+	return c, masters[0], replica
+}
+
+// A cluster with a replica per master fails over by hand.
+func TestRedisClusterWithReplicasFailover(t *testing.T) {
+	c, master, replica := replicatedCluster(t, time.Second)
+	if err := c.Failover(replica, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if role, err := master.Role(); err != nil || role != "slave" {
+		t.Fatalf("old master Role() after CLUSTER FAILOVER = %q, %v; want slave", role, err)
+	}
+}
+
 // A manual failover that Redis aborts (its master stopped for longer than
 // the 5 s Redis gives a manual failover, but not long enough for the
 // cluster, with a 30 s node timeout, to fail it over by itself) is sent
@@ -13,20 +44,8 @@ import (
 // on a machine so loaded that the master answered too late.
 func TestFailoverRetriesAnAbortedManualFailover(t *testing.T) {
 	t.Parallel()
-	c, err := StartRedisClusterWithReplicas(3, 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	masters, err := c.Masters()
-	if err != nil || len(masters) != 3 {
-		t.Fatalf("Masters() = %v, %v; want 3", masters, err)
-	}
-	replica, err := c.ReplicaOf(masters[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid := masters[0].proc.cmd.Process.Pid
+	c, master, replica := replicatedCluster(t, 30*time.Second)
+	pid := master.proc.cmd.Process.Pid
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +57,7 @@ func TestFailoverRetriesAnAbortedManualFailover(t *testing.T) {
 	if err := c.Failover(replica, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if role, err := masters[0].Role(); err != nil || role != "slave" {
+	if role, err := master.Role(); err != nil || role != "slave" {
 		t.Fatalf("old master Role() after the failover = %q, %v; want slave", role, err)
 	}
 }

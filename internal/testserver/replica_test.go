@@ -99,26 +99,3 @@ func TestRedisReplicaAndCut(t *testing.T) {
 	}
 	eventually(t, master.Addr, "GET b", "2", "the old master after rejoining")
 }
-
-// A cluster with a replica per master fails over by hand.
-func TestRedisClusterWithReplicasFailover(t *testing.T) {
-	c, err := testserver.StartRedisClusterWithReplicas(3, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	masters, err := c.Masters()
-	if err != nil || len(masters) != 3 {
-		t.Fatalf("Masters() = %v, %v; want 3", masters, err)
-	}
-	replica, err := c.ReplicaOf(masters[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Failover(replica, 20*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if role, err := masters[0].Role(); err != nil || role != "slave" {
-		t.Fatalf("old master Role() after CLUSTER FAILOVER = %q, %v; want slave", role, err)
-	}
-}

@@ -104,23 +104,7 @@ func (r report) print(w io.Writer) {
 	_ = tw.Flush()
 
 	fmt.Fprintf(w, "\nCPU time of this process per message or op, µs (publisher, router, middleware, store client; not the servers), median of %d repetitions\n", o.Repetitions)
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "store\tc\t%s\t\n", strings.Join(variants, "\t"))
-	for _, s := range r.suites {
-		for _, c := range o.Concurrency {
-			fmt.Fprintf(tw, "%s\t%d\t", s.b.name, c)
-			for _, v := range variants {
-				cpu, ok := s.cpu[c][v]
-				if !ok {
-					fmt.Fprintf(tw, "-\t")
-					continue
-				}
-				fmt.Fprintf(tw, "%.1f\t", median(cpu))
-			}
-			fmt.Fprintln(tw)
-		}
-	}
-	_ = tw.Flush()
+	cpuTable(w, r.suites, o.Concurrency, variants, func(s *suite) map[int]map[string][]float64 { return s.cpu })
 
 	var srvSuites []*suite
 	for _, s := range r.suites {
@@ -133,23 +117,7 @@ func (r report) print(w io.Writer) {
 	}
 	if len(srvSuites) > 0 {
 		fmt.Fprintf(w, "\nCPU time of the Redis server per message or op, µs (INFO cpu, user + system, its network I/O included), median of %d repetitions\n", o.Repetitions)
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintf(tw, "store\tc\t%s\t\n", strings.Join(variants, "\t"))
-		for _, s := range srvSuites {
-			for _, c := range o.Concurrency {
-				fmt.Fprintf(tw, "%s\t%d\t", s.b.name, c)
-				for _, v := range variants {
-					srv, ok := s.srv[c][v]
-					if !ok {
-						fmt.Fprintf(tw, "-\t")
-						continue
-					}
-					fmt.Fprintf(tw, "%.1f\t", median(srv))
-				}
-				fmt.Fprintln(tw)
-			}
-		}
-		_ = tw.Flush()
+		cpuTable(w, srvSuites, o.Concurrency, variants, func(s *suite) map[int]map[string][]float64 { return s.srv })
 	}
 
 	fmt.Fprintf(w, "\nratios: median over the %d repetitions of the ratio within each repetition (same store, same c)\n", o.Repetitions)
@@ -308,4 +276,27 @@ func num(v float64) string {
 	default:
 		return fmt.Sprintf("%.0f", v)
 	}
+}
+
+// cpuTable prints one row per suite and concurrency: the median of the
+// samples of of(suite)[c][variant] for each variant, "-" where there are
+// none.
+func cpuTable(w io.Writer, suites []*suite, concurrency []int, variants []string, of func(*suite) map[int]map[string][]float64) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "store\tc\t%s\t\n", strings.Join(variants, "\t"))
+	for _, s := range suites {
+		for _, c := range concurrency {
+			fmt.Fprintf(tw, "%s\t%d\t", s.b.name, c)
+			for _, v := range variants {
+				samples, ok := of(s)[c][v]
+				if !ok {
+					fmt.Fprintf(tw, "-\t")
+					continue
+				}
+				fmt.Fprintf(tw, "%.1f\t", median(samples))
+			}
+			fmt.Fprintln(tw)
+		}
+	}
+	_ = tw.Flush()
 }
