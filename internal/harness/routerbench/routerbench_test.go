@@ -62,8 +62,6 @@ func printed(t *testing.T, got string, wants ...string) {
 	}
 }
 
-// rows checks that each prefix starts one row in each of the three per-c
-// tables (throughput, CPU, ratios).
 // rows checks that each prefix starts want rows: 3 (throughput, CPU,
 // ratios), 4 on Redis (and the server's CPU).
 func rows(t *testing.T, got string, want int, prefixes ...string) {
