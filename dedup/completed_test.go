@@ -45,7 +45,7 @@ func TestFailureAfterInWorkCompletionIsNoLostClaim(t *testing.T) {
 						t.Fatal("no claim in the work's context")
 					}
 					hc.StopHeartbeat()
-					if err := store.Complete(ctx, dedup.Claim{Key: hc.Key, Token: hc.Token}, nil, hc.Retention); err != nil {
+					if err := store.Complete(ctx, dedup.Claim{Key: hc.Key, Token: hc.Token}, nil, hc.Retention()); err != nil {
 						t.Fatal(err)
 					}
 					hc.MarkCompleted()

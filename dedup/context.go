@@ -119,6 +119,45 @@ func (w *workCtx) Value(key any) any {
 	return w.parent.Value(key)
 }
 
+// endParent is the parent of the context of a flight's Complete and
+// Release (finishOp): context.WithoutCancel of the caller's context, but
+// answering the claim (claimctx) and the Origin as the work's context
+// does, so that a store finds there what it noted at the claim. Made
+// without an allocation: context.WithoutCancel costs one to make and one
+// on every Value through it (its Value boxes its receiver), which a
+// store's lookup of its note would pay per message.
+type endParent flight
+
+func (p *endParent) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (p *endParent) Done() <-chan struct{}       { return nil }
+func (p *endParent) Err() error                  { return nil }
+
+func (p *endParent) Value(key any) any {
+	if key == cancelCtxKey {
+		// As WithoutCancel: context.Cause of a detached operation's
+		// context is its own, not the caller's.
+		return nil
+	}
+	return (*flight)(p).work.Value(key)
+}
+
+// cancelCtxKey is the key that context.Cause asks a context's Value for
+// (the context package's own, unexported), found once by asking Cause of
+// a context that records the key it is asked for.
+var cancelCtxKey = func() any {
+	var s keySpy
+	_ = context.Cause(&s)
+	return s.key
+}()
+
+// keySpy is a cancelled context that records the last key of Value.
+type keySpy struct{ key any }
+
+func (s *keySpy) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (s *keySpy) Done() <-chan struct{}       { return nil }
+func (s *keySpy) Err() error                  { return context.Canceled }
+func (s *keySpy) Value(key any) any           { s.key = key; return nil }
+
 // opCtx is the context of one store operation, bounded by StoreTimeout. It
 // behaves like context.WithTimeout(parent, StoreTimeout) (or, detached,
 // like context.WithTimeout(context.WithoutCancel(parent), StoreTimeout)),

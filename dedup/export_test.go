@@ -1,8 +1,13 @@
 package dedup
 
+import "unsafe"
+
 // SetTestHookOpTimedOut sets testHookOpTimedOut for the external tests;
 // nil removes it.
 func SetTestHookOpTimedOut(f func()) { testHookOpTimedOut = f }
 
 // MinLease is the shortest Config.Lease that New accepts.
 const MinLease = minLease
+
+// DeliverySize is the size of the middleware's allocation per message.
+const DeliverySize = unsafe.Sizeof(delivery{})

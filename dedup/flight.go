@@ -266,8 +266,8 @@ func (f *flight) run(ctx context.Context, claim Claim, w worker) (ClaimResult, e
 // hold starts keeping an acquired claim: the work's context carries it,
 // and the lease keeper extends it (see leaseKeeper).
 func (f *flight) hold(claim Claim) {
-	f.hc.Key, f.hc.Token, f.hc.Retention = claim.Key, claim.Token, f.e.cfg.Retention
-	f.hc.SetStopper(f.keepLease())
+	f.hc.Key, f.hc.Token = claim.Key, claim.Token
+	f.hc.SetKeeper(f.keepLease())
 }
 
 // runHeld does the work of a held claim and ends the claim exactly once:
@@ -444,13 +444,19 @@ func (f *flight) released(err, cause error) {
 // finishOp runs a Complete or Release within StoreTimeout, detached from ctx:
 // the record must be finished even when the message's or request's context
 // was cancelled. The first attempt uses the flight's own context; retries
-// get one each.
+// get one each. The context carries the claim (claimctx) and the call's
+// Origin, as the claim's did: a store finds there what it noted at the
+// claim (claimctx.Claim.SetNote).
 func (f *flight) finishOp(ctx context.Context, op string, do func(context.Context) error) error {
 	oc := &f.endCtx
 	if oc.parent != nil {
 		oc = &opCtx{}
 	}
-	oc.start(context.WithoutCancel(ctx), nil, f.e.cfg.StoreTimeout)
+	if f.work != nil { // the work's context has ctx as its parent
+		oc.start((*endParent)(f), nil, f.e.cfg.StoreTimeout)
+	} else {
+		oc.start(context.WithoutCancel(ctx), nil, f.e.cfg.StoreTimeout)
+	}
 	start := time.Now()
 	err := do(oc)
 	elapsed := time.Since(start)

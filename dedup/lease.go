@@ -137,6 +137,9 @@ func (k *leaseKeeper) finish() {
 // StopHeartbeat is stop, for claimctx.Claim.StopHeartbeat.
 func (k *leaseKeeper) StopHeartbeat() { k.stop() }
 
+// Retention is the engine's Config.Retention, for claimctx.Claim.Retention.
+func (k *leaseKeeper) Retention() time.Duration { return k.f.e.cfg.Retention }
+
 // stop ends the keeper and waits until no extension is in flight and no
 // expire is deciding: once it returned, the keeper decides nothing more.
 // Safe to call more than once.

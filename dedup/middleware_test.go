@@ -538,7 +538,7 @@ func TestHandlerCanStopHeartbeatAndCompleteItself(t *testing.T) {
 			return nil, fmt.Errorf("%d timers pending after StopHeartbeat", n)
 		}
 		out := []*message.Message{message.NewMessage("out-1", []byte("receipt"))}
-		if err := store.Complete(m.Context(), dedup.Claim{Key: hc.Key, Token: hc.Token}, replay.Encode(out), hc.Retention); err != nil {
+		if err := store.Complete(m.Context(), dedup.Claim{Key: hc.Key, Token: hc.Token}, replay.Encode(out), hc.Retention()); err != nil {
 			return nil, err
 		}
 		hc.MarkCompleted()

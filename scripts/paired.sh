@@ -93,7 +93,7 @@ time)
 		echo "pair $i/$pairs: uptime$(uptime | sed 's/.*load average//')" >&2
 		echo "load	$i	$(cut -d' ' -f1-3 /proc/loadavg)" >>"$out"
 		for b in A B; do
-			"$work/$b" "${DEFAULT_FLAGS[@]}" "${extra[@]}" | grep -E '^(rate|cpu|allocs)	' | sed "s/^/$b	/" >>"$out"
+			"$work/$b" "${DEFAULT_FLAGS[@]}" "${extra[@]}" | grep -E '^(rate|cpu|srvcpu|allocs)	' | sed "s/^/$b	/" >>"$out"
 		done
 	done
 	;;

@@ -14,18 +14,24 @@ import (
 type Claim struct {
 	// Key and Token identify the ownership (dedup.Claim).
 	Key, Token string
-	// Retention is what Complete must be given.
-	Retention time.Duration
 	// Replay tells whether the handler's output messages are stored.
 	Replay bool
 
 	completed atomic.Bool
-	stopper   Stopper
+	keeper    Keeper
+	// note is what the store kept of the claim for its Complete (SetNote).
+	note string
 }
 
-// Stopper stops a claim's lease extensions and waits until none is in
-// flight (the engine's lease keeper).
-type Stopper interface{ StopHeartbeat() }
+// Keeper is the engine's lease keeper of a held claim: it stops the
+// claim's lease extensions and waits until none is in flight, and knows
+// the retention Complete must be given. (The retention is asked of it,
+// not kept in Claim, so that the engine's allocation per message stays
+// in its size class.)
+type Keeper interface {
+	StopHeartbeat()
+	Retention() time.Duration
+}
 
 type key struct{}
 
@@ -36,15 +42,36 @@ func IsKey(k any) bool {
 	return ok
 }
 
-// SetStopper sets what StopHeartbeat calls.
-func (c *Claim) SetStopper(s Stopper) { c.stopper = s }
+// SetKeeper sets what StopHeartbeat and Retention ask.
+func (c *Claim) SetKeeper(k Keeper) { c.keeper = k }
+
+// Retention is what Complete must be given; zero before the claim is held.
+func (c *Claim) Retention() time.Duration {
+	if c.keeper == nil {
+		return 0
+	}
+	return c.keeper.Retention()
+}
 
 // From returns the claim the current handler runs under, if the handler was
-// called by the dedup engine after winning the claim.
+// called by the dedup engine after winning the claim. The contexts the
+// engine gives the store's Claim, Complete and Release of that claim
+// answer it too.
 func From(ctx context.Context) (*Claim, bool) {
 	c, ok := ctx.Value(key{}).(*Claim)
 	return c, ok
 }
+
+// SetNote keeps what a store wants to remember of this claim until its
+// Complete (the record as the claim wrote it, say), which finds it with
+// From on Complete's context. A store calls it from Claim, on the claim's
+// context, only while Token is empty (the claim is not held yet: the
+// context is not that of a handler running under another claim), and
+// trusts the note in Complete only when Key and Token are the claim's.
+func (c *Claim) SetNote(note string) { c.note = note }
+
+// Note returns what SetNote kept.
+func (c *Claim) Note() string { return c.note }
 
 // MarkCompleted tells the engine that the record was completed (with
 // Store.Complete semantics) as part of the handler's own work, so it must
@@ -62,8 +89,8 @@ func (c *Claim) Completed() bool { return c.completed.Load() }
 // then runs its normal course: the completion must happen within it. Safe
 // to call more than once.
 func (c *Claim) StopHeartbeat() {
-	if c.stopper != nil {
-		c.stopper.StopHeartbeat()
+	if c.keeper != nil {
+		c.keeper.StopHeartbeat()
 	}
 }
 

@@ -479,7 +479,7 @@ func (s *Store) RunInTx(ctx context.Context, work func(ctx context.Context) ([]b
 		if pk, err = PartitionKey(hc.Key); err != nil {
 			return nil, err
 		}
-		if err := storekit.CheckDuration("retention", hc.Retention); err != nil {
+		if err := storekit.CheckDuration("retention", hc.Retention()); err != nil {
 			return nil, err
 		}
 		tx.pk = pk
@@ -508,7 +508,7 @@ func (s *Store) RunInTx(ctx context.Context, work func(ctx context.Context) ([]b
 	if len(stored) > s.maxResult {
 		stored = nil
 	}
-	if _, err := s.transact(fctx, tc, claim.Token, func() types.TransactWriteItem { return s.completion(pk, claim, stored, hc.Retention) }, items); err != nil {
+	if _, err := s.transact(fctx, tc, claim.Token, func() types.TransactWriteItem { return s.completion(pk, claim, stored, hc.Retention()) }, items); err != nil {
 		return nil, err
 	}
 	hc.MarkCompleted()

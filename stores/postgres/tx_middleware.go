@@ -151,12 +151,12 @@ func (s *Store) RunInTx(ctx context.Context, work func(ctx context.Context) ([]b
 // wants to take the record over waits for the COMMIT and then finds it
 // completed.
 func (s *Store) completeInTx(ctx context.Context, tx pgx.Tx, hc *claimctx.Claim, result []byte) error {
-	if err := storekit.CheckDuration("retention", hc.Retention); err != nil {
+	if err := storekit.CheckDuration("retention", hc.Retention()); err != nil {
 		return err
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.FinishTimeout)
 	defer cancel()
-	err := s.complete(fctx, tx, dedup.Claim{Key: hc.Key, Token: hc.Token}, result, hc.Retention, "complete in transaction")
+	err := s.complete(fctx, tx, dedup.Claim{Key: hc.Key, Token: hc.Token}, result, hc.Retention(), "complete in transaction")
 	if err != nil {
 		if errors.Is(err, dedup.ErrClaimLost) {
 			return fmt.Errorf("business writes rolled back: %w", err)

@@ -70,3 +70,42 @@ func WithAutoPipeliner(s *Store, ap *goredis.AutoPipeliner) *Store {
 	c.batch, c.ap = nil, ap
 	return &c
 }
+
+// InProgressRecord is the in-progress record a claim with token writes
+// for a fingerprint and a provenance.
+func InProgressRecord(token [16]byte, fingerprint string, claimedAt int64, claims uint64, origin dedup.Origin) string {
+	p := provenance{claimedAt: claimedAt, claims: claims, origin: origin}
+	return string(appendInProgress(nil, &token, fingerprintDigest(fingerprint), &p))
+}
+
+// AppendCompleted is appendCompleted: the completed record (without its
+// result) the client builds from the in-progress record v.
+func AppendCompleted(v string, now int64, omitProvenance bool) (string, bool) {
+	b, ok := appendCompleted(nil, v, now, omitProvenance)
+	return string(b), ok
+}
+
+// RunComplete runs the Complete script on the record under key (the
+// store's prefix added) for the claim with token, completed at now, with
+// built and expected as its ARGV[7] and ARGV[8] (empty: the script builds
+// the record), and returns the script's reply.
+func (s *Store) RunComplete(ctx context.Context, key string, token [16]byte, result []byte, now int64, built, expected string) (int64, error) {
+	if result == nil {
+		result = []byte{}
+	}
+	return completeOp.script.Run(ctx, s.client, []string{s.prefix + key},
+		string(token[:]), appendCompact(nil, &token), 60000, result, now, s.omitProvenance, built, expected).Int64()
+}
+
+// CaptureCompleteArgs makes the Complete script also write its ARGV[7]
+// and ARGV[8] (the completed record the client built, the in-progress
+// record it expected) under the record's key with the suffix "#built" and
+// "#expected", until the returned function restores it.
+func CaptureCompleteArgs() (restore func()) {
+	saved := completeOp
+	completeOp = newOwnedScript(`
+redis.call('SET', KEYS[1] .. '#built', ARGV[7] or '')
+redis.call('SET', KEYS[1] .. '#expected', ARGV[8] or '')
+` + completeSrc)
+	return func() { completeOp = saved }
+}

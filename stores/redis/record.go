@@ -28,7 +28,9 @@ import (
 //	19      n     fields
 //
 // Version 2, completed (written by the Complete script when the record has
-// fields or a result):
+// fields or a result; built by the client, appendCompleted, when the
+// engine's Complete knows the in-progress record its claim wrote, else by
+// the script, byte for byte the same):
 //
 //	0       1     format version (2)
 //	1       1     state: 'C'
@@ -291,6 +293,64 @@ func decodeID(v []byte, kind byte) (string, []byte, bool) {
 // claim.
 func appendCompact(b []byte, token *[tokenLen]byte) []byte {
 	return strconv.AppendUint(b, binary.BigEndian.Uint64(token[:tokenPrefix])>>1, 10)
+}
+
+// maxCompletedHeader is the length of the largest version 2 completed
+// record without its result.
+const maxCompletedHeader = fieldsOffsetC + 1 + 255
+
+// appendCompleted appends what the Complete script writes for the version
+// 2 in-progress record v, completed at now (Unix milliseconds), before the
+// result: the same bytes, built here so that the server does not have to
+// (see Store.Complete). It mirrors completeSrc's builder field for field:
+// every field is kept but the provenance with omitProvenance, and field 3
+// (completed-at, after the provenance's claimed-at) is added when it fits.
+// ok is false when the record would keep no field (the script then writes
+// the compact form or the result alone) or v is not such a record.
+func appendCompleted(b []byte, v string, now int64, omitProvenance bool) (_ []byte, ok bool) {
+	if len(v) < headerLen || v[0] != formatV2 || v[1] != stateInProgress || len(v) != headerLen+int(v[fieldsOffsetP]) {
+		return b, false
+	}
+	fields := v[headerLen:]
+	b = append(b, formatV2, stateCompleted)
+	b = append(b, v[tokenOffset:tokenOffset+tokenPrefix]...)
+	n := len(b)
+	b = append(b, 0)
+	var at int64
+	haveAt := false
+	for i := 0; i+1 < len(fields); {
+		t, l := fields[i], int(fields[i+1])
+		end := i + 2 + l
+		if end > len(fields) {
+			return b[:n-fieldsOffsetC], false // not written by this version
+		}
+		switch {
+		case t != fieldProvenance:
+			b = append(b, fields[i:end]...)
+		case !omitProvenance:
+			b = append(b, fields[i:end]...)
+			if l >= 6 {
+				at, haveAt = 0, true
+				for k := i + 2; k < i+8; k++ {
+					at = at<<8 | int64(fields[k])
+				}
+			}
+		}
+		i = end
+	}
+	if haveAt {
+		var u [binary.MaxVarintLen64]byte
+		d := binary.PutUvarint(u[:], uint64(max(now-at, 0)))
+		if len(b)-n-1+2+d <= 255 {
+			b = append(b, fieldCompletedAfter, byte(d))
+			b = append(b, u[:d]...)
+		}
+	}
+	if len(b) == n+1 {
+		return b[:n-fieldsOffsetC], false
+	}
+	b[n] = byte(len(b) - n - 1)
+	return b, true
 }
 
 // decodeRecord parses a value. Anything not in one of the three forms (a

@@ -42,14 +42,24 @@ end
 // token, ARGV[2] the compact completed record, ARGV[3] the retention in
 // milliseconds, ARGV[4] the result, ARGV[5] the time of completion in Unix
 // milliseconds, ARGV[6] "1" to leave the provenance out
-// (Config.OmitProvenance). A record without fields and a result becomes
-// ARGV[2] (the compact form); otherwise a version 2 completed record
-// keeping the first 8 token bytes and every field of the in-progress record
-// (a version 1 fingerprint becomes field 1) but the provenance when left
-// out, plus field 3 (completed-at, after the provenance's claimed-at),
-// followed by the result. The retention becomes the key's TTL (PX): the
-// completed record expires on the server's clock.
+// (Config.OmitProvenance), ARGV[7] and ARGV[8] the completed record as
+// the client built it (appendCompleted, without the result) from the
+// in-progress record it expects, or empty. When the record is ARGV[8], it
+// becomes ARGV[7] followed by the result. Otherwise the script builds it:
+// a record without fields and a result becomes ARGV[2] (the compact form);
+// otherwise a version 2 completed record keeping the first 8 token bytes
+// and every field of the in-progress record (a version 1 fingerprint
+// becomes field 1) but the provenance when left out, plus field 3
+// (completed-at, after the provenance's claimed-at), followed by the
+// result. Both ways write the same bytes (TestCompletedBuiltByClient).
+// The retention becomes the key's TTL (PX): the completed record expires
+// on the server's clock.
 const completeSrc = ownedPrelude + `
+if v == ARGV[8] then
+  redis.call('SET', KEYS[1], ARGV[7] .. ARGV[4], 'PX', ARGV[3])
+` + announce + `
+  return 0
+end
 local n = string.byte(v, 19)
 local fields = string.sub(v, 20, 19 + n)
 if f == 1 and n > 0 then fields = '\1' .. string.char(n) .. fields end

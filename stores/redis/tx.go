@@ -246,7 +246,7 @@ func (s *Store) RunInTx(ctx context.Context, work func(ctx context.Context) ([]b
 	}
 	tx := &Tx{ctx: ctx}
 	if ok {
-		if err := storekit.CheckDuration("retention", hc.Retention); err != nil {
+		if err := storekit.CheckDuration("retention", hc.Retention()); err != nil {
 			return nil, err
 		}
 		tx.recordKey = s.prefix + hc.Key
@@ -275,7 +275,7 @@ func (s *Store) RunInTx(ctx context.Context, work func(ctx context.Context) ([]b
 	// No extension may run after the completion and find the record
 	// completed (a spurious claim_lost).
 	hc.StopHeartbeat()
-	if err := s.completeWith(fctx, tx, dedup.Claim{Key: hc.Key, Token: hc.Token}, result, hc.Retention); err != nil {
+	if err := s.completeWith(fctx, tx, dedup.Claim{Key: hc.Key, Token: hc.Token}, result, hc.Retention()); err != nil {
 		if errors.Is(err, ErrCommandFailed) {
 			hc.MarkCompleted()
 		}

@@ -1,0 +1,113 @@
+package dedup_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
+	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
+	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
+)
+
+// notingStore notes something of each claim at Claim (claimctx.SetNote)
+// and checks at Complete and Release that their contexts carry the same
+// claim with that note.
+type notingStore struct {
+	dedup.Store
+	ends chan string
+	last context.Context // the context of the last Complete or Release
+}
+
+func (s *notingStore) Claim(ctx context.Context, key, fingerprint string, lease time.Duration) (dedup.ClaimResult, error) {
+	res, err := s.Store.Claim(ctx, key, fingerprint, lease)
+	if hc, ok := claimctx.From(ctx); ok && hc.Token == "" && err == nil && res.Outcome == dedup.Acquired {
+		hc.SetNote("noted " + res.Claim.Token)
+	}
+	return res, err
+}
+
+func (s *notingStore) end(ctx context.Context, op string, claim dedup.Claim) {
+	s.last = ctx
+	hc, ok := claimctx.From(ctx)
+	switch {
+	case !ok:
+		s.ends <- op + ": no claim in the context"
+	case hc.Key != claim.Key || hc.Token != claim.Token:
+		s.ends <- op + ": another claim in the context"
+	case hc.Note() != "noted "+claim.Token:
+		s.ends <- op + ": note " + hc.Note()
+	default:
+		s.ends <- op + ": noted"
+	}
+}
+
+func (s *notingStore) Complete(ctx context.Context, claim dedup.Claim, result []byte, retention time.Duration) error {
+	s.end(ctx, "complete", claim)
+	return s.Store.Complete(ctx, claim, result, retention)
+}
+
+func (s *notingStore) Release(ctx context.Context, claim dedup.Claim) error {
+	s.end(ctx, "release", claim)
+	return s.Store.Release(ctx, claim)
+}
+
+// TestStoreFindsItsNoteAtTheEnd: what a store notes of a claim on the
+// claim's context (the Redis store: the record the claim wrote) is on the
+// contexts of that claim's Complete and Release, also when the caller's
+// context is cancelled by then and when an inner call runs under the
+// outer one's claim.
+func TestStoreFindsItsNoteAtTheEnd(t *testing.T) {
+	store := &notingStore{Store: memstore.New(fakeclock.New(epoch)), ends: make(chan string, 4)}
+	e, err := dedup.NewEngine(dedup.Config{Store: store, Lease: time.Minute, Retention: time.Hour, Clock: fakeclock.New(epoch)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := func(what string) {
+		t.Helper()
+		if got := <-store.ends; got != what {
+			t.Errorf("%s, want %q", got, what)
+		}
+	}
+	ctx := context.Background()
+	if _, err := e.Do(ctx, dedup.Call{Scope: "s", Key: "completed"}, func(context.Context) ([]byte, error) { return nil, nil }); err != nil {
+		t.Fatal(err)
+	}
+	want("complete: noted")
+	failed := errors.New("failed")
+	if _, err := e.Do(ctx, dedup.Call{Scope: "s", Key: "released"}, func(context.Context) ([]byte, error) { return nil, failed }); !errors.Is(err, failed) {
+		t.Fatal(err)
+	}
+	want("release: noted")
+	cctx, cancel := context.WithCancelCause(ctx)
+	callerGone := errors.New("the caller went away")
+	if _, err := e.Do(cctx, dedup.Call{Scope: "s", Key: "cancelled"}, func(context.Context) ([]byte, error) { cancel(callerGone); return nil, nil }); err != nil {
+		t.Fatal(err)
+	}
+	want("complete: noted")
+	// Detached from the caller, as context.WithoutCancel is: once over,
+	// the operation's context was cancelled by its end, not by the caller.
+	if err := context.Cause(store.last); !errors.Is(err, context.Canceled) {
+		t.Errorf("the cause of Complete's context after it returned is %v, want context.Canceled", err)
+	}
+	_, err = e.Do(ctx, dedup.Call{Scope: "s", Key: "outer"}, func(ctx context.Context) ([]byte, error) {
+		_, err := e.Do(ctx, dedup.Call{Scope: "s", Key: "inner"}, func(context.Context) ([]byte, error) { return nil, nil })
+		return nil, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want("complete: noted") // inner
+	want("complete: noted") // outer
+}
+
+// TestDeliverySizeClass: the middleware's one allocation per message (the
+// flight, with the claim the work's context carries and the store's note)
+// stays within Go's 704-byte size class; the next one is 768 bytes.
+func TestDeliverySizeClass(t *testing.T) {
+	if dedup.DeliverySize > 704 {
+		t.Fatalf("the middleware allocates %d bytes per message, past the 704-byte size class", dedup.DeliverySize)
+	}
+}

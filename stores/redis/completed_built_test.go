@@ -1,0 +1,169 @@
+package redis_test
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
+	"github.com/watermill-dedup/watermill-dedup/stores/redis"
+)
+
+// TestCompletedBuiltByClient: the completed record the client builds
+// (sent with the in-progress record it was built from) and the one the
+// Complete script builds from the record it finds are the same bytes, for
+// every kind of in-progress record: with and without fingerprint,
+// provenance with every kind of id, claimed in the past, the future or at
+// the epoch, fields of later versions, with and without a result, with and
+// without Config.OmitProvenance. The script takes the client's record only
+// when the record under the key is the one expected.
+func TestCompletedBuiltByClient(t *testing.T) {
+	ctx := context.Background()
+	client := newClient(t)
+	stores := map[bool]*redis.Store{}
+	for _, omit := range []bool{false, true} {
+		stores[omit] = newStore(t, client, redis.Config{KeyPrefix: watchPrefix(fmt.Sprintf("%s-%t", t.Name(), omit)), OmitProvenance: omit})
+	}
+	now := time.Now().UnixMilli()
+	long := strings.Repeat("x", 100)
+	origins := []dedup.Origin{
+		{},
+		{TransportID: "1b4e28ba-2fa1-11d2-883f-0016d3cca427"},
+		{TransportID: "1b4e28ba-2fa1-11d2-883f-0016d3cca427", MessageID: "order-42"},
+		{TransportID: "msg-7", MessageID: "msg-7"},
+		{TransportID: long, MessageID: long + "y"},
+	}
+	type rec struct {
+		name string
+		v    string
+	}
+	var recs []rec
+	for _, fp := range []string{"", "sha256:payload"} {
+		for _, at := range []int64{now - 5000, now - 10*24*3600*1000, now + 1000, 0, 1<<48 - 1} {
+			for _, claims := range []uint64{1, 300, 1 << 63} {
+				for i, o := range origins {
+					recs = append(recs, rec{fmt.Sprintf("fp=%q at=%d claims=%d origin=%d", fp, at, claims, i),
+						redis.InProgressRecord(newToken(t), fp, at, claims, o)})
+				}
+			}
+		}
+	}
+	// Fields a later version may add (tags the script and the builder
+	// carry over without knowing them), up to the 255 bytes of fields, so
+	// that completed-at sometimes does not fit.
+	for _, n := range []int{0, 200, 240, 250, 251, 252, 253, 255} {
+		base := redis.InProgressRecord(newToken(t), "fp", now-1234, 2, origins[2])
+		fields := base[19:]
+		if pad := n - len(fields) - 2; pad >= 0 {
+			fields += string([]byte{9, byte(pad)}) + strings.Repeat("z", pad)
+		}
+		recs = append(recs, rec{fmt.Sprintf("fields of %d bytes", len(fields)), base[:18] + string([]byte{byte(len(fields))}) + fields})
+	}
+
+	for _, r := range recs {
+		for _, omit := range []bool{false, true} {
+			for _, result := range [][]byte{nil, []byte("result\x00\xff")} {
+				name := fmt.Sprintf("%s omit=%t result=%t", r.name, omit, result != nil)
+				store := stores[omit]
+				var token [16]byte
+				copy(token[:], r.v[2:18])
+				set := func(key, v string) {
+					if err := client.Set(ctx, store.RedisKey(key), v, time.Minute).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				complete := func(key, built, expected string) string {
+					reply, err := store.RunComplete(ctx, key, token, result, now, built, expected)
+					if err != nil || reply != 0 {
+						t.Fatalf("%s: Complete script on %s: reply %d, %v", name, key, reply, err)
+					}
+					v, err := client.Get(ctx, store.RedisKey(key)).Result()
+					if err != nil {
+						t.Fatal(err)
+					}
+					return v
+				}
+				set("script", r.v)
+				byScript := complete("script", "", "")
+				built, ok := redis.AppendCompleted(r.v, now, omit)
+				if !ok {
+					if !omit || strings.Contains(r.name, "fields of") || strings.Contains(r.name, `fp="sha`) {
+						t.Errorf("%s: the client built no record", name)
+					}
+					continue
+				}
+				set("client", r.v)
+				if got := complete("client", built, r.v); got != byScript {
+					t.Errorf("%s:\n client built %x\n script built %x", name, got, byScript)
+				}
+
+				// The script takes the client's record, and only when the
+				// record is the one the client expected.
+				set("marked", r.v)
+				if got, want := complete("marked", "\x02Cmarked", r.v), "\x02Cmarked"+string(result); got != want {
+					t.Errorf("%s: the script wrote %x, want the client's %x", name, got, want)
+				}
+				other := r.v[:len(r.v)-1] + string([]byte{r.v[len(r.v)-1] ^ 1})
+				set("other", other)
+				set("other-script", other)
+				if got, want := complete("other", "\x02Cmarked", r.v), complete("other-script", "", ""); got != want {
+					t.Errorf("%s: on another record than expected the script wrote %x, want %x", name, got, want)
+				}
+			}
+		}
+	}
+	t.Logf("%d in-progress records compared", len(recs))
+}
+
+// newToken returns a random owner token.
+func newToken(t *testing.T) [16]byte {
+	var token [16]byte
+	if _, err := rand.Read(token[:]); err != nil {
+		t.Fatal(err)
+	}
+	return token
+}
+
+// TestEngineSendsTheCompletedRecord: the engine's Complete of a claim the
+// store made sends the completed record built by the client, built from
+// the in-progress record the claim wrote, and the record becomes that.
+func TestEngineSendsTheCompletedRecord(t *testing.T) {
+	restore := redis.CaptureCompleteArgs()
+	defer restore()
+	withAndWithoutAutoPipeline(t, func(t *testing.T, client *goredis.Client, store *redis.Store) {
+		ctx := context.Background()
+		e, err := dedup.NewEngine(dedup.Config{Store: store, Lease: time.Minute, Retention: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var key, inProgress string
+		_, err = e.Do(ctx, dedup.Call{Scope: "orders", Key: "order-1", MessageUUID: "1b4e28ba-2fa1-11d2-883f-0016d3cca427", Fingerprint: "fp"},
+			func(ctx context.Context) ([]byte, error) {
+				hc, ok := claimctx.From(ctx)
+				if !ok {
+					return nil, fmt.Errorf("no claim in the work's context")
+				}
+				key = store.RedisKey(hc.Key)
+				inProgress, err = client.Get(ctx, key).Result()
+				return nil, err
+			})
+		if err != nil {
+			t.Fatal(err)
+		}
+		built, err1 := client.Get(ctx, key+"#built").Result()
+		expected, err2 := client.Get(ctx, key+"#expected").Result()
+		completed, err3 := client.Get(ctx, key).Result()
+		if err1 != nil || err2 != nil || err3 != nil {
+			t.Fatal(err1, err2, err3)
+		}
+		if expected != inProgress || built == "" || !strings.HasPrefix(built, "\x02C") || completed != built {
+			t.Fatalf("Complete sent built %x from expected %x (the claim wrote %x); the record is %x", built, expected, inProgress, completed)
+		}
+	})
+}
