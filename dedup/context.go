@@ -11,8 +11,9 @@ import (
 )
 
 // The contexts and timers of a flight (flight.go): the work's context
-// (workCtx), the context of each store operation (opCtx) and the pooled
-// timers behind them. They cost no allocation on the common path; the
+// (workCtx), the context of each store operation (opCtx), the detached
+// parent of Complete's and Release's (endParent) and the pooled timers
+// behind them. They cost no allocation on the common path; the
 // comment of each says what it saves, measured.
 
 // workCtx is the work's context: cancellable with a cause (ErrClaimLost at
@@ -40,12 +41,17 @@ type workCtx struct {
 	parent context.Context
 	f      *flight // its hc is the claim; its call the Origin
 
-	mu     sync.Mutex
-	inner  atomic.Pointer[context.Context] // &made, once made
-	made   context.Context                 // the WithCancelCause (set before inner)
+	mu    sync.Mutex
+	inner atomic.Pointer[context.Context] // &made, once made
+	made  context.Context                 // the WithCancelCause (set before inner)
+	// cancel is made's cancel function; endedEarly when the work was
+	// cancelled before made was made (make then makes it cancelled). A
+	// field of its own for that would take the flight past its size class.
 	cancel context.CancelCauseFunc
-	ended  bool // cancelled before inner was made: make it cancelled
 }
+
+// endedEarly marks a workCtx cancelled before its context was made.
+func endedEarly(error) {}
 
 func (w *workCtx) init(parent context.Context, f *flight) {
 	w.parent, w.f = parent, f
@@ -62,8 +68,9 @@ func (w *workCtx) make() context.Context {
 		return *c
 	}
 	c, cancel := context.WithCancelCause(w.parent)
+	ended := w.cancel != nil // endedEarly
 	w.cancel = cancel
-	if w.ended {
+	if ended {
 		cancel(nil)
 	}
 	w.made = c
@@ -79,7 +86,7 @@ func (w *workCtx) end(cause error) {
 	w.mu.Lock()
 	cancel := w.cancel
 	if cancel == nil {
-		w.ended = true
+		w.cancel = endedEarly
 	}
 	w.mu.Unlock()
 	if cancel != nil {
@@ -96,7 +103,7 @@ func (w *workCtx) Err() error {
 		return (*c).Err()
 	}
 	w.mu.Lock()
-	ended := w.ended
+	ended := w.cancel != nil // endedEarly: inner is not made
 	w.mu.Unlock()
 	if ended {
 		return context.Canceled

@@ -34,7 +34,9 @@ type Origin struct {
 }
 
 // OriginFromContext returns the Origin of the claim whose context ctx is
-// (a Store calls it in Claim), and whether there is one. The ids are
+// (a Store calls it in Claim; the contexts the Engine passes to the
+// Complete and Release of that claim answer it too), and whether there is
+// one. The ids are
 // cleaned so that every store can keep them as text: at most 100 bytes
 // each (a longer id is cut at a character boundary; a store may size its
 // record by that bound), invalid UTF-8 and control characters replaced by
