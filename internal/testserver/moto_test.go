@@ -39,7 +39,7 @@ func TestMoto(t *testing.T) {
 	req.Header.Set("X-Amz-Target", "DynamoDB_20120810.PutItem")
 	req.Header.Set("X-Amz-Date", time.Now().UTC().Format("20060102T150405Z"))
 	req.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential=test/20200101/us-east-1/dynamodb/aws4_request, SignedHeaders=host;x-amz-date, Signature=0")
-	resp, err := probeClient.Do(req)
+	resp, err := apiClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

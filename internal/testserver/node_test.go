@@ -9,6 +9,15 @@ import (
 	"time"
 )
 
+// apiClient sends the tests' requests to the servers. probeClient's 1 s
+// is for readiness probes: an emulator under load (moto, in Python, with
+// the rest of the suite and other CPU-bound processes beside it) once took
+// longer to create a table.
+var apiClient = &http.Client{
+	Timeout:   30 * time.Second,
+	Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true},
+}
+
 // awsJSON posts an AWS JSON-protocol request (no signature needed by the
 // emulators beyond a plausible Authorization header).
 func awsJSON(t *testing.T, endpoint, target, body string) map[string]any {
@@ -18,7 +27,7 @@ func awsJSON(t *testing.T, endpoint, target, body string) map[string]any {
 	req.Header.Set("X-Amz-Target", target)
 	req.Header.Set("X-Amz-Date", time.Now().UTC().Format("20060102T150405Z"))
 	req.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential=test/20200101/us-east-1/dynamodb/aws4_request, SignedHeaders=host;x-amz-date, Signature=0")
-	resp, err := probeClient.Do(req)
+	resp, err := apiClient.Do(req)
 	if err != nil {
 		t.Fatalf("%s: %v", target, err)
 	}

@@ -19,7 +19,7 @@ func TestPrometheus(t *testing.T) {
 	if !strings.HasPrefix(p.URL, "http://127.0.0.1:") {
 		t.Errorf("URL %q is not on loopback", p.URL)
 	}
-	resp, err := probeClient.Get(p.URL + "/api/v1/query?query=1%2B1")
+	resp, err := apiClient.Get(p.URL + "/api/v1/query?query=1%2B1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,8 @@
 // Package txcrash proves by crashing that the stores' effect-in-transaction
 // helpers (redis RunInTx/TxMiddleware, dynamo RunInTx) leave no window
 // between a handler's effect and its record: a consumer process is killed
-// with SIGKILL at random instants while it handles 1,000 keys, every
+// with SIGKILL at random instants while it handles 1,000 keys (500 on
+// moto), every
 // message is delivered again until each is done, and the effects are
 // counted in the store. With the helper no key's effect is doubled or
 // lost; without it (the effect written by the handler, the record
