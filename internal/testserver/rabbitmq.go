@@ -18,8 +18,10 @@ const rabbitFix = "run `make test`, which installs it, or `apt-get install -y ra
 
 // RabbitReadyTimeout bounds the wait for a RabbitMQ node to accept AMQP
 // connections. A fresh node boots in about 4 s on an idle 2-core machine;
-// past this the start fails and says so.
-const RabbitReadyTimeout = 30 * time.Second
+// beside the rest of the suite (3 packages at once) and two CPU-bound
+// processes, one took more than 30 s. Past this the start fails and says
+// so.
+const RabbitReadyTimeout = 90 * time.Second
 
 // RabbitMQ is a RabbitMQ node (the Debian rabbitmq-server package) run by
 // this process: its own node name, its own Erlang port mapper (epmd) and
