@@ -16,7 +16,7 @@ TEST_TIMEOUT ?= 20m
 # core). The longest packages mostly wait (on failovers, leases, a
 # DynamoDB emulator that serves one request at a time), so on 2 cores 4
 # at once took the suite from 860 s to about 450 s; beside two CPU-bound
-# processes 4 starved the emulators, 3 is the measured compromise
+# processes 4 starved the emulators; 3 took 635 s idle, 820 s beside two
 # (docs/dev/test-suite.md).
 TEST_P ?= 3
 
