@@ -20,8 +20,9 @@ import (
 // the lease deadline), carrying the claim (claimctx) and the call's
 // Origin, and ended with the caller's context. It is
 // context.WithCancelCause(parent) with the claim as a value, made only
-// when something needs it: when someone asks for
-// Done (the work, the store, a child context) or the work is cancelled.
+// when something needs it: when someone asks for its Done (the work, a
+// child context, a claim that lasted past linkDelay: see opCtx) or the
+// work is cancelled.
 // Until then Err, Deadline and Value (which context.Cause goes through)
 // are the parent's, which is what the child would answer. A
 // context.WithCancelCause registers itself with its parent: for a
@@ -33,8 +34,8 @@ import (
 // (made in init) the router path allocates 5 times and 450-460 bytes more
 // per message on Redis with AutoPipeline and on the memory store (c=16,
 // `go run ./cmd/dedup-bench -stores memory,redis,redis-ap -c 16
-// -alloc-messages 2000`, 2026-12-03), nothing more on Redis without it
-// (go-redis asks for Done on every command); in instructions per message
+// -alloc-messages 2000`, 2026-12-03), and on Redis without it since the
+// claim's context has a channel of its own; in instructions per message
 // (scripts/paired.sh -m callgrind, 3 pairs) 1.6-2.7 % on Redis, 0.3 % on
 // the memory store with GOGC=off.
 type workCtx struct {
@@ -170,17 +171,27 @@ func (s *keySpy) Value(key any) any           { s.key = key; return nil }
 // like context.WithTimeout(context.WithoutCancel(parent), StoreTimeout)),
 // ended by end when the operation returns, but costs no allocation and no
 // timer unless the store asks for Done: stores that only read Deadline and
-// Err (or never look) pay nothing for the bound; stores that wait on Done
-// get a pooled timer.
+// Err (or never look) pay nothing for the bound; stores that ask for Done
+// get a channel of the operation's own and a pooled timer.
 //
-// Attached (the claim), its parent is the flight's work context: Done is
-// that context's channel, and the deadline cancels it (the work has not
-// started; a claim that still succeeds gets a fresh work context), so a
-// child context of the claim's ends with context.Canceled and the cause
-// context.DeadlineExceeded. A store should not use an operation's context
-// after the operation returned: an attached one is not cancelled then. Detached
-// (Complete and Release, which must run after the caller's context ended),
-// it has a channel of its own and ignores its parent's cancellation.
+// Attached (the claim), its parent is the flight's work context: while the
+// operation runs, Err and Value are the parent's, and the caller's
+// cancellation ends it. Its channel learns of that cancellation lazily: a
+// claim still running linkDelay after its store first asked for Done
+// registers with the parent then (context.AfterFunc), so that the claims
+// answered sooner, nearly all, never make the work's cancellable context
+// (a node, a channel, the parent's channel and its map of children: about
+// 590 bytes per message on Redis, whose client asks every command's
+// context for Done before it takes a connection). A store waiting on Done
+// sees the caller's cancellation up to linkDelay late; Err reports it at
+// once, and the deadline is never late. The operation's end does not
+// touch the work's context.
+//
+// Detached (Complete and Release, which must run after the caller's
+// context ended), it ignores its parent's cancellation.
+//
+// A store should not use an operation's context after the operation
+// returned: it is cancelled then (context.Canceled).
 //
 // It pays: paired builds (scripts/paired.sh -m callgrind, 3 pairs,
 // 2026-12-03) with context.WithTimeout instead (of WithoutCancel for the
@@ -188,18 +199,30 @@ func (s *keySpy) Value(key any) any           { s.key = key; return nil }
 // c=16 (129 k against 115 k), 2.4 % more with AutoPipeline at c=64 and
 // 37 % more on the memory store (GOGC=off: 76 k against 56 k).
 type opCtx struct {
-	// parent is, attached, the work's context (a *workCtx), which the
-	// deadline ends.
+	// parent is, attached, the work's context (a *workCtx).
 	parent   context.Context
 	deadline time.Duration // since opEpoch, on the monotonic clock
 
 	mu       sync.Mutex
-	done     chan struct{} // detached: made on the first Done
+	done     chan struct{} // made on the first Done
 	timer    *timerSlot
-	afters   *[]*afterFunc // detached: AfterFunc registrations of child contexts
+	more     *opLinks // made on the first AfterFunc or link
 	ended    opEnd
 	detached bool
+	closed   bool // done is closed (or is made closed), the AfterFuncs ran
+	linked   bool // attached: the link to the parent is made or being made
 }
+
+// opLinks are the registrations of an opCtx, rarely made: the AfterFuncs
+// of child contexts, and the link to an attached operation's parent.
+type opLinks struct {
+	afters []*afterFunc
+	unlink func() bool
+}
+
+// linkDelay is how long an attached operation's Done channel may miss the
+// caller's cancellation (see opCtx).
+const linkDelay = 10 * time.Millisecond
 
 // opEpoch is the origin of opCtx deadlines: a duration since it (on the
 // monotonic clock) is 8 bytes where a time.Time is 24.
@@ -234,8 +257,8 @@ func (c *opCtx) start(parent context.Context, w *workCtx, timeout time.Duration)
 
 // end ends the operation: the context is cancelled (context.Canceled) as
 // the cancel function of context.WithTimeout would, and its timer, if any,
-// goes back to the pool. It reports whether the deadline had passed first.
-func (c *opCtx) end() (timedOut bool) {
+// goes back to the pool.
+func (c *opCtx) end() {
 	c.mu.Lock()
 	if c.timer != nil {
 		c.timer.stop()
@@ -243,51 +266,123 @@ func (c *opCtx) end() (timedOut bool) {
 	}
 	if c.ended == opRunning {
 		c.ended = opCanceled
-		c.closeLocked()
 	}
-	timedOut = c.ended == opTimedOut
+	unlink := c.closeLocked()
 	c.mu.Unlock()
-	return timedOut
+	if unlink != nil {
+		unlink()
+	}
 }
 
-// closeLocked closes the detached channel and runs the registered
-// AfterFuncs. Called with c.mu held, once.
-func (c *opCtx) closeLocked() {
+// closeLocked closes the channel, if made, and runs the registered
+// AfterFuncs, once; it returns the link to the parent to undo (after
+// c.mu is released), if any. Called with c.mu held.
+func (c *opCtx) closeLocked() (unlink func() bool) {
+	if c.closed {
+		return nil
+	}
+	c.closed = true
 	if c.done != nil {
 		close(c.done)
 	}
-	if c.afters != nil {
-		for _, a := range *c.afters {
+	if m := c.more; m != nil {
+		for _, a := range m.afters {
 			if !a.stopped {
 				a.fired = true
 				go a.f()
 			}
 		}
-		c.afters = nil
+		m.afters, unlink, m.unlink = nil, m.unlink, nil
 	}
+	return unlink
 }
 
-// timerFired is the deadline.
+// armLocked starts the timer, if it is not running: for the deadline, or, for
+// an attached operation not yet linked to its parent, for linkDelay if
+// that comes first. An attached operation whose parent has already ended
+// is closed at once. Called with c.mu held.
+func (c *opCtx) armLocked() {
+	if c.timer != nil || c.closed {
+		return
+	}
+	d := c.deadline - time.Since(opEpoch)
+	if !c.detached && !c.linked {
+		if c.parent.Err() != nil {
+			c.closeLocked() // nothing to undo: not linked
+			return
+		}
+		d = min(d, linkDelay)
+	}
+	c.timer = newTimerSlot(c, d)
+}
+
+// timerFired is the deadline, or, before it, the time to link an attached
+// operation to its parent.
 func (c *opCtx) timerFired() {
 	c.mu.Lock()
-	if c.ended != opRunning || time.Since(opEpoch) < c.deadline {
+	if c.closed {
 		c.mu.Unlock()
 		return
 	}
-	c.ended = opTimedOut
-	c.closeLocked()
-	c.mu.Unlock()
-	if w, ok := c.parent.(*workCtx); ok && !c.detached {
-		if testHookOpTimedOut != nil {
-			testHookOpTimedOut()
+	if left := c.deadline - time.Since(opEpoch); left > 0 {
+		link := !c.detached && !c.linked
+		c.linked = true
+		if c.timer != nil {
+			c.timer.reset(left)
 		}
-		w.end(context.DeadlineExceeded)
+		c.mu.Unlock()
+		if link {
+			c.link()
+		}
+		return
+	}
+	c.ended = opTimedOut
+	unlink := c.closeLocked()
+	c.mu.Unlock()
+	if unlink != nil {
+		unlink()
+	}
+	if h := testHookOpTimedOut.Load(); h != nil && !c.detached {
+		(*h)()
 	}
 }
 
+// link registers an attached operation with its parent, so that the
+// parent's end closes the operation's channel.
+func (c *opCtx) link() {
+	unlink := context.AfterFunc(c.parent, c.parentDone)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		unlink()
+		return
+	}
+	c.linksLocked().unlink = unlink
+	c.mu.Unlock()
+}
+
+// parentDone closes an attached operation whose parent ended: its Err is
+// the parent's.
+func (c *opCtx) parentDone() {
+	c.mu.Lock()
+	unlink := c.closeLocked()
+	c.mu.Unlock()
+	if unlink != nil {
+		unlink()
+	}
+}
+
+func (c *opCtx) linksLocked() *opLinks {
+	if c.more == nil {
+		c.more = new(opLinks)
+	}
+	return c.more
+}
+
 // testHookOpTimedOut, set by tests only, runs when an attached operation's
-// deadline has passed, before the work's context is ended.
-var testHookOpTimedOut func()
+// deadline has passed, after its context ended.
+// (Atomic: a timer left by an earlier test may fire while a test sets it.)
+var testHookOpTimedOut atomic.Pointer[func()]
 
 // Deadline is the operation's deadline, or the parent's if that is
 // earlier (attached only).
@@ -300,22 +395,17 @@ func (c *opCtx) Deadline() (time.Time, bool) {
 	return opEpoch.Add(c.deadline), true
 }
 
-// Done arms the deadline's timer on first use.
+// Done makes the channel and arms the timer on first use.
 func (c *opCtx) Done() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.timer == nil && c.ended == opRunning {
-		c.timer = newTimerSlot(c, c.deadline-time.Since(opEpoch))
-	}
-	if !c.detached {
-		return c.parent.Done()
-	}
 	if c.done == nil {
 		c.done = make(chan struct{})
-		if c.ended != opRunning {
+		if c.closed {
 			close(c.done)
 		}
 	}
+	c.armLocked()
 	return c.done
 }
 
@@ -337,29 +427,42 @@ func (c *opCtx) Err() error {
 	return nil
 }
 
-func (c *opCtx) Value(key any) any { return c.parent.Value(key) }
+// Value is the parent's, but for the key of context.Cause: the cause of an
+// operation that ended (or of a detached one) is its Err; of an attached
+// one running, the parent's (the caller's cause, once it cancelled).
+func (c *opCtx) Value(key any) any {
+	if key == cancelCtxKey {
+		if c.detached {
+			return nil
+		}
+		c.mu.Lock()
+		ended := c.ended != opRunning
+		c.mu.Unlock()
+		if ended {
+			return nil
+		}
+	}
+	return c.parent.Value(key)
+}
 
-// afterFunc is one AfterFunc registration on a detached opCtx.
+// afterFunc is one AfterFunc registration on an opCtx.
 type afterFunc struct {
 	f              func()
 	stopped, fired bool
 }
 
-// AfterFunc lets a child context of a detached operation (context.WithCancel
-// of it) be cancelled with it without a goroutine of its own; attached
-// operations hand their children to the work context's cancelCtx.
+// AfterFunc lets a child context of an operation (context.WithCancel of
+// it) be cancelled with it without a goroutine of its own.
 func (c *opCtx) AfterFunc(f func()) (stop func() bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	a := &afterFunc{f: f}
-	if c.ended != opRunning {
+	if c.closed {
 		a.fired = true
 		go f()
 	} else {
-		if c.afters == nil {
-			c.afters = new([]*afterFunc)
-		}
-		*c.afters = append(*c.afters, a)
+		m := c.linksLocked()
+		m.afters = append(m.afters, a)
 	}
 	return func() bool {
 		c.mu.Lock()

@@ -4,7 +4,13 @@ import "unsafe"
 
 // SetTestHookOpTimedOut sets testHookOpTimedOut for the external tests;
 // nil removes it.
-func SetTestHookOpTimedOut(f func()) { testHookOpTimedOut = f }
+func SetTestHookOpTimedOut(f func()) {
+	if f == nil {
+		testHookOpTimedOut.Store(nil)
+		return
+	}
+	testHookOpTimedOut.Store(&f)
+}
 
 // MinLease is the shortest Config.Lease that New accepts.
 const MinLease = minLease

@@ -27,9 +27,8 @@ type flight struct {
 	call Call
 
 	// work is the work's context (see workCtx). It is made before the
-	// claim, whose request context is derived from it (see opCtx), so that
-	// the claim follows the caller's cancellation without a registration
-	// of its own.
+	// claim, whose request context is derived from it (see opCtx): the
+	// claim follows the caller's cancellation through it.
 	work *workCtx // &workCtx0, or a fresh one after a claim timed out
 	// workCtx0 is the work context a flight usually needs.
 	workCtx0 workCtx
@@ -175,11 +174,6 @@ func (f *flight) claim(ctx context.Context, lease time.Duration) (res ClaimResul
 		}
 	}
 	f.keeper.lease, f.keeper.claimedAt = lease, now
-	if f.work.Err() != nil && ctx.Err() == nil {
-		// An earlier claim of the call (InProgressWait) timed out and
-		// ended the work's context with it.
-		f.newWorkContext(ctx)
-	}
 	op := &f.claimCtx
 	if op.parent != nil { // an earlier claim of the call (InProgressWait)
 		op = &opCtx{}
@@ -194,15 +188,8 @@ func (f *flight) claim(ctx context.Context, lease time.Duration) (res ClaimResul
 	}
 	res, err = e.cfg.Store.Claim(op, f.hc.Key, f.call.Fingerprint, lease)
 	elapsed := time.Since(start)
-	timedOut := op.end()
+	op.end()
 	e.observeOp(ctx, "claim", elapsed, err)
-	if timedOut {
-		// The deadline ended (or is about to end: the timer's goroutine
-		// may not have got there yet) the work's context while the claim
-		// was answered: the work, or the next claim of an InProgressWait,
-		// gets a fresh one.
-		f.newWorkContext(ctx)
-	}
 	return res, err
 }
 

@@ -71,6 +71,16 @@ type ClaimResult struct {
 // "forever" or "now". Errors other than [ErrClaimLost] mean the store could
 // not be reached or could not answer; the caller does not know whether the
 // operation took effect and must treat the message as unprocessed.
+//
+// The engine calls each method with a context bounded by
+// Config.StoreTimeout and cancelled when the method returns; do not keep it
+// beyond that. Claim's context also ends with the caller's: its Err reports
+// the caller's cancellation at once, its Done channel up to 10ms later (the
+// engine registers with the caller's context only for a claim that lasts
+// that long, sparing the registration's allocations on every other one).
+// The contexts of Complete, Release and Extend do not follow the caller's
+// cancellation: the record must be finished after the message's context
+// ended.
 type Store interface {
 	// Claim atomically creates an in_progress record for key with a fresh
 	// owner token and the given lease, unless a live record exists, in which
