@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -208,20 +209,26 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 	}
 	raw := storekit.RawToken()
 	fp := fingerprintDigest(fingerprint)
-	token := string(raw[:])
 	p := firstClaim(ctx)
 	if s.waitReplicas > 0 {
-		return s.claimWait(ctx, key, raw, fp, &p, token, lease)
+		return s.claimWait(ctx, key, raw, fp, &p, string(raw[:]), lease)
 	}
 	a := claimArgsPool.Get().(*claimArgs)
-	a.key, a.ms = s.prefix+key, millis(lease)
-	a.value.len = uint16(len(appendInProgress(a.value.b[:0], &raw, fp, &p)))
+	v := appendInProgress(a.value.b[:0], &raw, fp, &p)
+	a.value.len = uint16(len(v))
+	// One string holds the command's key and then the record: the claim's
+	// token is in the record, and the record is the claim's note (keepNote),
+	// with which Complete also finds the key.
+	kv := joinKeyRecord(s.prefix, key, v)
+	n := len(kv) - len(v)
+	token := kv[n+tokenOffset : n+tokenOffset+tokenLen]
+	a.key, a.ms = kv[:n], millis(lease)
 	a.args = [...]any{"set", &a.key, &a.value, "nx", "px", &a.ms, "get"}
 	old, found, err := s.setNXGet(ctx, a.args[:], &a.wait)
-	if err == nil && !found {
-		keepNote(ctx, a.value.b[:a.value.len]) // before the pool has it
-	}
 	a.release()
+	if err == nil && !found {
+		keepNote(ctx, kv, n)
+	}
 	if err != nil {
 		return dedup.ClaimResult{}, fmt.Errorf("dedup/redis: claim: %w", err)
 	}
@@ -235,34 +242,58 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 	return res, err
 }
 
-// keepNote keeps the in-progress record v that a claim wrote on the
-// claim's context, when the engine made that context (claimctx): the
-// engine's Complete of the claim finds it there (noteOf) and sends the
-// completed record built here (appendCompleted) instead of having the
-// server build it, which costs the server about 2 µs per message
+// keepNote keeps kv, the claim's key (with the store's prefix, n bytes)
+// followed by the in-progress record the claim wrote, on the claim's
+// context, when the engine made that context (claimctx): the engine's
+// Complete of the claim finds it there (noteOf) and sends the completed
+// record built here (appendCompleted) instead of having the server build
+// it, which costs the server about 2 µs per message
 // (docs/dev/bench-2026-12-04.md). A record without fields needs no note.
-func keepNote(ctx context.Context, v []byte) {
-	if len(v) <= headerLen {
+func keepNote(ctx context.Context, kv string, n int) {
+	if len(kv)-n <= headerLen {
 		return
 	}
 	if hc, ok := claimctx.From(ctx); ok && hc.Token == "" {
-		hc.SetNote(string(v))
+		hc.SetNote(kv)
 	}
 }
 
-// noteOf returns the in-progress record that keepNote kept for claim, if
-// ctx is the engine's context of that claim and the note carries its
-// token raw.
-func noteOf(ctx context.Context, claim dedup.Claim, raw *[tokenLen]byte) (string, bool) {
+// keepRecord is keepNote for a claim that wrote v under key elsewhere
+// than in Claim's one command (a takeover, a claim with WaitReplicas).
+func (s *Store) keepRecord(ctx context.Context, key string, v []byte) {
+	if _, ok := claimctx.From(ctx); ok && len(v) > headerLen {
+		keepNote(ctx, joinKeyRecord(s.prefix, key, v), len(s.prefix)+len(key))
+	}
+}
+
+// joinKeyRecord returns prefix+key+string(v) in one allocation (the
+// compiler makes string(v) a second one in a concatenation).
+func joinKeyRecord(prefix, key string, v []byte) string {
+	var b strings.Builder
+	b.Grow(len(prefix) + len(key) + len(v))
+	b.WriteString(prefix)
+	b.WriteString(key)
+	b.Write(v)
+	return b.String()
+}
+
+// noteOf returns the key (with the store's prefix) and the in-progress
+// record that keepNote kept for claim, if ctx is the engine's context of
+// that claim and the note is of its key and carries its token raw.
+func (s *Store) noteOf(ctx context.Context, claim dedup.Claim, raw *[tokenLen]byte) (key, v string, ok bool) {
 	hc, ok := claimctx.From(ctx)
 	if !ok || hc.Key != claim.Key || hc.Token != claim.Token {
-		return "", false
+		return "", "", false
 	}
-	v := hc.Note()
-	if len(v) <= headerLen || v[tokenOffset:tokenOffset+tokenLen] != string(raw[:]) {
-		return "", false
+	kv := hc.Note()
+	n := len(s.prefix) + len(claim.Key)
+	if len(kv) <= n+headerLen || kv[:len(s.prefix)] != s.prefix || kv[len(s.prefix):n] != claim.Key {
+		return "", "", false
 	}
-	return v, true
+	if v = kv[n:]; v[tokenOffset:tokenOffset+tokenLen] != string(raw[:]) {
+		return "", "", false
+	}
+	return kv[:n], v, true
 }
 
 // firstClaim is the provenance of a claim that creates a record: its
@@ -392,7 +423,7 @@ func (s *Store) claimWait(ctx context.Context, key string, raw [tokenLen]byte, f
 			s.releaseRefused(ctx, key, &raw)
 			return dedup.ClaimResult{}, err
 		}
-		keepNote(ctx, value)
+		s.keepRecord(ctx, key, value)
 		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil
 	}
 	if err != nil {
@@ -554,7 +585,7 @@ func (s *Store) run(ctx context.Context, op string, script *ownedScript, claim d
 		return err
 	}
 	a := scriptArgsPool.Get().(*scriptArgs)
-	a.key, a.token, a.ms = s.prefix+claim.Key, token, ms
+	a.token, a.ms = token, ms
 	a.compact.len = uint8(len(appendCompact(a.compact.b[:0], &raw)))
 	a.result = result
 	a.args = [...]any{"evalsha", &script.sha, 1, &a.key, &a.token, &a.compact, &a.ms, &a.result, &a.now, &s.omitProvenance, &a.built, &a.expected}
@@ -566,11 +597,15 @@ func (s *Store) run(ctx context.Context, op string, script *ownedScript, claim d
 		args = args[:7]
 	default:
 		a.now = time.Now().UnixMilli()
-		if v, ok := noteOf(ctx, claim, &raw); ok {
+		if key, v, ok := s.noteOf(ctx, claim, &raw); ok {
+			a.key = key // the claim's: no string made
 			if b, ok := appendCompleted(a.built.b[:0], v, a.now, s.omitProvenance != ""); ok {
 				a.built.len, a.expected = uint16(len(b)), v
 			}
 		}
+	}
+	if a.key == "" {
+		a.key = s.prefix + claim.Key
 	}
 	if s.waitReplicas > 0 && script != releaseOp {
 		r := raw // a copy: raw itself stays on the stack
