@@ -248,8 +248,10 @@ func (s *Store) ownedBatch(ctx context.Context, op string, script *ownedScript, 
 	}
 }
 
-// rawToken returns a claim's token as the scripts take it (16 raw bytes)
-// and as an array, or the error of a token this store did not issue.
+// rawToken returns a claim's owner token as the scripts take it (16 raw
+// bytes) and as an array, or the error of a token this store did not
+// issue. Claim.Token is the in-progress record the claim wrote (tokenRecord),
+// or the owner token alone: 16 raw bytes, or their hex form.
 func rawToken(op string, claim dedup.Claim) (token string, raw [tokenLen]byte, err error) {
 	token = claim.Token
 	switch len(token) {
@@ -261,7 +263,23 @@ func rawToken(op string, claim dedup.Claim) (token string, raw [tokenLen]byte, e
 			return token, raw, nil
 		}
 	}
+	if v, ok := tokenRecord(token); ok {
+		token = v[tokenOffset : tokenOffset+tokenLen]
+		copy(raw[:], token)
+		return token, raw, nil
+	}
 	return "", raw, lost(op, claim.Key, ErrNotOwner, "the token was not issued by this store")
+}
+
+// tokenRecord returns the in-progress record a claim's token is, if it is
+// one (see Claim.Token): version 2, in progress, its length that of its
+// fields. (A token of 16 raw bytes or of their 32 hex digits is not: its
+// first byte would have to be 2 and its 19th its length less 19.)
+func tokenRecord(token string) (string, bool) {
+	if len(token) < headerLen || token[0] != formatV2 || token[1] != stateInProgress || len(token) != headerLen+int(token[fieldsOffsetP]) {
+		return "", false
+	}
+	return token, true
 }
 
 // pipelined queues n commands (add queues the k-th) in pipelines of at

@@ -167,3 +167,76 @@ func TestEngineSendsTheCompletedRecord(t *testing.T) {
 		}
 	})
 }
+
+// TestDirectCompleteSendsTheCompletedRecord: Claim.Token is the
+// in-progress record the claim wrote, so that Store.Complete called
+// directly (without the engine's context) also sends the completed record
+// built by the client, expecting that record; a claim's token passed to
+// Extend and Release still identifies its owner, and a token of 16 raw
+// bytes (an earlier version's) still completes, the script building the
+// record. (Before, only the engine's Complete found the record.)
+func TestDirectCompleteSendsTheCompletedRecord(t *testing.T) {
+	restore := redis.CaptureCompleteArgs()
+	defer restore()
+	withAndWithoutAutoPipeline(t, func(t *testing.T, client *goredis.Client, store *redis.Store) {
+		ctx := context.Background() // the fingerprint gives the record a field
+		res, err := store.Claim(ctx, "direct", "fp", time.Minute)
+		if err != nil || res.Outcome != dedup.Acquired {
+			t.Fatalf("Claim: %v %v", res.Outcome, err)
+		}
+		key := store.RedisKey("direct")
+		inProgress, err := client.Get(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Claim.Token != inProgress {
+			t.Fatalf("Claim.Token %x, want the in-progress record %x", res.Claim.Token, inProgress)
+		}
+		if err := store.Extend(ctx, res.Claim, time.Minute); err != nil {
+			t.Fatalf("Extend with the claim's token: %v", err)
+		}
+		if err := store.Complete(context.Background(), res.Claim, []byte("r"), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		built, err1 := client.Get(ctx, key+"#built").Result()
+		expected, err2 := client.Get(ctx, key+"#expected").Result()
+		completed, err3 := client.Get(ctx, key).Result()
+		if err1 != nil || err2 != nil || err3 != nil {
+			t.Fatal(err1, err2, err3)
+		}
+		if expected != inProgress || built == "" || completed != built+"r" {
+			t.Fatalf("Complete sent built %x from expected %x (the claim wrote %x); the record is %x", built, expected, inProgress, completed)
+		}
+
+		// A token of the owner's 16 raw bytes alone: the script builds
+		// the same record.
+		res, err = store.Claim(ctx, "raw-token", "fp", time.Minute)
+		if err != nil || res.Outcome != dedup.Acquired {
+			t.Fatalf("Claim: %v %v", res.Outcome, err)
+		}
+		short := dedup.Claim{Key: res.Claim.Key, Token: res.Claim.Token[2:18]}
+		if err := store.Complete(context.Background(), short, []byte("r"), time.Hour); err != nil {
+			t.Fatalf("Complete with the 16-byte token: %v", err)
+		}
+		built, _ = client.Get(ctx, store.RedisKey("raw-token")+"#built").Result()
+		if built != "" {
+			t.Errorf("a 16-byte token sent a built record %x", built)
+		}
+		dup, err := store.Claim(ctx, "raw-token", "fp", time.Minute)
+		if err != nil || dup.Outcome != dedup.Duplicate || string(dup.Result) != "r" {
+			t.Errorf("Claim after Complete with the 16-byte token: %v %q %v", dup.Outcome, dup.Result, err)
+		}
+
+		// Release with the record token.
+		res, err = store.Claim(ctx, "released", "", time.Minute)
+		if err != nil || res.Outcome != dedup.Acquired {
+			t.Fatalf("Claim: %v %v", res.Outcome, err)
+		}
+		if err := store.Release(ctx, res.Claim); err != nil {
+			t.Fatalf("Release with the claim's token: %v", err)
+		}
+		if again, err := store.Claim(ctx, "released", "", time.Minute); err != nil || again.Outcome != dedup.Acquired {
+			t.Errorf("Claim after Release: %v %v", again.Outcome, err)
+		}
+	})
+}

@@ -53,13 +53,12 @@ func (s LuaClaimStore) Claim(ctx context.Context, key, fingerprint string, lease
 // claim meets when go-redis retried its SET on another connection after the
 // first attempt had reached the server (the record carries its own token).
 func (s *Store) ClaimAs(ctx context.Context, key, token string, lease time.Duration) (dedup.ClaimResult, error) {
-	var raw [tokenLen]byte
-	if len(token) != tokenLen {
-		return dedup.ClaimResult{}, fmt.Errorf("token of %d bytes", len(token))
+	_, raw, err := rawToken("claim", dedup.Claim{Key: key, Token: token})
+	if err != nil {
+		return dedup.ClaimResult{}, err
 	}
-	copy(raw[:], token)
 	p := firstClaim(ctx)
-	return s.claimWait(ctx, key, raw, fingerprintDigest(""), &p, token, lease)
+	return s.claimWait(ctx, key, raw, fingerprintDigest(""), &p, lease)
 }
 
 // WithAutoPipeliner returns a copy of s that sends its commands through

@@ -23,14 +23,14 @@ import (
 //	offset  size  field
 //	0       1     format version (2)
 //	1       1     state: 'P'
-//	2       16    owner token, raw bytes (Claim.Token)
+//	2       16    owner token, raw bytes (the whole record is Claim.Token)
 //	18      1     n: length of the fields
 //	19      n     fields
 //
 // Version 2, completed (written by the Complete script when the record has
-// fields or a result; built by the client, appendCompleted, when the
-// engine's Complete knows the in-progress record its claim wrote, else by
-// the script, byte for byte the same):
+// fields or a result; built by the client, appendCompleted, from the
+// in-progress record that Claim.Token is, else by the script, byte for
+// byte the same):
 //
 //	0       1     format version (2)
 //	1       1     state: 'C'

@@ -185,7 +185,12 @@ func millis(d time.Duration) int64 {
 // replies with the old value, decoded here into Duplicate (with its result),
 // InProgress or Conflict. One round trip in every case; an expired record is
 // absent for Redis, so it is taken over by the same command. The claim's
-// token (Claim.Token) is 16 random bytes, as they are stored.
+// owner token is 16 random bytes, stored in the record; Claim.Token is the
+// whole in-progress record the claim wrote (the owner token at bytes 2 to
+// 17), from which Complete builds the completed record, sending it with
+// the record it expects: the script writes it only if the record under the
+// key is still exactly that one, else builds it itself. Treat the token as
+// opaque: compare it, pass it back.
 //
 // With Config.WaitReplicas the SET and a WAIT go in one pipeline to the
 // key's master; an acquired claim that WAIT does not confirm is released
@@ -211,23 +216,23 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 	fp := fingerprintDigest(fingerprint)
 	p := firstClaim(ctx)
 	if s.waitReplicas > 0 {
-		return s.claimWait(ctx, key, raw, fp, &p, string(raw[:]), lease)
+		return s.claimWait(ctx, key, raw, fp, &p, lease)
 	}
 	a := claimArgsPool.Get().(*claimArgs)
 	v := appendInProgress(a.value.b[:0], &raw, fp, &p)
 	a.value.len = uint16(len(v))
-	// One string holds the command's key and then the record: the claim's
-	// token is in the record, and the record is the claim's note (keepNote),
-	// with which Complete also finds the key.
+	// One string holds the command's key and then the record: the record
+	// is the claim's token (see Claim.Token), the key the claim's note
+	// for Complete (keepNote).
 	kv := joinKeyRecord(s.prefix, key, v)
 	n := len(kv) - len(v)
-	token := kv[n+tokenOffset : n+tokenOffset+tokenLen]
+	token := kv[n:]
 	a.key, a.ms = kv[:n], millis(lease)
 	a.args = [...]any{"set", &a.key, &a.value, "nx", "px", &a.ms, "get"}
 	old, found, err := s.setNXGet(ctx, a.args[:], &a.wait)
 	a.release()
 	if err == nil && !found {
-		keepNote(ctx, kv, n)
+		keepNote(ctx, kv[:n])
 	}
 	if err != nil {
 		return dedup.ClaimResult{}, fmt.Errorf("dedup/redis: claim: %w", err)
@@ -242,28 +247,28 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 	return res, err
 }
 
-// keepNote keeps kv, the claim's key (with the store's prefix, n bytes)
-// followed by the in-progress record the claim wrote, on the claim's
-// context, when the engine made that context (claimctx): the engine's
-// Complete of the claim finds it there (noteOf) and sends the completed
-// record built here (appendCompleted) instead of having the server build
-// it, which costs the server about 2 µs per message
-// (docs/dev/bench-2026-12-04.md). A record without fields needs no note.
-func keepNote(ctx context.Context, kv string, n int) {
-	if len(kv)-n <= headerLen {
-		return
-	}
+// keepNote keeps key, the claim's Redis key (with the store's prefix), on
+// the claim's context when the engine made that context (claimctx): the
+// engine's Complete of the claim finds it there (noteKey) rather than
+// making the string again.
+func keepNote(ctx context.Context, key string) {
 	if hc, ok := claimctx.From(ctx); ok && hc.Token == "" {
-		hc.SetNote(kv)
+		hc.SetNote(key)
 	}
 }
 
-// keepRecord is keepNote for a claim that wrote v under key elsewhere
-// than in Claim's one command (a takeover, a claim with WaitReplicas).
-func (s *Store) keepRecord(ctx context.Context, key string, v []byte) {
-	if _, ok := claimctx.From(ctx); ok && len(v) > headerLen {
-		keepNote(ctx, joinKeyRecord(s.prefix, key, v), len(s.prefix)+len(key))
+// noteKey returns the Redis key that keepNote kept for claim, if ctx is
+// the engine's context of that claim.
+func (s *Store) noteKey(ctx context.Context, claim dedup.Claim) (string, bool) {
+	hc, ok := claimctx.From(ctx)
+	if !ok || hc.Key != claim.Key || hc.Token != claim.Token {
+		return "", false
 	}
+	key := hc.Note()
+	if len(key) != len(s.prefix)+len(claim.Key) || key[:len(s.prefix)] != s.prefix || key[len(s.prefix):] != claim.Key {
+		return "", false
+	}
+	return key, true
 }
 
 // joinKeyRecord returns prefix+key+string(v) in one allocation (the
@@ -403,9 +408,10 @@ func parseBulkReply(raw []byte) (v []byte, found, ok bool) {
 // claimWait is Claim with Config.WaitReplicas: SET NX PX GET and WAIT in
 // one pipeline to the key's master. An acquired claim that WAIT does not
 // confirm is released (best effort) and refused with a *ReplicationError.
-func (s *Store) claimWait(ctx context.Context, key string, raw [tokenLen]byte, fp []byte, p *provenance, token string, lease time.Duration) (dedup.ClaimResult, error) {
+func (s *Store) claimWait(ctx context.Context, key string, raw [tokenLen]byte, fp []byte, p *provenance, lease time.Duration) (dedup.ClaimResult, error) {
 	var cmd *goredis.Cmd
 	value := appendInProgress(nil, &raw, fp, p)
+	token := string(value) // see Claim.Token
 	n, err := s.withWait(ctx, s.prefix+key, nil, func(p goredis.Pipeliner) goredis.Cmder {
 		cmd = p.Do(ctx, "set", s.prefix+key, value, "nx", "px", millis(lease), "get")
 		return cmd
@@ -423,7 +429,6 @@ func (s *Store) claimWait(ctx context.Context, key string, raw [tokenLen]byte, f
 			s.releaseRefused(ctx, key, &raw)
 			return dedup.ClaimResult{}, err
 		}
-		s.keepRecord(ctx, key, value)
 		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil
 	}
 	if err != nil {
@@ -597,8 +602,10 @@ func (s *Store) run(ctx context.Context, op string, script *ownedScript, claim d
 		args = args[:7]
 	default:
 		a.now = time.Now().UnixMilli()
-		if key, v, ok := s.noteOf(ctx, claim, &raw); ok {
+		if key, ok := s.noteKey(ctx, claim); ok {
 			a.key = key // the claim's: no string made
+		}
+		if v, ok := tokenRecord(claim.Token); ok {
 			if b, ok := appendCompleted(a.built.b[:0], v, a.now, s.omitProvenance != ""); ok {
 				a.built.len, a.expected = uint16(len(b)), v
 			}

@@ -35,8 +35,7 @@ func (s *Store) takeOver(ctx context.Context, key string, old []byte, raw [token
 		}
 		reply, err := s.casReleased(ctx, key, old, value, &raw, lease)
 		if errors.Is(err, goredis.Nil) {
-			s.keepRecord(ctx, key, value)
-			return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil
+			return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: string(value)}}, nil
 		}
 		if err != nil {
 			return dedup.ClaimResult{}, err
