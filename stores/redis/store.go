@@ -282,25 +282,6 @@ func joinKeyRecord(prefix, key string, v []byte) string {
 	return b.String()
 }
 
-// noteOf returns the key (with the store's prefix) and the in-progress
-// record that keepNote kept for claim, if ctx is the engine's context of
-// that claim and the note is of its key and carries its token raw.
-func (s *Store) noteOf(ctx context.Context, claim dedup.Claim, raw *[tokenLen]byte) (key, v string, ok bool) {
-	hc, ok := claimctx.From(ctx)
-	if !ok || hc.Key != claim.Key || hc.Token != claim.Token {
-		return "", "", false
-	}
-	kv := hc.Note()
-	n := len(s.prefix) + len(claim.Key)
-	if len(kv) <= n+headerLen || kv[:len(s.prefix)] != s.prefix || kv[len(s.prefix):n] != claim.Key {
-		return "", "", false
-	}
-	if v = kv[n:]; v[tokenOffset:tokenOffset+tokenLen] != string(raw[:]) {
-		return "", "", false
-	}
-	return kv[:n], v, true
-}
-
 // firstClaim is the provenance of a claim that creates a record: its
 // Origin, now, one claim.
 func firstClaim(ctx context.Context) provenance {
