@@ -63,7 +63,7 @@ func From(ctx context.Context) (*Claim, bool) {
 }
 
 // SetNote keeps what a store wants to remember of this claim until its
-// Complete (the record as the claim wrote it, say), which finds it with
+// Complete (the key in the store's own form, say), which finds it with
 // From on Complete's context. A store calls it from Claim, on the claim's
 // context, only while Token is empty (the claim is not held yet: the
 // context is not that of a handler running under another claim), and
