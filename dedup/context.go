@@ -232,9 +232,10 @@ var opEpoch = time.Now()
 type opEnd uint8
 
 const (
-	opRunning  opEnd = iota
-	opCanceled       // the operation returned
-	opTimedOut       // the deadline passed first
+	opRunning     opEnd = iota
+	opCanceled          // the operation returned
+	opTimedOut          // the deadline passed first
+	opParentEnded       // attached: the parent ended first; Err is the parent's
 )
 
 // err is the context's error for e.
@@ -265,13 +266,23 @@ func (c *opCtx) end() {
 		c.timer = nil
 	}
 	if c.ended == opRunning {
-		c.ended = opCanceled
+		c.ended = c.endedAs(opCanceled)
 	}
 	unlink := c.closeLocked()
 	c.mu.Unlock()
 	if unlink != nil {
 		unlink()
 	}
+}
+
+// endedAs is how a running operation ends for reason e: an attached one
+// whose parent has ended keeps the parent's error (Err does not change once
+// it reported one).
+func (c *opCtx) endedAs(e opEnd) opEnd {
+	if !c.detached && c.parent.Err() != nil {
+		return opParentEnded
+	}
+	return e
 }
 
 // closeLocked closes the channel, if made, and runs the registered
@@ -336,7 +347,7 @@ func (c *opCtx) timerFired() {
 		}
 		return
 	}
-	c.ended = opTimedOut
+	c.ended = c.endedAs(opTimedOut)
 	unlink := c.closeLocked()
 	c.mu.Unlock()
 	if unlink != nil {
@@ -348,8 +359,12 @@ func (c *opCtx) timerFired() {
 }
 
 // link registers an attached operation with its parent, so that the
-// parent's end closes the operation's channel.
+// parent's end closes the operation's channel. A caller's context that
+// cannot end needs no link: during a claim nothing else ends the work's.
 func (c *opCtx) link() {
+	if w, ok := c.parent.(*workCtx); ok && w.parent.Done() == nil {
+		return
+	}
 	unlink := context.AfterFunc(c.parent, c.parentDone)
 	c.mu.Lock()
 	if c.closed {
@@ -428,18 +443,21 @@ func (c *opCtx) Err() error {
 }
 
 // Value is the parent's, but for the key of context.Cause: the cause of an
-// operation that ended (or of a detached one) is its Err; of an attached
-// one running, the parent's (the caller's cause, once it cancelled).
+// operation that ended by itself (or of a detached one) is its Err; of an
+// attached one whose parent ended first, the parent's (the caller's cause).
 func (c *opCtx) Value(key any) any {
 	if key == cancelCtxKey {
 		if c.detached {
 			return nil
 		}
 		c.mu.Lock()
-		ended := c.ended != opRunning
+		e := c.ended
 		c.mu.Unlock()
-		if ended {
+		if e == opCanceled || e == opTimedOut {
 			return nil
+		}
+		if e == opRunning && c.parent.Err() == nil && time.Since(opEpoch) >= c.deadline {
+			return nil // past the deadline, its timer not yet fired
 		}
 	}
 	return c.parent.Value(key)

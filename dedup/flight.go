@@ -29,7 +29,7 @@ type flight struct {
 	// work is the work's context (see workCtx). It is made before the
 	// claim, whose request context is derived from it (see opCtx): the
 	// claim follows the caller's cancellation through it.
-	work *workCtx // &workCtx0, or a fresh one after a claim timed out
+	work *workCtx // &workCtx0, or a fresh one (a batch's copy of a running call)
 	// workCtx0 is the work context a flight usually needs.
 	workCtx0 workCtx
 	hc       claimctx.Claim // hc.Key is the scoped key from the start

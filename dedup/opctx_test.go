@@ -147,3 +147,32 @@ func TestSlowClaimSeesTheCallersCancellation(t *testing.T) {
 		}
 	})
 }
+
+// TestClaimErrStaysOnceReported: a claim's context keeps the error (and
+// cause) it reported: the caller's, after the caller ended first, also once
+// the claim returned; DeadlineExceeded, with that cause, once its deadline
+// passed, also before its timer fired (the store never asked for Done).
+func TestClaimErrStaysOnceReported(t *testing.T) {
+	errCaller := errors.New("the caller gave up")
+	t.Run("caller first", func(t *testing.T) {
+		parent, cancel := context.WithCancelCause(context.Background())
+		op, _ := attachedOp(parent, time.Hour)
+		cancel(errCaller)
+		if op.Err() != context.Canceled || context.Cause(op) != errCaller {
+			t.Fatalf("running: Err %v, Cause %v; want context.Canceled and the caller's cause", op.Err(), context.Cause(op))
+		}
+		op.end()
+		if op.Err() != context.Canceled || context.Cause(op) != errCaller {
+			t.Errorf("ended: Err %v, Cause %v; want the caller's, as before the end", op.Err(), context.Cause(op))
+		}
+	})
+	t.Run("deadline passed, no timer", func(t *testing.T) {
+		parent, cancel := context.WithCancelCause(context.Background())
+		defer cancel(nil)
+		op, _ := attachedOp(parent, -time.Second) // its deadline already passed
+		defer op.end()
+		if op.Err() != context.DeadlineExceeded || context.Cause(op) != context.DeadlineExceeded {
+			t.Errorf("past its deadline: Err %v, Cause %v; want DeadlineExceeded for both", op.Err(), context.Cause(op))
+		}
+	})
+}

@@ -78,9 +78,10 @@ type ClaimResult struct {
 // the caller's cancellation at once, its Done channel up to 10ms later (the
 // engine registers with the caller's context only for a claim that lasts
 // that long, sparing the registration's allocations on every other one).
-// The contexts of Complete, Release and Extend do not follow the caller's
+// The contexts of Complete and Release do not follow the caller's
 // cancellation: the record must be finished after the message's context
-// ended.
+// ended. Extend's does not either; the engine cancels it when it stops
+// keeping the lease.
 type Store interface {
 	// Claim atomically creates an in_progress record for key with a fresh
 	// owner token and the given lease, unless a live record exists, in which

@@ -41,6 +41,11 @@ func (s *Store) takeOver(ctx context.Context, key string, old []byte, raw [token
 			return dedup.ClaimResult{}, err
 		}
 		res, err := outcomeOf(reply, raw, fp, key, token)
+		if err == nil && res.Outcome == dedup.Acquired {
+			// Our own record, written by an earlier attempt of the script:
+			// the token is the record as it stands (see Claim.Token).
+			res.Claim.Token = string(reply)
+		}
 		if err == nil && res.Outcome == dedup.Acquired && s.waitReplicas > 0 {
 			// Our own record, written by an earlier attempt on another
 			// connection: make this one write it again for WAIT.
