@@ -156,12 +156,7 @@ func TestEngineSendsTheCompletedRecord(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		built, err1 := client.Get(ctx, key+"#built").Result()
-		expected, err2 := client.Get(ctx, key+"#expected").Result()
-		completed, err3 := client.Get(ctx, key).Result()
-		if err1 != nil || err2 != nil || err3 != nil {
-			t.Fatal(err1, err2, err3)
-		}
+		built, expected, completed := capturedComplete(t, client, key)
 		if expected != inProgress || built == "" || !strings.HasPrefix(built, "\x02C") || completed != built {
 			t.Fatalf("Complete sent built %x from expected %x (the claim wrote %x); the record is %x", built, expected, inProgress, completed)
 		}
@@ -198,12 +193,7 @@ func TestDirectCompleteSendsTheCompletedRecord(t *testing.T) {
 		if err := store.Complete(context.Background(), res.Claim, []byte("r"), time.Hour); err != nil {
 			t.Fatal(err)
 		}
-		built, err1 := client.Get(ctx, key+"#built").Result()
-		expected, err2 := client.Get(ctx, key+"#expected").Result()
-		completed, err3 := client.Get(ctx, key).Result()
-		if err1 != nil || err2 != nil || err3 != nil {
-			t.Fatal(err1, err2, err3)
-		}
+		built, expected, completed := capturedComplete(t, client, key)
 		if expected != inProgress || built == "" || completed != built+"r" {
 			t.Fatalf("Complete sent built %x from expected %x (the claim wrote %x); the record is %x", built, expected, inProgress, completed)
 		}
@@ -239,4 +229,19 @@ func TestDirectCompleteSendsTheCompletedRecord(t *testing.T) {
 			t.Errorf("Claim after Release: %v %v", again.Outcome, err)
 		}
 	})
+}
+
+// capturedComplete returns what CaptureCompleteArgs recorded of the last
+// Complete of key (the built record and the expected one) and the record
+// now under key.
+func capturedComplete(t *testing.T, client *goredis.Client, key string) (built, expected, completed string) {
+	t.Helper()
+	ctx := context.Background()
+	built, err1 := client.Get(ctx, key+"#built").Result()
+	expected, err2 := client.Get(ctx, key+"#expected").Result()
+	completed, err3 := client.Get(ctx, key).Result()
+	if err1 != nil || err2 != nil || err3 != nil {
+		t.Fatal(err1, err2, err3)
+	}
+	return built, expected, completed
 }
