@@ -71,11 +71,15 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []dedup.ClaimRequest) ([]de
 	})
 	var released []*claimRec
 	decide := func(c *claimRec, old []byte) bool {
-		key, token := reqs[c.i].Key, string(c.raw[:])
-		r, err := outcomeOf(old, c.raw, c.fp, key, token)
+		r, err := outcomeOf(old, c.raw, c.fp, reqs[c.i].Key, "")
 		if err == errReleased {
 			c.old = old
 			return true
+		}
+		if err == nil && r.Outcome == dedup.Acquired {
+			// Our own record, written by an earlier attempt: the token is
+			// the record (see Store.Claim).
+			r.Claim.Token = string(old)
 		}
 		res[c.i], errs[c.i] = r, err
 		return false
@@ -84,7 +88,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []dedup.ClaimRequest) ([]de
 		v, err := c.cmd.Text()
 		switch {
 		case errors.Is(err, goredis.Nil):
-			res[c.i] = dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: reqs[c.i].Key, Token: string(c.raw[:])}}
+			res[c.i] = dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: reqs[c.i].Key, Token: string(c.value)}}
 		case err != nil:
 			errs[c.i] = fmt.Errorf("dedup/redis: claim: %w", err)
 		case decide(c, []byte(v)):
@@ -132,7 +136,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []dedup.ClaimRequest) ([]de
 			v, err := t.cmd.Text()
 			switch {
 			case errors.Is(err, goredis.Nil):
-				res[c.i] = dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: reqs[c.i].Key, Token: string(c.raw[:])}}
+				res[c.i] = dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: reqs[c.i].Key, Token: string(t.value)}}
 			case err != nil:
 				errs[c.i] = fmt.Errorf("dedup/redis: claim: %w", err)
 			case decide(c, []byte(v)):
@@ -188,7 +192,15 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []dedup.CompleteRequest)
 		if result == nil {
 			result = []byte{}
 		}
-		return r.Claim, []any{s.prefix + r.Claim.Key, token, appendCompact(nil, &raw), millis(r.Retention), result, now, s.omitProvenance}, nil
+		// The completed record built here from the in-progress record the
+		// token is, and that record (ARGV[7] and ARGV[8]), as Complete.
+		built, expected := []byte{}, ""
+		if v, ok := tokenRecord(r.Claim.Token); ok {
+			if b, ok := appendCompleted(nil, v, now, s.omitProvenance != ""); ok {
+				built, expected = b, v
+			}
+		}
+		return r.Claim, []any{s.prefix + r.Claim.Key, token, appendCompact(nil, &raw), millis(r.Retention), result, now, s.omitProvenance, built, expected}, nil
 	})
 	return errs
 }

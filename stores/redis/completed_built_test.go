@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -244,4 +245,50 @@ func capturedComplete(t *testing.T, client *goredis.Client, key string) (built, 
 		t.Fatal(err1, err2, err3)
 	}
 	return built, expected, completed
+}
+
+// TestBatchCompleteSendsTheCompletedRecord: ClaimBatch's tokens are the
+// in-progress records, as Claim's, and CompleteBatch sends each completed
+// record built by the client, with the record it expects; a record
+// changed since (here: completed by Complete first) is left to the
+// script, which answers as before. (Before, the batch's tokens were the
+// 16 raw bytes and the script built every record.)
+func TestBatchCompleteSendsTheCompletedRecord(t *testing.T) {
+	restore := redis.CaptureCompleteArgs()
+	defer restore()
+	withAndWithoutAutoPipeline(t, func(t *testing.T, client *goredis.Client, store *redis.Store) {
+		ctx := context.Background()
+		reqs := []dedup.ClaimRequest{
+			{Key: "batch-1", Fingerprint: "fp", Lease: time.Minute, Origin: dedup.Origin{TransportID: "m-1"}},
+			{Key: "batch-2", Fingerprint: "fp", Lease: time.Minute, Origin: dedup.Origin{TransportID: "m-2"}},
+		}
+		res, errs := store.ClaimBatch(ctx, reqs)
+		var done []dedup.CompleteRequest
+		inProgress := map[string]string{}
+		for i, r := range res {
+			if errs[i] != nil || r.Outcome != dedup.Acquired {
+				t.Fatalf("ClaimBatch %d: %v %v", i, r.Outcome, errs[i])
+			}
+			v, err := client.Get(ctx, store.RedisKey(r.Claim.Key)).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Claim.Token != v {
+				t.Fatalf("ClaimBatch token %x, want the in-progress record %x", r.Claim.Token, v)
+			}
+			inProgress[r.Claim.Key] = v
+			done = append(done, dedup.CompleteRequest{Claim: r.Claim, Result: []byte("r"), Retention: time.Hour})
+		}
+		if err := store.Complete(ctx, res[1].Claim, []byte("r"), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		errs2 := store.CompleteBatch(ctx, done)
+		if errs2[0] != nil || !errors.Is(errs2[1], redis.ErrAlreadyCompleted) {
+			t.Fatalf("CompleteBatch: %v, want nil and ErrAlreadyCompleted", errs2)
+		}
+		built, expected, completed := capturedComplete(t, client, store.RedisKey("batch-1"))
+		if expected != inProgress["batch-1"] || built == "" || completed != built+"r" {
+			t.Fatalf("CompleteBatch sent built %x from expected %x (the claim wrote %x); the record is %x", built, expected, inProgress["batch-1"], completed)
+		}
+	})
 }
