@@ -20,23 +20,32 @@ import (
 func TestClaimCompleteAllocations(t *testing.T) {
 	withAndWithoutAutoPipeline(t, func(t *testing.T, _ *goredis.Client, store *redis.Store) {
 		op := claimComplete(store)
-		i := 0
-		next := func() {
-			i++
-			if err := op(context.Background(), "alloc-"+strconv.Itoa(i)); err != nil {
+		boundAllocs(t, "Claim+Complete of a fresh key", 14, func(key string) {
+			if err := op(context.Background(), key); err != nil {
 				t.Fatal(err)
 			}
-		}
-		for range 50 { // warm the pools and the connection
-			next()
-		}
-		const bound = 14
-		if n := testing.AllocsPerRun(500, next); n > bound {
-			t.Errorf("Claim+Complete of a fresh key: %.1f allocations, want at most %d", n, bound)
-		} else {
-			t.Logf("Claim+Complete of a fresh key: %.1f allocations (bound %d)", n, bound)
-		}
+		})
 	})
+}
+
+// boundAllocs fails t when one call of do, on a key not used before,
+// allocates more than bound times on average (testing.AllocsPerRun over
+// 500 calls, after 50 that warm the pools and the connection).
+func boundAllocs(t *testing.T, what string, bound float64, do func(key string)) {
+	t.Helper()
+	i := 0
+	next := func() {
+		i++
+		do("alloc-" + strconv.Itoa(i))
+	}
+	for range 50 {
+		next()
+	}
+	if n := testing.AllocsPerRun(500, next); n > bound {
+		t.Errorf("%s: %.0f allocations, want at most %.0f", what, n, bound)
+	} else {
+		t.Logf("%s: %.0f allocations (bound %.0f)", what, n, bound)
+	}
 }
 
 // withAndWithoutAutoPipeline runs f on a store of its own with
