@@ -16,8 +16,8 @@ TEST_TIMEOUT ?= 20m
 # core). The longest packages mostly wait (on failovers, leases, a
 # DynamoDB emulator that serves one request at a time), so on 2 cores 4
 # at once took the suite from 860 s to about 450 s; beside two CPU-bound
-# processes 4 starved the emulators; 3 took 635 s idle, 820 s beside two
-# (docs/dev/test-suite.md).
+# processes 4 starved the emulators; 3 took 635 s idle and 889 s beside
+# two there, 411 s and 599 s on a faster machine (docs/dev/test-suite.md).
 TEST_P ?= 3
 
 # The repository holds several modules (go.work lists them): the library's
