@@ -119,36 +119,19 @@ func Start(t testing.TB, env []string) *Child {
 // passes.
 func (c *Child) Wait(t testing.TB, point string) string {
 	t.Helper()
-	v, _ := c.wait(t, point, WaitTimeout, true)
-	return v
-}
-
-// WaitFor is Wait for at most d: reached is false when d passed first (a
-// test that kills the child at a random instant unless it finishes
-// sooner). It fails the test if the child exits first.
-func (c *Child) WaitFor(t testing.TB, point string, d time.Duration) (value string, reached bool) {
-	t.Helper()
-	return c.wait(t, point, d, false)
-}
-
-func (c *Child) wait(t testing.TB, point string, d time.Duration, fatal bool) (string, bool) {
-	t.Helper()
-	timeout := time.NewTimer(d)
+	timeout := time.NewTimer(WaitTimeout)
 	defer timeout.Stop()
 	for {
 		select {
 		case line := <-c.lines:
 			name, value, _ := strings.Cut(line, " ")
 			if name == point {
-				return value, true
+				return value
 			}
 		case <-c.exited:
 			t.Fatalf("crashtest: the child exited before reaching %q:\n%s", point, c.Output())
 		case <-timeout.C:
-			if !fatal {
-				return "", false
-			}
-			t.Fatalf("crashtest: the child did not reach %q within %v:\n%s", point, d, c.Output())
+			t.Fatalf("crashtest: the child did not reach %q within %v:\n%s", point, WaitTimeout, c.Output())
 		}
 	}
 }

@@ -1,12 +1,11 @@
 // Package txcrash proves by crashing that the stores' effect-in-transaction
 // helpers (redis RunInTx/TxMiddleware, dynamo RunInTx) leave no window
 // between a handler's effect and its record: a consumer process is killed
-// with SIGKILL at random instants while it handles 1,000 keys (500 on
-// moto), every
-// message is delivered again until each is done, and the effects are
-// counted in the store. With the helper no key's effect is doubled or
-// lost; without it (the effect written by the handler, the record
-// completed after), some keys' effects are doubled.
+// with SIGKILL at random points of its work while it handles 1,000 keys
+// (500 on moto), every message is delivered again until each is done, and
+// the effects are counted in the store. With the helper no key's effect is
+// doubled or lost; without it (the effect written by the handler, the
+// record completed after), some keys' effects are doubled.
 package txcrash
 
 import (
@@ -14,8 +13,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,9 +27,11 @@ import (
 
 // Settings of a run, passed to the child in its environment.
 const (
-	envAddr   = "TXCRASH_ADDR"   // the server: host:port(s) or endpoint
-	envHelper = "TXCRASH_HELPER" // "1": the effect in the record's transaction
-	envKeys   = "TXCRASH_KEYS"   // how many keys
+	envAddr   = "TXCRASH_ADDR"    // the server: host:port(s) or endpoint
+	envHelper = "TXCRASH_HELPER"  // "1": the effect in the record's transaction
+	envKeys   = "TXCRASH_KEYS"    // how many keys
+	envKillAt = "TXCRASH_KILL_AT" // the child reports "kill" when this many messages are handled
+	envRun    = "TXCRASH_RUN"     // the run's id, in its keys' and tables' names
 )
 
 const (
@@ -39,8 +42,8 @@ const (
 	// workers handle messages at once in a child, so that a kill finds
 	// several between their effect and its record.
 	workers = 8
-	// helperKills is how many times a run with the helper kills a child
-	// at most (fewer when the keys are all done first); maxKills bounds
+	// helperKills is how many times a run with the helper kills a child;
+	// maxKills bounds
 	// the kills of a run without it, which stops at the first that leaves
 	// an effect without its record.
 	helperKills = 30
@@ -65,17 +68,42 @@ type backend struct {
 	effects func(t *testing.T) []int
 	// store lists the records (admin).
 	store admin.Interface
-	// killEvery bounds the random time a child runs before it is killed.
-	killEvery time.Duration
+	// killBefore bounds the random number of messages a child handles
+	// before it is killed (at most keys: a child's first pass delivers
+	// every key once, so it always gets that far).
+	killBefore int
 }
+
+// runIDs holds each running test's id (parent side).
+var runIDs sync.Map // *testing.T → string
+
+// runID is the id of the test's run, in the names of its keys and tables
+// (runName): each run of a test (-count) starts from none. The parent
+// makes it; its children read it from their environment.
+func runID(t *testing.T) string {
+	if crashtest.IsChild(t) {
+		return os.Getenv(envRun)
+	}
+	v, loaded := runIDs.LoadOrStore(t, strconv.FormatUint(uint64(rand.Uint32()), 36))
+	if !loaded {
+		t.Cleanup(func() { runIDs.Delete(t) })
+	}
+	return v.(string)
+}
+
+// runName is the test's name and its run's id.
+func runName(t *testing.T) string { return t.Name() + "-" + runID(t) }
 
 // runChild is the child: it delivers every message that is not done yet,
 // again and again (a key another child left in progress is refused until
 // its lease ends), with workers at once, then reports "done" and waits to
-// be killed.
-func runChild(c consumer, keys int) {
+// be killed. When killAt messages (counted as they return) are handled it
+// reports "kill" and goes on: the parent's SIGKILL lands while the other
+// workers are anywhere in their message.
+func runChild(c consumer, keys, killAt int) {
 	crashtest.Say("ready", "")
 	ctx := context.Background()
+	var handled atomic.Int64
 	pending := rand.Perm(keys)
 	for len(pending) > 0 {
 		var (
@@ -89,7 +117,11 @@ func runChild(c consumer, keys int) {
 			go func() {
 				defer wg.Done()
 				for i := range next {
-					if err := c.handle(ctx, i); err != nil {
+					err := c.handle(ctx, i)
+					if handled.Add(1) == int64(killAt) {
+						crashtest.Say("kill", "")
+					}
+					if err != nil {
 						mu.Lock()
 						again = append(again, i)
 						mu.Unlock()
@@ -115,31 +147,29 @@ type result struct {
 	kills, interrupted, doubled, lost, orphans int
 }
 
-// run kills children of this test at random instants until every key is
-// done (withHelper: at most helperKills times; without: until a kill has
-// left an effect without its record, which redelivery then repeats), then
-// delivers every message once more in a last child that is not killed,
-// and counts each key's effects.
+// run kills children of this test, each after a random number of handled
+// messages (withHelper: helperKills times; without: until a kill has left
+// an effect without its record, which redelivery then repeats, at most
+// maxKills), then delivers every message once more in a last child that
+// is not killed, and counts each key's effects. A child is killed at a
+// point of its work, not after a time: a fast machine finishes every key
+// before any delay worth waiting, and the run would prove nothing.
 func run(t *testing.T, b backend, withHelper bool) result {
 	t.Helper()
 	helper := "0"
 	if withHelper {
 		helper = "1"
 	}
-	env := append([]string{envHelper + "=" + helper, envKeys + "=" + strconv.Itoa(b.keys)}, b.env...)
+	env := append([]string{envHelper + "=" + helper, envKeys + "=" + strconv.Itoa(b.keys), envRun + "=" + runID(t)}, b.env...)
 	var res result
 	limit := maxKills
 	if withHelper {
 		limit = helperKills
 	}
 	for res.kills < limit {
-		c := crashtest.Start(t, env)
-		c.Wait(t, "ready")
-		delay := time.Duration(rand.Int64N(int64(b.killEvery))) + time.Millisecond
-		if _, done := c.WaitFor(t, "done", delay); done {
-			c.Kill(t)
-			break
-		}
+		killAt := 1 + rand.IntN(b.killBefore)
+		c := crashtest.Start(t, append(slices.Clip(env), envKillAt+"="+strconv.Itoa(killAt)))
+		c.Wait(t, "kill")
 		c.Kill(t)
 		res.kills++
 		if withHelper && res.interrupted > 0 {
@@ -241,11 +271,12 @@ func childMain(t *testing.T, newConsumer func(addr string, helper bool) (consume
 	if err != nil {
 		t.Fatal(err)
 	}
+	killAt, _ := strconv.Atoi(os.Getenv(envKillAt)) // 0 (unset): the last child, never killed midway
 	c, err := newConsumer(os.Getenv(envAddr), os.Getenv(envHelper) == "1")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		t.Fatal(err)
 	}
-	runChild(c, keys)
+	runChild(c, keys, killAt)
 	return true
 }

@@ -35,7 +35,7 @@ func dynamoClient(endpoint string) *dynamodb.Client {
 // tables are a test's records table and its charges table (the effect:
 // one item per order, its n attribute counting the charges).
 func tables(t *testing.T) (records, charges string) {
-	n := strings.ReplaceAll(t.Name(), "/", "-")
+	n := strings.ReplaceAll(runName(t), "/", "-")
 	return n + "-records", n + "-charges"
 }
 
@@ -120,7 +120,7 @@ func motoBackend(t *testing.T) backend {
 	// CPU-bound processes (with 1000 it once did not).
 	const keys = 500
 	return backend{
-		name: "dynamodb (moto)", keys: keys, store: store, killEvery: time.Second,
+		name: "dynamodb (moto)", keys: keys, store: store, killBefore: keys,
 		env: []string{envAddr + "=" + motoEndpoint},
 		effects: func(t *testing.T) []int {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -75,9 +75,9 @@ func redisClient(addr string) goredis.UniversalClient {
 	return goredis.NewClient(&goredis.Options{Addr: addr})
 }
 
-// prefix is the test's record prefix: each test its own keys.
+// prefix is the test's record prefix: each test and run its own keys.
 func prefix(t *testing.T) string {
-	return strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())) + ":"
+	return strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(runName(t))) + ":"
 }
 
 // chargedKey is the key counting the effects of message i: in the slot of
@@ -153,7 +153,7 @@ func redisBackend(t *testing.T, name, addr string) backend {
 	}
 	const keys = 1000
 	return backend{
-		name: name, keys: keys, store: store, killEvery: 150 * time.Millisecond,
+		name: name, keys: keys, store: store, killBefore: keys,
 		env: []string{envAddr + "=" + addr},
 		effects: func(t *testing.T) []int {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
