@@ -164,11 +164,14 @@ func takeoverValue(old []byte, raw *[tokenLen]byte, fp []byte, origin dedup.Orig
 	return appendInProgress(nil, raw, fp, &p), nil
 }
 
-// CompleteBatch implements [dedup.BatchStore.CompleteBatch]: the
-// completion script of every record (as Complete runs it) in one pipeline
-// (one per master on a Cluster; per BatchRequestSize records), EVALSHA,
-// then EVAL in a second pipeline for the records whose reply was NOSCRIPT
-// (a server that lost its script cache). With Config.WaitReplicas the
+// CompleteBatch implements [dedup.BatchStore.CompleteBatch]: as Complete
+// runs it, the least completion script (completeAsClaimedSrc) of every
+// record still as its claim wrote it, in one pipeline (one per master on a
+// Cluster; per BatchRequestSize records), EVALSHA, then EVAL in a second
+// pipeline for the records whose reply was NOSCRIPT (a server that lost
+// its script cache); then the whole completion script, the same way, of
+// the records that were not as claimed (lost, completed already) or whose
+// token is the owner's 16 bytes alone. With Config.WaitReplicas the
 // records are completed one by one, up to 16 at once.
 func (s *Store) CompleteBatch(ctx context.Context, reqs []dedup.CompleteRequest) []error {
 	errs := make([]error, len(reqs))
@@ -179,29 +182,81 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []dedup.CompleteRequest)
 		return errs
 	}
 	now := time.Now().UnixMilli()
-	s.ownedBatch(ctx, "complete", completeOp, len(reqs), errs, func(i int) (dedup.Claim, []any, error) {
-		r := reqs[i]
+	type asClaimed struct {
+		i    int
+		args []any // KEYS[1] then ARGV
+		cmd  *goredis.Cmd
+	}
+	var quick []*asClaimed
+	var whole []int // the records for the whole script
+	built := make([][]byte, len(reqs))
+	for i, r := range reqs {
 		if err := storekit.CheckDuration("retention", r.Retention); err != nil {
-			return r.Claim, nil, err
+			errs[i] = err
+			continue
 		}
-		token, raw, err := rawToken("complete", r.Claim)
-		if err != nil {
-			return r.Claim, nil, err
+		if _, _, err := rawToken("complete", r.Claim); err != nil {
+			errs[i] = err
+			continue
 		}
+		// The completed record built here from the in-progress record
+		// the token is, as Complete builds it.
+		v, ok := tokenRecord(r.Claim.Token)
+		if ok {
+			built[i], ok = appendCompleted(nil, v, now, s.omitProvenance != "")
+		}
+		if !ok {
+			built[i] = nil
+			whole = append(whole, i)
+			continue
+		}
+		args := []any{s.prefix + r.Claim.Key, v, built[i], millis(r.Retention)}
+		if len(r.Result) > 0 {
+			args = append(args, r.Result)
+		}
+		quick = append(quick, &asClaimed{i: i, args: args})
+	}
+	script := completeAsClaimedOp.script
+	s.scripted(ctx, script, len(quick), func(p goredis.Pipeliner, k int, sha bool) *goredis.Cmd {
+		q := quick[k]
+		if sha {
+			q.cmd = script.EvalSha(ctx, p, []string{q.args[0].(string)}, q.args[1:]...)
+		} else {
+			q.cmd = script.Eval(ctx, p, []string{q.args[0].(string)}, q.args[1:]...)
+		}
+		return q.cmd
+	})
+	for _, q := range quick {
+		switch reply, err := q.cmd.Int64(); {
+		case err != nil:
+			errs[q.i] = fmt.Errorf("dedup/redis: complete: %w", err)
+		case reply == replyNotAsClaimed:
+			whole = append(whole, q.i)
+		case reply != replyOK:
+			errs[q.i] = fmt.Errorf("dedup/redis: complete: unexpected script reply %d", reply)
+		}
+	}
+	if len(whole) == 0 {
+		return errs
+	}
+	sub := make([]error, len(whole))
+	s.ownedBatch(ctx, "complete", completeOp, len(whole), sub, func(k int) (dedup.Claim, []any, error) {
+		r := reqs[whole[k]]
+		token, raw, _ := rawToken("complete", r.Claim) // checked above
 		result := r.Result
 		if result == nil {
 			result = []byte{}
 		}
-		// The completed record built here from the in-progress record the
-		// token is, and that record (ARGV[7] and ARGV[8]), as Complete.
-		built, expected := []byte{}, ""
-		if v, ok := tokenRecord(r.Claim.Token); ok {
-			if b, ok := appendCompleted(nil, v, now, s.omitProvenance != ""); ok {
-				built, expected = b, v
-			}
+		// ARGV[7] and ARGV[8], as Complete sends them.
+		b, expected := []byte{}, ""
+		if built[whole[k]] != nil {
+			b, expected = built[whole[k]], r.Claim.Token
 		}
-		return r.Claim, []any{s.prefix + r.Claim.Key, token, appendCompact(nil, &raw), millis(r.Retention), result, now, s.omitProvenance, built, expected}, nil
+		return r.Claim, []any{s.prefix + r.Claim.Key, token, appendCompact(nil, &raw), millis(r.Retention), result, now, s.omitProvenance, b, expected}, nil
 	})
+	for k, i := range whole {
+		errs[i] = sub[k]
+	}
 	return errs
 }
 

@@ -96,15 +96,20 @@ func (s *Store) RunComplete(ctx context.Context, key string, token [16]byte, res
 		string(token[:]), appendCompact(nil, &token), 60000, result, now, s.omitProvenance, built, expected).Int64()
 }
 
-// CaptureCompleteArgs makes the Complete script also write its ARGV[7]
-// and ARGV[8] (the completed record the client built, the in-progress
-// record it expected) under the record's key with the suffix "#built" and
-// "#expected", until the returned function restores it.
+// CaptureCompleteArgs makes the Complete scripts also write the completed
+// record the client built and the in-progress record it expected
+// (completeSrc's ARGV[7] and ARGV[8], completeAsClaimedSrc's ARGV[2] and
+// ARGV[1]) under the record's key with the suffix "#built" and
+// "#expected", until the returned function restores them.
 func CaptureCompleteArgs() (restore func()) {
-	saved := completeOp
+	saved, savedAsClaimed := completeOp, completeAsClaimedOp
 	completeOp = newOwnedScript(`
 redis.call('SET', KEYS[1] .. '#built', ARGV[7] or '')
 redis.call('SET', KEYS[1] .. '#expected', ARGV[8] or '')
 ` + completeSrc)
-	return func() { completeOp = saved }
+	completeAsClaimedOp = newOwnedScript(`
+redis.call('SET', KEYS[1] .. '#built', ARGV[2])
+redis.call('SET', KEYS[1] .. '#expected', ARGV[1])
+` + completeAsClaimedSrc)
+	return func() { completeOp, completeAsClaimedOp = saved, savedAsClaimed }
 }

@@ -8,6 +8,7 @@ const (
 	replyNotOwner         = 2 // another token
 	replyAlreadyCompleted = 3 // this token, but completed
 	replyUnknownFormat    = 4 // not a record of a known format
+	replyNotAsClaimed     = 5 // completeAsClaimedSrc: not the record expected
 )
 
 // ownedPrelude is shared by the token-checking scripts: it reads the record
@@ -97,6 +98,23 @@ if fields == '' and ARGV[4] == '' then
 else
   redis.call('SET', KEYS[1], '\2C' .. string.sub(v, 3, 10) .. string.char(string.len(fields)) .. fields .. ARGV[4], 'PX', ARGV[3])
 end
+` + announce + `
+return 0
+`
+
+// completeAsClaimedSrc is Complete's usual case in its least form: KEYS[1]
+// the record, ARGV[1] the in-progress record the claim wrote (its token),
+// ARGV[2] the completed record the client built from it (appendCompleted,
+// without the result), ARGV[3] the retention in milliseconds, ARGV[4] the
+// result, left out when empty. When the record is ARGV[1], it becomes
+// ARGV[2] followed by the result, as completeSrc would write it; otherwise
+// nothing changes and the reply is replyNotAsClaimed, on which the store
+// runs completeSrc, which tells why (lost, already completed) or builds
+// the record itself. Half of completeSrc's arguments and none of its
+// decoding: per message, less for the server to parse and run.
+const completeAsClaimedSrc = `
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 5 end
+redis.call('SET', KEYS[1], ARGV[4] and ARGV[2] .. ARGV[4] or ARGV[2], 'PX', ARGV[3])
 ` + announce + `
 return 0
 `

@@ -316,6 +316,7 @@ func (a *scriptArgs) release() {
 	a.key, a.token, a.result, a.now, a.wait = "", "", nil, 0, redisbatch.Pending{}
 	a.built.len, a.expected = 0, ""
 	clear(a.args[:])
+	clear(a.fast[:])
 	scriptArgsPool.Put(a)
 }
 
@@ -464,16 +465,18 @@ func outcomeOf(old []byte, token [tokenLen]byte, fp []byte, key, claimToken stri
 // retention as its TTL, and its provenance with the time of completion by
 // this process's clock (unless Config.OmitProvenance). Otherwise nothing changes and the error matches
 // dedup.ErrClaimLost and one of ErrExpired, ErrNotOwner, ErrAlreadyCompleted.
-// One round trip. With Config.WaitReplicas the script and a WAIT share that
-// round trip, and a completion WAIT does not confirm returns a
+// One round trip when the record is still the one the claim wrote, two
+// otherwise. With Config.WaitReplicas the whole script and a WAIT share
+// one round trip, and a completion WAIT does not confirm returns a
 // *ReplicationError (a store error: retry it).
 //
-// Called by the engine for a claim this store made, Complete sends the
-// completed record built from the in-progress record the claim wrote,
-// which the script takes when the record under the key is still exactly
-// that one; called otherwise (with a claim from elsewhere), the script
-// builds the same bytes from the record it finds, at about 2 µs more of
-// the server's CPU.
+// For a claim this store made (Claim.Token is the in-progress record the
+// claim wrote), Complete builds the completed record from that record and
+// sends the least script (completeAsClaimedSrc): it writes the record only
+// if the one under the key is still exactly the claim's. When it is not,
+// or for a token of the owner's 16 bytes alone, the whole script follows:
+// it tells why, or builds the same bytes from the record it finds, at
+// about 2 µs more of the server's CPU.
 func (s *Store) Complete(ctx context.Context, claim dedup.Claim, result []byte, retention time.Duration) error {
 	if err := storekit.CheckDuration("retention", retention); err != nil {
 		return err
@@ -520,6 +523,7 @@ type scriptArgs struct {
 	built      builtArg // Complete: the completed record built here, if any
 	expected   string   // the in-progress record it was built from
 	args       [12]any
+	fast       [8]any // completeAsClaimedSrc's
 	wait       redisbatch.Pending
 }
 
@@ -557,9 +561,10 @@ func newOwnedScript(src string) *ownedScript {
 }
 
 var (
-	completeOp = newOwnedScript(completeSrc)
-	releaseOp  = newOwnedScript(releaseSrc)
-	extendOp   = newOwnedScript(extendSrc)
+	completeOp          = newOwnedScript(completeSrc)
+	completeAsClaimedOp = newOwnedScript(completeAsClaimedSrc)
+	releaseOp           = newOwnedScript(releaseSrc)
+	extendOp            = newOwnedScript(extendSrc)
 )
 
 // run runs one of the token-checking scripts with ARGV[1] the raw token,
@@ -600,6 +605,27 @@ func (s *Store) run(ctx context.Context, op string, script *ownedScript, claim d
 		err := s.runWait(ctx, op, script, claim.Key, args, &r)
 		a.release()
 		return err
+	}
+	if a.expected != "" {
+		// The record as the claim wrote it, most likely: the least script
+		// first (completeAsClaimedSrc), the whole one only if it was not.
+		a.fast = [...]any{"evalsha", &completeAsClaimedOp.sha, 1, &a.key, &a.expected, &a.built, &a.ms, &a.result}
+		n := len(a.fast)
+		if len(result) == 0 {
+			n--
+		}
+		reply, err := s.evalOwned(ctx, completeAsClaimedOp, a.fast[:n], &a.wait)
+		if err == nil && reply == replyOK {
+			a.release()
+			return nil
+		}
+		if err == nil && reply != replyNotAsClaimed {
+			err = fmt.Errorf("unexpected script reply %d", reply)
+		}
+		if err != nil {
+			a.release()
+			return fmt.Errorf("dedup/redis: %s: %w", op, err)
+		}
 	}
 	reply, err := s.evalOwned(ctx, script, args, &a.wait)
 	a.release()
