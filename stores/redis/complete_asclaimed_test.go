@@ -126,7 +126,7 @@ func TestCompleteAsClaimedSendsTheLeastScript(t *testing.T) {
 		claim("taken-over")
 		hook.take()
 		check("Complete of a record taken over", store.Complete(ctx, c, nil, time.Hour), redis.ErrNotOwner, 7, 12)
-	
+
 		// CompleteBatch the same way: the least script of each record in
 		// one pipeline, then the whole script of the one gone.
 		reqs := []dedup.ClaimRequest{{Key: "batch-1", Lease: time.Minute}, {Key: "batch-2", Lease: time.Minute}, {Key: "batch-gone", Lease: time.Minute}}
