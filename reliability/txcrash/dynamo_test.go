@@ -120,7 +120,7 @@ func motoBackend(t *testing.T) backend {
 	// CPU-bound processes (with 1000 it once did not).
 	const keys = 500
 	return backend{
-		name: "dynamodb (moto)", keys: keys, store: store, killBefore: keys,
+		name: "dynamodb (moto)", keys: keys, store: store,
 		env: []string{envAddr + "=" + motoEndpoint},
 		effects: func(t *testing.T) []int {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

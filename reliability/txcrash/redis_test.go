@@ -153,7 +153,7 @@ func redisBackend(t *testing.T, name, addr string) backend {
 	}
 	const keys = 1000
 	return backend{
-		name: name, keys: keys, store: store, killBefore: keys,
+		name: name, keys: keys, store: store,
 		env: []string{envAddr + "=" + addr},
 		effects: func(t *testing.T) []int {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

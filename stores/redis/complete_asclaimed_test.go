@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"sync"
 	"testing"
@@ -62,12 +63,15 @@ func (h *scriptArgCounts) take() []int {
 }
 
 // TestCompleteAsClaimedSendsTheLeastScript: Complete of a record that is
-// still the one its claim wrote sends one script of seven arguments (the
-// key, that record, the completed record built by the client, the
-// retention; eight with a result), not the whole compare-and-set of twelve;
-// a record that changed since (gone, taken over, completed already) gets
-// that first script's "not as claimed" and then the whole script, which
-// tells why, as before. CompleteBatch sends the same, the first scripts in
+// still the one its claim wrote sends one script command of seven words
+// (EVALSHA, the SHA, 1, the key, that record, the completed record built by
+// the client, the retention; eight with a result), not the whole
+// compare-and-set of twelve; a record that changed since (gone, released,
+// taken over, completed already) gets that first script's "not as claimed"
+// and then the whole script, which tells why, as before. A token that is
+// not such a record (the owner's 16 bytes in hex), and a record that
+// completes to the compact form (no fingerprint, OmitProvenance), get the
+// whole script alone. CompleteBatch sends the same, the first scripts in
 // one pipeline. (Before, every Complete sent the twelve.)
 func TestCompleteAsClaimedSendsTheLeastScript(t *testing.T) {
 	withAndWithoutAutoPipeline(t, func(t *testing.T, client *goredis.Client, store *redis.Store) {
@@ -118,6 +122,26 @@ func TestCompleteAsClaimedSendsTheLeastScript(t *testing.T) {
 		}
 		hook.take()
 		check("Complete of a record gone", store.Complete(ctx, c, nil, time.Hour), redis.ErrExpired, 7, 12)
+
+		c = claim("released")
+		if err := store.Release(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		hook.take()
+		check("Complete of a record released", store.Complete(ctx, c, nil, time.Hour), redis.ErrExpired, 7, 12)
+
+		c = claim("hex-token")
+		c.Token = hex.EncodeToString([]byte(c.Token[2:18]))
+		hook.take()
+		check("Complete with a hex token", store.Complete(ctx, c, nil, time.Hour), nil, 12)
+
+		compact := newStore(t, client, redis.Config{KeyPrefix: watchPrefix(t.Name() + "-compact"), OmitProvenance: true})
+		res, err := compact.Claim(ctx, "compact", "", time.Minute)
+		if err != nil || res.Outcome != dedup.Acquired {
+			t.Fatalf("Claim: %v %v", res.Outcome, err)
+		}
+		hook.take()
+		check("Complete of a record without fields", compact.Complete(ctx, res.Claim, nil, time.Hour), nil, 12)
 
 		c = claim("taken-over")
 		if err := client.Del(ctx, store.RedisKey("taken-over")).Err(); err != nil {

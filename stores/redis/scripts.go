@@ -133,7 +133,7 @@ end
 return 0
 `
 
-// announce ends completeSrc and releaseSrc: it tells the waiters of the
+// announce ends completeSrc, completeAsClaimedSrc and releaseSrc: it tells the waiters of the
 // record (Store.WatchKey) that it changed, with an empty message on the
 // shard channel named like the record's key, which hashes to the record's
 // slot by construction (on a Cluster, a script may only reach its own

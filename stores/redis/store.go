@@ -459,24 +459,25 @@ func outcomeOf(old []byte, token [tokenLen]byte, fp []byte, key, claimToken stri
 	return dedup.ClaimResult{Outcome: dedup.InProgress}, nil
 }
 
-// Complete implements dedup.Store.Complete with one script run
-// (compare-and-set): only if the record is still in progress and carries the
-// claim's token, it becomes a completed record holding result, with the
+// Complete implements dedup.Store.Complete with a compare-and-set script:
+// only if the record is still in progress and carries the claim's token, it becomes a completed record holding result, with the
 // retention as its TTL, and its provenance with the time of completion by
 // this process's clock (unless Config.OmitProvenance). Otherwise nothing changes and the error matches
 // dedup.ErrClaimLost and one of ErrExpired, ErrNotOwner, ErrAlreadyCompleted.
-// One round trip when the record is still the one the claim wrote, two
-// otherwise. With Config.WaitReplicas the whole script and a WAIT share
-// one round trip, and a completion WAIT does not confirm returns a
+// One round trip, or two when the record changed since the claim (below).
+// With Config.WaitReplicas the whole script and a WAIT share one round
+// trip, and a completion WAIT does not confirm returns a
 // *ReplicationError (a store error: retry it).
 //
 // For a claim this store made (Claim.Token is the in-progress record the
-// claim wrote), Complete builds the completed record from that record and
-// sends the least script (completeAsClaimedSrc): it writes the record only
-// if the one under the key is still exactly the claim's. When it is not,
-// or for a token of the owner's 16 bytes alone, the whole script follows:
-// it tells why, or builds the same bytes from the record it finds, at
-// about 2 µs more of the server's CPU.
+// claim wrote) whose completed record keeps a field, Complete builds the
+// completed record from that record and sends the least script
+// (completeAsClaimedSrc), which writes it only if the record under the key
+// is still exactly the claim's; when it is not, the whole script
+// (completeSrc) follows and tells why. Any other token (the owner's 16
+// bytes, or their hex form) or record gets the whole script alone, which
+// builds the same bytes from the record it finds, at about 2 µs more of
+// the server's CPU.
 func (s *Store) Complete(ctx context.Context, claim dedup.Claim, result []byte, retention time.Duration) error {
 	if err := storekit.CheckDuration("retention", retention); err != nil {
 		return err
@@ -512,9 +513,10 @@ func (s *Store) Extend(ctx context.Context, claim dedup.Claim, lease time.Durati
 }
 
 // scriptArgs are a token-checking script's arguments (EVALSHA sha 1 key
-// token compact [ms [result now omit built expected]]), held where go-redis
-// can take pointers to them: no allocation per argument; pooled like
-// claimArgs.
+// token compact [ms [result now omit built expected]]), and in fast those
+// of completeAsClaimedSrc (EVALSHA sha 1 key expected built ms [result]),
+// held where go-redis can take pointers to them: no allocation per
+// argument; pooled like claimArgs.
 type scriptArgs struct {
 	key, token string
 	compact    compactArg
