@@ -579,7 +579,6 @@ func (s *Store) run(ctx context.Context, op string, script *ownedScript, claim d
 	}
 	a := scriptArgsPool.Get().(*scriptArgs)
 	a.token, a.ms = token, ms
-	a.compact.len = uint8(len(appendCompact(a.compact.b[:0], &raw)))
 	a.result = result
 	a.args = [...]any{"evalsha", &script.sha, 1, &a.key, &a.token, &a.compact, &a.ms, &a.result, &a.now, &s.omitProvenance, &a.built, &a.expected}
 	args := a.args[:]
@@ -602,13 +601,7 @@ func (s *Store) run(ctx context.Context, op string, script *ownedScript, claim d
 	if a.key == "" {
 		a.key = s.prefix + claim.Key
 	}
-	if s.waitReplicas > 0 && script != releaseOp {
-		r := raw // a copy: raw itself stays on the stack
-		err := s.runWait(ctx, op, script, claim.Key, args, &r)
-		a.release()
-		return err
-	}
-	if a.expected != "" {
+	if a.expected != "" && s.waitReplicas == 0 {
 		// The record as the claim wrote it, most likely: the least script
 		// first (completeAsClaimedSrc), the whole one only if it was not.
 		a.fast = [...]any{"evalsha", &completeAsClaimedOp.sha, 1, &a.key, &a.expected, &a.built, &a.ms, &a.result}
@@ -628,6 +621,15 @@ func (s *Store) run(ctx context.Context, op string, script *ownedScript, claim d
 			a.release()
 			return fmt.Errorf("dedup/redis: %s: %w", op, err)
 		}
+	}
+	// The whole script's compact completed record: only now, past the
+	// least script, which does without it.
+	a.compact.len = uint8(len(appendCompact(a.compact.b[:0], &raw)))
+	if s.waitReplicas > 0 && script != releaseOp {
+		r := raw // a copy: raw itself stays on the stack
+		err := s.runWait(ctx, op, script, claim.Key, args, &r)
+		a.release()
+		return err
 	}
 	reply, err := s.evalOwned(ctx, script, args, &a.wait)
 	a.release()
