@@ -249,11 +249,12 @@ func (e opEnd) err() error {
 	return nil
 }
 
-// start readies a new c for an operation of at most timeout: attached to
-// the work's context w (parent is w), or detached from parent (w nil).
-func (c *opCtx) start(parent context.Context, w *workCtx, timeout time.Duration) {
+// start readies a new c for an operation of at most timeout from now (a
+// wall-clock reading, with its monotonic part): attached to the work's
+// context w (parent is w), or detached from parent (w nil).
+func (c *opCtx) start(parent context.Context, w *workCtx, timeout time.Duration, now time.Time) {
 	c.parent, c.detached = parent, w == nil
-	c.deadline = time.Since(opEpoch) + timeout
+	c.deadline = now.Sub(opEpoch) + timeout
 }
 
 // end ends the operation: the context is cancelled (context.Canceled) as

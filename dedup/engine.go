@@ -28,6 +28,9 @@ type Engine struct {
 	wallClock bool
 	// quiet: no Observer and the NopLogger: decisions go nowhere.
 	quiet bool
+	// timed: someone is told how long a claim or a store operation took
+	// (not quiet, or a Tracer): only then is the clock read for it.
+	timed bool
 }
 
 // newEngine returns the engine of a validated config with its defaults set.
@@ -39,7 +42,8 @@ func newEngine(config Config) *Engine {
 	default:
 		quiet = false
 	}
-	return &Engine{cfg: config, claims: make(chan struct{}, config.MaxClaimsInFlight), wallClock: wall, quiet: quiet}
+	return &Engine{cfg: config, claims: make(chan struct{}, config.MaxClaimsInFlight), wallClock: wall, quiet: quiet,
+		timed: !quiet || config.Tracer != nil}
 }
 
 // NewEngine validates config, applies its defaults and returns an Engine.
@@ -165,7 +169,10 @@ func (e *Engine) callLease(call *Call) (time.Duration, error) {
 	if call.Lease > 0 && call.Lease < lease {
 		lease = call.Lease
 	}
-	if left := call.Deadline.Sub(e.cfg.Clock.Now()); !call.Deadline.IsZero() && left < lease {
+	if call.Deadline.IsZero() {
+		return lease, nil // the clock is not read
+	}
+	if left := call.Deadline.Sub(e.cfg.Clock.Now()); left < lease {
 		if left <= 0 {
 			return 0, fmt.Errorf("%w: %w", errCallDeadline, context.DeadlineExceeded)
 		}
@@ -204,10 +211,31 @@ func (e *Engine) heartbeat(lease time.Duration) time.Duration {
 // only when there is someone to tell (an Observer, a logger that is not
 // the NopLogger).
 func (e *Engine) event(call *Call, ev event.Event, op, key string, elapsed time.Duration, err error) {
-	if e.quiet && call.trace == nil {
+	if !e.tells(call) {
 		return
 	}
 	e.decide(call, Decision{Event: ev, Op: op, Key: key, Elapsed: elapsed, Err: err})
+}
+
+// tells reports whether the call's decisions go somewhere: an Observer, a
+// logger that is not the NopLogger, or the call's trace.
+func (e *Engine) tells(call *Call) bool { return !e.quiet || call.trace != nil }
+
+// stopwatch starts timing something someone is told about: the clock is
+// read only when the engine is timed (see lap).
+func (e *Engine) stopwatch() time.Time {
+	if !e.timed {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
+// lap is the time since a stopwatch's start; zero when it was not read.
+func lap(start time.Time) time.Duration {
+	if start.IsZero() {
+		return 0
+	}
+	return time.Since(start)
 }
 
 func (e *Engine) decide(call *Call, dec Decision) {

@@ -91,9 +91,9 @@ func (f *flight) do(ctx context.Context, w worker) (ClaimResult, error) {
 	// context is derived from it (see opCtx).
 	f.newWorkContext(ctx)
 	defer func() { f.work.end(nil) }()
-	start := time.Now()
+	start := e.stopwatch()
 	res, err := f.claim(ctx, lease)
-	elapsed := time.Since(start)
+	elapsed := lap(start)
 	var waited time.Duration
 	if err == nil && res.Outcome == InProgress && e.cfg.InProgressWait > 0 && !e.cfg.Shadow {
 		res, elapsed, waited, err = f.awaitHolder(ctx, elapsed)
@@ -178,18 +178,22 @@ func (f *flight) claim(ctx context.Context, lease time.Duration) (res ClaimResul
 	if op.parent != nil { // an earlier claim of the call (InProgressWait)
 		op = &opCtx{}
 	}
-	op.start(f.work, f.work, e.cfg.StoreTimeout)
-	start := time.Now()
+	sent := now // on the wall clock, the same reading
+	if !e.wallClock {
+		sent = time.Now()
+	}
+	op.start(f.work, f.work, e.cfg.StoreTimeout, sent)
 	if e.cfg.InProgressWait > 0 {
 		if f.wait == nil {
 			f.wait = new(flightWait)
 		}
-		f.wait.claimSent = start
+		f.wait.claimSent = sent
 	}
 	res, err = e.cfg.Store.Claim(op, f.hc.Key, f.call.Fingerprint, lease)
-	elapsed := time.Since(start)
 	op.end()
-	e.observeOp(ctx, "claim", elapsed, err)
+	if e.timed {
+		e.observeOp(ctx, "claim", time.Since(sent), err)
+	}
 	return res, err
 }
 
@@ -333,6 +337,9 @@ func (f *flight) newWorkContext(ctx context.Context) {
 // completedInWork ends a claim whose work completed the record itself.
 func (f *flight) completedInWork(claim Claim) {
 	f.keeper.stop()
+	if !f.e.tells(&f.call) {
+		return
+	}
 	f.e.event(&f.call, event.Completed, "complete", claim.Key, f.e.cfg.Clock.Now().Sub(f.keeper.claimedAt), nil)
 }
 
@@ -384,6 +391,9 @@ func (f *flight) completeAgain(err error, result *[]byte, attempt int) (again, p
 func (f *flight) completed(err error) {
 	e, call, keeper := f.e, &f.call, &f.keeper
 	keeper.stop()
+	if !e.tells(call) {
+		return // the clock is not read for nobody
+	}
 	claim := keeper.claim()
 	elapsed := e.cfg.Clock.Now().Sub(keeper.claimedAt)
 	switch {
@@ -414,6 +424,9 @@ func (f *flight) release(ctx context.Context, cause error) {
 func (f *flight) released(err, cause error) {
 	e, call, keeper := f.e, &f.call, &f.keeper
 	keeper.stop()
+	if !e.tells(call) {
+		return
+	}
 	claim := keeper.claim()
 	elapsed := e.cfg.Clock.Now().Sub(keeper.claimedAt)
 	switch {
@@ -439,16 +452,17 @@ func (f *flight) finishOp(ctx context.Context, op string, do func(context.Contex
 	if oc.parent != nil {
 		oc = &opCtx{}
 	}
-	if f.work != nil { // the work's context has ctx as its parent
-		oc.start((*endParent)(f), nil, f.e.cfg.StoreTimeout)
-	} else {
-		oc.start(context.WithoutCancel(ctx), nil, f.e.cfg.StoreTimeout)
-	}
 	start := time.Now()
+	if f.work != nil { // the work's context has ctx as its parent
+		oc.start((*endParent)(f), nil, f.e.cfg.StoreTimeout, start)
+	} else {
+		oc.start(context.WithoutCancel(ctx), nil, f.e.cfg.StoreTimeout, start)
+	}
 	err := do(oc)
-	elapsed := time.Since(start)
 	oc.end()
-	f.e.observeOp(ctx, op, elapsed, err)
+	if f.e.timed {
+		f.e.observeOp(ctx, op, time.Since(start), err)
+	}
 	return err
 }
 

@@ -23,7 +23,7 @@ func attachedOp(parent context.Context, timeout time.Duration) (*opCtx, *flight)
 	f := &flight{}
 	f.newWorkContext(parent)
 	op := &opCtx{}
-	op.start(f.work, f.work, timeout)
+	op.start(f.work, f.work, timeout, time.Now())
 	return op, f
 }
 
