@@ -208,32 +208,32 @@ func parseUUID(s string, u *[16]byte) bool {
 	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
 		return false
 	}
-	j := 0
-	for i := 0; i < 36; i++ {
-		if i == 8 || i == 13 || i == 18 || i == 23 {
-			continue
-		}
-		hi, ok1 := lowerHex(s[i])
-		lo, ok2 := lowerHex(s[i+1])
-		if !ok1 || !ok2 {
-			return false
-		}
-		u[j] = hi<<4 | lo
-		j++
-		i++
+	bad := byte(0)
+	for j, i := range uuidDigits {
+		hi, lo := lowerHex[s[i]], lowerHex[s[i+1]]
+		bad |= hi | lo
+		u[j] = hi<<4 | lo&0x0f
 	}
-	return true
+	return bad&0xf0 == 0
 }
 
-func lowerHex(c byte) (byte, bool) {
-	switch {
-	case c >= '0' && c <= '9':
-		return c - '0', true
-	case c >= 'a' && c <= 'f':
-		return c - 'a' + 10, true
+// uuidDigits are where the 16 bytes of a UUID's text form start.
+var uuidDigits = [16]uint8{0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34}
+
+// lowerHex is the value of each lower-case hex digit, 0xff for any other
+// byte.
+var lowerHex = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xff
 	}
-	return 0, false
-}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = byte(c - '0')
+	}
+	for c := 'a'; c <= 'f'; c++ {
+		t[c] = byte(c - 'a' + 10)
+	}
+	return t
+}()
 
 // formatUUID is the canonical text form of a UUID.
 func formatUUID(u []byte) string {

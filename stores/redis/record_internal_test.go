@@ -2,6 +2,7 @@ package redis
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
 	"strconv"
 	"strings"
@@ -227,6 +228,32 @@ func TestProvenanceRoundTrip(t *testing.T) {
 	for _, bad := range [][]byte{nil, {0, 0, 0, 0, 0, 0, 1}, {0, 0, 0, 0, 0, 0, 1, 1, 0}, {0, 0, 0, 0, 0, 0, 1, 2, 5, 'a'}, {0, 0, 0, 0, 0, 0, 1, 0x40}, {0, 0, 0, 0, 0, 0, 1, 0, 'x'}} {
 		if p, ok := decodeProvenance(bad); ok {
 			t.Errorf("malformed provenance %x decoded as %+v", bad, p)
+		}
+	}
+}
+
+// TestParseUUIDEveryByte puts every byte at every position of a UUID's text
+// form: parseUUID accepts exactly the canonical lower-case form, and gives
+// the bytes that hex decoding gives.
+func TestParseUUIDEveryByte(t *testing.T) {
+	const uuid = "0b9f8e3c-04d1-4e2b-9c3d-5e6f7a8b9c0d"
+	for i := range len(uuid) {
+		for c := range 256 {
+			s := []byte(uuid)
+			s[i] = byte(c)
+			dash := i == 8 || i == 13 || i == 18 || i == 23
+			want := dash && c == '-' || !dash && (c >= '0' && c <= '9' || c >= 'a' && c <= 'f')
+			var u [16]byte
+			if got := parseUUID(string(s), &u); got != want {
+				t.Fatalf("parseUUID(%q) = %v, want %v", s, got, want)
+			}
+			if !want {
+				continue
+			}
+			h, err := hex.DecodeString(strings.ReplaceAll(string(s), "-", ""))
+			if err != nil || string(h) != string(u[:]) {
+				t.Fatalf("parseUUID(%q) gave %x, want %x (%v)", s, u, h, err)
+			}
 		}
 	}
 }
