@@ -287,8 +287,7 @@ func (r *batchRun) claim() {
 	for k, s := range slots {
 		s.res, s.err, s.elapsed = res[k], errs[k], elapsed
 		if s.err == nil && s.res.Outcome == InProgress && e.cfg.InProgressWait > 0 {
-			// The wait (see turn) watches the key for changes since then.
-			s.f.wait = &flightWait{claimSent: start}
+			s.f.claimSentAt(start) // for the wait of its turn
 		}
 		if s.err == nil && (s.res.Outcome < Acquired || s.res.Outcome > Conflict) {
 			s.err = fmt.Errorf("unknown outcome %v", s.res.Outcome)

@@ -56,6 +56,16 @@ type flightWait struct {
 	claimSent time.Time
 }
 
+// claimSentAt notes when the flight's claim was sent (the wall clock), for
+// a wait that follows it (awaitHolder): the wait watches the key for
+// changes since then.
+func (f *flight) claimSentAt(sent time.Time) {
+	if f.wait == nil {
+		f.wait = new(flightWait)
+	}
+	f.wait.claimSent = sent
+}
+
 // worker is the work of a flight: Engine.Do's function, or the middleware's
 // handler call (which implements it without a closure).
 type worker interface {
@@ -184,10 +194,7 @@ func (f *flight) claim(ctx context.Context, lease time.Duration) (res ClaimResul
 	}
 	op.start(f.work, f.work, e.cfg.StoreTimeout, sent)
 	if e.cfg.InProgressWait > 0 {
-		if f.wait == nil {
-			f.wait = new(flightWait)
-		}
-		f.wait.claimSent = sent
+		f.claimSentAt(sent)
 	}
 	res, err = e.cfg.Store.Claim(op, f.hc.Key, f.call.Fingerprint, lease)
 	op.end()

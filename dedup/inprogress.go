@@ -14,7 +14,7 @@ import (
 // InProgress (the holder completed or released the key, or its lease
 // ended), the wait's bound or the call's Deadline or StartBy is reached, ctx
 // ends, or a claim fails (the wait then ends as InProgress, the error in
-// f.wait.err).
+// f.wait.err; the claim before it made f.wait: see claimSentAt).
 // The bound is checked by one last claim at the bound itself. It returns
 // the last claim's answer (its lease and time are the keeper's, as claim
 // sets them), its round trip (elapsed, the first claim's, when it made no
@@ -29,9 +29,6 @@ import (
 // the watch ends, the pauses start again from InProgressPoll.
 func (f *flight) awaitHolder(ctx context.Context, elapsed time.Duration) (res ClaimResult, _, waited time.Duration, err error) {
 	e, call := f.e, &f.call
-	if f.wait == nil { // a batch's first claim was not the flight's own
-		f.wait = new(flightWait)
-	}
 	clock := e.cfg.Clock
 	start := clock.Now()
 	pause := e.cfg.InProgressPoll
