@@ -54,10 +54,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cpuprofile  = fs.String("cpuprofile", "", "write a CPU profile of the router happy path (of -profile-store) to this file and measure nothing else")
 		memprofile  = fs.String("memprofile", "", "write an allocation profile (every allocation) of the router happy path to this file and measure nothing else")
 		blockprof   = fs.String("blockprofile", "", "write a block profile (every event) of the router happy path to this file and measure nothing else")
-		profStore   = fs.String("profile-store", "redis", "the store of -cpuprofile and -memprofile")
-		profVariant = fs.String("profile-variant", "router+dedup", "the router lane of -cpuprofile, -memprofile, -blockprofile and -messages: router+dedup, router, \"router+raw pair\" or \"router+raw CAS pair\" (a floor, profiled the same way)")
-		profileDur  = fs.Duration("profile-duration", 0, "how long -cpuprofile runs (default 10s)")
-		profileConc = fs.Int("profile-c", 0, "concurrency of -cpuprofile (default 16)")
+		traceFile   = fs.String("trace", "", "write a runtime execution trace of the router happy path to this file and measure nothing else (go tool trace -pprof=sched FILE: where goroutines waited to run)")
+		profStore   = fs.String("profile-store", "redis", "the store of -cpuprofile, -memprofile, -blockprofile, -trace and -messages")
+		profVariant = fs.String("profile-variant", "router+dedup", "the router lane of -cpuprofile, -memprofile, -blockprofile, -trace and -messages: router+dedup, router, \"router+raw pair\" or \"router+raw CAS pair\" (a floor, profiled the same way)")
+		profileDur  = fs.Duration("profile-duration", 0, "how long -cpuprofile, -memprofile, -blockprofile and -trace run (default 10s)")
+		profileConc = fs.Int("profile-c", 0, "concurrency of -cpuprofile, -memprofile, -blockprofile, -trace and -messages (default 16)")
 		maxClaims   = fs.Int("max-claims-in-flight", 0, "dedup.Config.MaxClaimsInFlight of the router+dedup lanes (default: the field's default, 16; 256 on redis-ap, the store's)")
 		variants    = fs.String("variants", "", "measure only these variants, comma-separated (e.g. \"router,router+dedup,router+raw pair\"); default all")
 		messages    = fs.Int("messages", 0, "send exactly this many messages through the router happy path of -profile-store at -profile-c (after as many for warm-up), print one line and measure nothing else (for valgrind --tool=callgrind)")
@@ -88,7 +89,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	opts := routerbench.Options{
 		Stores: split(*stores), Concurrency: cs, Repetitions: *reps, Duration: *duration, Warmup: *warmup,
 		AllocMessages: *allocMsgs, AllocConcurrency: *allocC,
-		CPUProfile: *cpuprofile, MemProfile: *memprofile, BlockProfile: *blockprof, ProfileStore: *profStore, ProfileVariant: *profVariant, ProfileDuration: *profileDur, ProfileConcurrency: *profileConc,
+		CPUProfile: *cpuprofile, MemProfile: *memprofile, BlockProfile: *blockprof, Trace: *traceFile, ProfileStore: *profStore, ProfileVariant: *profVariant, ProfileDuration: *profileDur, ProfileConcurrency: *profileConc,
 		MaxClaimsInFlight: *maxClaims, Variants: split(*variants), Messages: *messages, Lines: *lines,
 		Out: stdout, Progress: stderr,
 	}

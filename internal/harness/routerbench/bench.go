@@ -18,6 +18,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strings"
 	"syscall"
@@ -67,6 +68,11 @@ type Options struct {
 	// runtime.SetBlockProfileRate(1)) on the same path to this file: the
 	// admission bound (Config.MaxClaimsInFlight), the store's batching.
 	BlockProfile string
+	// Trace, like CPUProfile, switches Run to profiling: it writes a
+	// runtime execution trace (runtime/trace) of the same path to this
+	// file: when goroutines ran, waited to run, or waited on the network
+	// (go tool trace -pprof=sched and -pprof=net of it).
+	Trace string
 	// ProfileStore is the store of the profiles. Defaults to redis.
 	ProfileStore string
 	// ProfileVariant is the router lane of the profiles and of Messages:
@@ -176,7 +182,7 @@ func (o Options) Validate() error {
 	if !slices.Contains(profileVariants, o.ProfileVariant) {
 		errs = append(errs, fmt.Errorf("routerbench: profile variant %q is not one of %q", o.ProfileVariant, profileVariants))
 	}
-	if (o.CPUProfile != "" || o.MemProfile != "" || o.BlockProfile != "") && (o.ProfileDuration < 0 || o.ProfileConcurrency < 1) {
+	if o.profiling() && (o.ProfileDuration < 0 || o.ProfileConcurrency < 1) {
 		errs = append(errs, errors.New("routerbench: the profile needs a positive duration and concurrency"))
 	}
 	return errors.Join(errs...)
@@ -352,7 +358,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	opts.setDefaults()
-	if opts.CPUProfile != "" || opts.MemProfile != "" || opts.BlockProfile != "" {
+	if opts.profiling() {
 		return profile(ctx, opts)
 	}
 	if opts.Messages > 0 {
@@ -478,8 +484,14 @@ func (s *suite) measureAllocs(ctx context.Context, c int, total int64) error {
 	return nil
 }
 
-// profile writes the CPU and/or allocation profile of the router happy
-// path of opts.ProfileStore.
+// profiling reports whether Run writes profiles (or a trace) rather than
+// measuring.
+func (o *Options) profiling() bool {
+	return o.CPUProfile != "" || o.MemProfile != "" || o.BlockProfile != "" || o.Trace != ""
+}
+
+// profile writes the CPU and/or allocation profile (or the trace) of the
+// router happy path of opts.ProfileStore.
 func profile(ctx context.Context, opts Options) error {
 	fmt.Fprintf(opts.Progress, "starting %s\n", opts.ProfileStore)
 	s, err := newSuite(ctx, opts.ProfileStore, runID(), opts.ProfileConcurrency, opts.MaxClaimsInFlight, nil)
@@ -510,10 +522,26 @@ func profile(ctx context.Context, opts Options) error {
 	if opts.BlockProfile != "" {
 		runtime.SetBlockProfileRate(1)
 	}
+	var tf *os.File
+	if opts.Trace != "" {
+		if tf, err = os.Create(opts.Trace); err != nil {
+			return err
+		}
+		if err := trace.Start(tf); err != nil {
+			_ = tf.Close()
+			return err
+		}
+	}
 	rate, _, err := s.measure(ctx, v, opts.ProfileConcurrency, opts.ProfileDuration, 0)
 	if cpu != nil {
 		pprof.StopCPUProfile()
 		if cerr := cpu.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if tf != nil {
+		trace.Stop()
+		if cerr := tf.Close(); err == nil {
 			err = cerr
 		}
 	}
@@ -540,12 +568,17 @@ func profile(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	for _, p := range []string{opts.CPUProfile, opts.MemProfile, opts.BlockProfile} {
-		if p != "" {
-			fmt.Fprintf(opts.Out, "profile of the %s %s path at c=%d for %v: %.0f msg/s, written to %s (load %s, nproc %d)\n"+
-				"inspect it with: go tool pprof -top %s\n",
-				opts.ProfileStore, opts.ProfileVariant, opts.ProfileConcurrency, opts.ProfileDuration, rate, p, loadavg(), runtime.NumCPU(), p)
+	for _, p := range []string{opts.CPUProfile, opts.MemProfile, opts.BlockProfile, opts.Trace} {
+		if p == "" {
+			continue
 		}
+		what, inspect := "profile", "go tool pprof -top "+p
+		if p == opts.Trace {
+			what, inspect = "trace", "go tool trace -pprof=sched "+p+" > sched.pprof && go tool pprof -top sched.pprof"
+		}
+		fmt.Fprintf(opts.Out, "%s of the %s %s path at c=%d for %v: %.0f msg/s, written to %s (load %s, nproc %d)\n"+
+			"inspect it with: %s\n",
+			what, opts.ProfileStore, opts.ProfileVariant, opts.ProfileConcurrency, opts.ProfileDuration, rate, p, loadavg(), runtime.NumCPU(), inspect)
 	}
 	return nil
 }

@@ -3,6 +3,9 @@ package routerbench_test
 import (
 	"bytes"
 	"context"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -151,5 +154,31 @@ func TestFixedCountProfileVariant(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), `store memory has no "router+raw CAS pair" lane`) {
 		t.Errorf("the memory store with a floor lane: %v, want an error naming the store and the lane", err)
+	}
+}
+
+// TestTrace: Options.Trace writes a runtime execution trace of the lane
+// (the file starts with the trace header) and says where it is.
+func TestTrace(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	path := filepath.Join(t.TempDir(), "router.trace")
+	var out bytes.Buffer
+	err := routerbench.Run(ctx, routerbench.Options{
+		Stores: []string{routerbench.StoreMemory}, ProfileStore: routerbench.StoreMemory, ProfileConcurrency: 2,
+		ProfileDuration: 100 * time.Millisecond, Trace: path, Out: &out, Progress: io.Discard,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(b, []byte("go 1.")) || !bytes.Contains(b[:16], []byte(" trace")) {
+		t.Errorf("%s starts with %q, want a runtime trace header", path, b[:min(len(b), 16)])
+	}
+	if !strings.Contains(out.String(), "written to "+path) {
+		t.Errorf("printed %q, want where the trace was written", out.String())
 	}
 }
