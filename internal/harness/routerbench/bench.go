@@ -506,13 +506,9 @@ func profile(ctx context.Context, opts Options) error {
 	if _, _, err := s.measure(ctx, v, opts.ProfileConcurrency, time.Second, 0); err != nil { // warm-up
 		return err
 	}
-	var cpu *os.File
+	var cpu, tf *os.File
 	if opts.CPUProfile != "" {
-		if cpu, err = os.Create(opts.CPUProfile); err != nil {
-			return err
-		}
-		if err := pprof.StartCPUProfile(cpu); err != nil {
-			_ = cpu.Close()
+		if cpu, err = startFile(opts.CPUProfile, pprof.StartCPUProfile); err != nil {
 			return err
 		}
 	}
@@ -522,65 +518,77 @@ func profile(ctx context.Context, opts Options) error {
 	if opts.BlockProfile != "" {
 		runtime.SetBlockProfileRate(1)
 	}
-	var tf *os.File
 	if opts.Trace != "" {
-		if tf, err = os.Create(opts.Trace); err != nil {
-			return err
-		}
-		if err := trace.Start(tf); err != nil {
-			_ = tf.Close()
+		if tf, err = startFile(opts.Trace, trace.Start); err != nil {
+			if cpu != nil {
+				_ = stopFile(cpu, pprof.StopCPUProfile)
+			}
 			return err
 		}
 	}
 	rate, _, err := s.measure(ctx, v, opts.ProfileConcurrency, opts.ProfileDuration, 0)
 	if cpu != nil {
-		pprof.StopCPUProfile()
-		if cerr := cpu.Close(); err == nil {
-			err = cerr
-		}
+		err = errors.Join(err, stopFile(cpu, pprof.StopCPUProfile))
 	}
 	if tf != nil {
-		trace.Stop()
-		if cerr := tf.Close(); err == nil {
-			err = cerr
-		}
+		err = errors.Join(err, stopFile(tf, trace.Stop))
 	}
 	if opts.MemProfile != "" && err == nil {
 		runtime.GC() // the profile shows allocations up to the last GC
-		var f *os.File
-		if f, err = os.Create(opts.MemProfile); err == nil {
-			err = pprof.Lookup("allocs").WriteTo(f, 0)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-		}
+		err = writeProfile("allocs", opts.MemProfile)
 	}
 	if opts.BlockProfile != "" && err == nil {
 		runtime.SetBlockProfileRate(0)
-		var f *os.File
-		if f, err = os.Create(opts.BlockProfile); err == nil {
-			err = pprof.Lookup("block").WriteTo(f, 0)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-		}
+		err = writeProfile("block", opts.BlockProfile)
 	}
 	if err != nil {
 		return err
 	}
-	for _, p := range []string{opts.CPUProfile, opts.MemProfile, opts.BlockProfile, opts.Trace} {
-		if p == "" {
+	sched := "go tool trace -pprof=sched " + opts.Trace + " > sched.pprof && go tool pprof -top sched.pprof"
+	for _, o := range []struct{ path, what, inspect string }{
+		{opts.CPUProfile, "profile", "go tool pprof -top " + opts.CPUProfile},
+		{opts.MemProfile, "profile", "go tool pprof -top " + opts.MemProfile},
+		{opts.BlockProfile, "profile", "go tool pprof -top " + opts.BlockProfile},
+		{opts.Trace, "trace", sched},
+	} {
+		if o.path == "" {
 			continue
-		}
-		what, inspect := "profile", "go tool pprof -top "+p
-		if p == opts.Trace {
-			what, inspect = "trace", "go tool trace -pprof=sched "+p+" > sched.pprof && go tool pprof -top sched.pprof"
 		}
 		fmt.Fprintf(opts.Out, "%s of the %s %s path at c=%d for %v: %.0f msg/s, written to %s (load %s, nproc %d)\n"+
 			"inspect it with: %s\n",
-			what, opts.ProfileStore, opts.ProfileVariant, opts.ProfileConcurrency, opts.ProfileDuration, rate, p, loadavg(), runtime.NumCPU(), inspect)
+			o.what, opts.ProfileStore, opts.ProfileVariant, opts.ProfileConcurrency, opts.ProfileDuration, rate, o.path, loadavg(), runtime.NumCPU(), o.inspect)
 	}
 	return nil
+}
+
+// startFile creates path and starts start (pprof.StartCPUProfile,
+// trace.Start) writing to it.
+func startFile(path string, start func(io.Writer) error) (*os.File, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := start(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// stopFile stops what startFile started and closes its file.
+func stopFile(f *os.File, stop func()) error {
+	stop()
+	return f.Close()
+}
+
+// writeProfile writes the runtime/pprof profile name to path.
+func writeProfile(name, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	err = pprof.Lookup(name).WriteTo(f, 0)
+	return errors.Join(err, f.Close())
 }
 
 // profileVariants are the lanes ProfileVariant may name.

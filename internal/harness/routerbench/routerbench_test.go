@@ -175,7 +175,7 @@ func TestTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.HasPrefix(b, []byte("go 1.")) || !bytes.Contains(b[:16], []byte(" trace")) {
+	if !bytes.HasPrefix(b, []byte("go 1.")) || !bytes.Contains(b[:min(len(b), 16)], []byte(" trace")) {
 		t.Errorf("%s starts with %q, want a runtime trace header", path, b[:min(len(b), 16)])
 	}
 	if !strings.Contains(out.String(), "written to "+path) {
