@@ -56,7 +56,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		blockprof   = fs.String("blockprofile", "", "write a block profile (every event) of the router happy path to this file and measure nothing else")
 		traceFile   = fs.String("trace", "", "write a runtime execution trace of the router happy path to this file and measure nothing else (go tool trace -pprof=sched FILE: where goroutines waited to run)")
 		profStore   = fs.String("profile-store", "redis", "the store of -cpuprofile, -memprofile, -blockprofile, -trace and -messages")
-		profVariant = fs.String("profile-variant", "router+dedup", "the router lane of -cpuprofile, -memprofile, -blockprofile, -trace and -messages: router+dedup, router, \"router+raw pair\" or \"router+raw CAS pair\" (a floor, profiled the same way)")
+		profVariant = fs.String("profile-variant", "router+dedup", "the router lane of -cpuprofile, -memprofile, -blockprofile, -trace and -messages: router+dedup, router, \"router+raw pair\", \"router+raw CAS pair\" or router+claim+complete (a floor, profiled the same way)")
 		profileDur  = fs.Duration("profile-duration", 0, "how long -cpuprofile, -memprofile, -blockprofile and -trace run (default 10s)")
 		profileConc = fs.Int("profile-c", 0, "concurrency of -cpuprofile, -memprofile, -blockprofile, -trace and -messages (default 16)")
 		maxClaims   = fs.Int("max-claims-in-flight", 0, "dedup.Config.MaxClaimsInFlight of the router+dedup lanes (default: the field's default, 16; 256 on redis-ap, the store's)")

@@ -76,9 +76,10 @@ type Options struct {
 	// ProfileStore is the store of the profiles. Defaults to redis.
 	ProfileStore string
 	// ProfileVariant is the router lane of the profiles and of Messages:
-	// "router+dedup" (the default), "router", "router+raw pair" or
-	// "router+raw CAS pair", so that a floor can be profiled, or counted
-	// in instructions, the same way as the middleware.
+	// "router+dedup" (the default), "router", "router+raw pair",
+	// "router+raw CAS pair" or "router+claim+complete", so that a floor
+	// can be profiled, or counted in instructions, the same way as the
+	// middleware.
 	ProfileVariant string
 	// ProfileDuration defaults to 10s; ProfileConcurrency to 16.
 	ProfileDuration    time.Duration
@@ -220,7 +221,7 @@ func newSuite(ctx context.Context, name, id string, maxC, maxClaims int, variant
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	var floors []floorLane
+	floors := []floorLane{{vRouterStore, "store", storePair(b.store)}}
 	if b.floorInRouter {
 		floors = append(floors, floorLane{vRouterFloor, "pair", b.floor})
 		if b.casFloor != nil {
@@ -241,7 +242,7 @@ func newSuite(ctx context.Context, name, id string, maxC, maxClaims int, variant
 	if b.casFloor != nil {
 		s.variants = append(s.variants, variant{name: vCASFloor})
 	}
-	for _, n := range []string{vRouter, vHappy, vRouterFloor, vRouterCASFloor, vDup, vWMHappy, vWMDup} {
+	for _, n := range []string{vRouter, vHappy, vRouterFloor, vRouterCASFloor, vRouterStore, vDup, vWMHappy, vWMDup} {
 		if l, ok := r.lanes[n]; ok {
 			s.variants = append(s.variants, variant{name: n, lane: l})
 		}
@@ -592,7 +593,7 @@ func writeProfile(name, path string) error {
 }
 
 // profileVariants are the lanes ProfileVariant may name.
-var profileVariants = []string{vHappy, vRouter, vRouterFloor, vRouterCASFloor}
+var profileVariants = []string{vHappy, vRouter, vRouterFloor, vRouterCASFloor, vRouterStore}
 
 // profileVariant is the lane of opts.ProfileVariant, or an error naming the
 // store when it has none (the memory store has no raw floors).

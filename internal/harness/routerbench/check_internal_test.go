@@ -3,12 +3,14 @@ package routerbench
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 )
 
 // forgetful is a broken store: every claim is Acquired, so nothing is ever
@@ -139,4 +141,49 @@ func TestRouterCASFloorLaneRunsCASFloor(t *testing.T) {
 	if pair, err := rdb.Keys(ctx, "dedup-bench-pair-"+id+":*").Result(); err != nil || len(pair) != 0 {
 		t.Errorf("raw pair keys %q (%v), want none: the lane runs the raw CAS pair", pair, err)
 	}
+}
+
+// TestRouterStoreLaneCompletes shows that the router+claim+complete lane's
+// handler claims the message's scoped key in the suite's own store and
+// completes it: after 20 messages on the memory store, each of their 20
+// keys is a duplicate to a new claim. A store whose claim is not Acquired
+// fails the measurement, naming the outcome.
+func TestRouterStoreLaneCompletes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	id := runID()
+	s, err := newSuite(ctx, StoreMemory, id, 2, 0, []string{vRouterStore})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	if _, ok := s.ops[vRouterStore]; !ok {
+		t.Fatalf("no %s variant on %s", vRouterStore, StoreMemory)
+	}
+	if _, _, err := s.rig.checked(ctx, s.rig.lanes[vRouterStore], 2, 0, 20); err != nil {
+		t.Fatal(err)
+	}
+	for n := 1; n <= 20; n++ {
+		key := admin.ScopedKey(scope, "ORDER-"+id+"-store-"+strconv.Itoa(n))
+		res, err := s.b.store.Claim(ctx, key, "", time.Minute)
+		if err != nil || res.Outcome != dedup.Duplicate {
+			t.Errorf("claim of %q after the lane: %v, %v; want Duplicate (claimed and completed by the lane)", key, res.Outcome, err)
+		}
+	}
+
+	r, err := newRig(ctx, &forgetful{}, "check", 2, 0, false, floorLane{vRouterStore, "store", storePair(&duplicating{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = r.stop() }()
+	if _, _, err := r.checked(ctx, r.lanes[vRouterStore], 2, 0, 4); err == nil || !strings.Contains(err.Error(), "want Acquired") {
+		t.Errorf("checked on a store whose claims are duplicates: %v, want the outcome error", err)
+	}
+}
+
+// duplicating is a store whose every claim finds a completed record.
+type duplicating struct{ forgetful }
+
+func (*duplicating) Claim(context.Context, string, string, time.Duration) (dedup.ClaimResult, error) {
+	return dedup.ClaimResult{Outcome: dedup.Duplicate}, nil
 }

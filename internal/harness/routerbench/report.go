@@ -33,6 +33,8 @@ var ratioCols = []struct{ num, den, title string }{
 	{vRouterFloor, vRaw, "router+raw pair/raw"},
 	{vHappy, vRouterFloor, "router+dedup/router+raw pair"},
 	{vHappy, vRouterCASFloor, "router+dedup/router+raw CAS pair"},
+	{vRouterStore, vRouterCASFloor, "router+claim+complete/router+raw CAS pair"},
+	{vHappy, vRouterStore, "router+dedup/router+claim+complete"},
 	{vDup, vRaw, "dup/raw"},
 	{vHappy, vRouter, "router+dedup/router"},
 	{vDup, vRouter, "dup/router"},
@@ -40,7 +42,7 @@ var ratioCols = []struct{ num, den, title string }{
 	{vDup, vWMDup, "dup/wm-dup"},
 }
 
-var allVariants = []string{vRaw, vStore, vFloor, vCASFloor, vRouter, vHappy, vRouterFloor, vRouterCASFloor, vDup, vWMHappy, vWMDup}
+var allVariants = []string{vRaw, vStore, vFloor, vCASFloor, vRouter, vHappy, vRouterFloor, vRouterCASFloor, vRouterStore, vDup, vWMHappy, vWMDup}
 
 func (r report) print(w io.Writer) {
 	o := r.opts
@@ -79,6 +81,9 @@ func (r report) print(w io.Writer) {
 	}
 	if slices.Contains(variants, vRouterFloor) || slices.Contains(variants, vRouterCASFloor) {
 		fmt.Fprintf(w, "router+raw pair, router+raw CAS pair: the router, no middleware, whose handler runs the raw pair or the raw CAS pair (below) on the message's scoped key\n")
+	}
+	if slices.Contains(variants, vRouterStore) {
+		fmt.Fprintf(w, "router+claim+complete: the router, no middleware, whose handler calls the store's Claim (lease 30s) and Complete (retention 24h) on the message's scoped key: router+dedup without the engine\n")
 	}
 	for _, s := range r.suites {
 		fmt.Fprintf(w, "%s: %s\n", s.b.name, s.b.describe)
@@ -164,6 +169,7 @@ func (r report) print(w io.Writer) {
 			"  +dedup, +dup and +wm-dedup are added by the middleware and its store: router with it minus router without;\n"+
 			"  +raw pair: added by a handler that runs the raw pair (router+raw pair minus router), the floor of +dedup;\n"+
 			"  +raw CAS pair: the same with the raw CAS pair (router+raw CAS pair minus router), the floor of +dedup with the same commands;\n"+
+			"  +claim+complete: added by a handler that calls the store's Claim and Complete (router+claim+complete minus router): +dedup without the engine;\n"+
 			"  raw pair, claim+complete, raw: per operation, no router\n", o.AllocMessages, o.AllocConcurrency)
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		type col struct {
@@ -172,7 +178,7 @@ func (r report) print(w io.Writer) {
 		}
 		acols := []col{
 			{"router", vRouter, false}, {"+dedup", vHappy, true}, {"+raw pair", vRouterFloor, true}, {"+raw CAS pair", vRouterCASFloor, true},
-			{"+dedup dup", vDup, true},
+			{"+claim+complete", vRouterStore, true}, {"+dedup dup", vDup, true},
 			{"+wm-dedup", vWMHappy, true}, {"+wm-dedup dup", vWMDup, true},
 			{"claim+complete", vStore, false}, {"raw pair", vFloor, false}, {"raw CAS pair", vCASFloor, false}, {"raw", vRaw, false},
 		}

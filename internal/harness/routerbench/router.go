@@ -36,6 +36,11 @@ const (
 	// middleware: the floor of router+dedup with the same two commands
 	// (on Redis, a completion is an EVALSHA, not a SET XX).
 	vRouterCASFloor = "router+raw CAS pair"
+	// vRouterStore is a router whose handler calls the store's Claim and
+	// Complete itself, no middleware: what router+dedup costs without the
+	// engine (its lease, admission, contexts, key checks and decisions),
+	// between the raw floors and router+dedup.
+	vRouterStore    = "router+claim+complete"
 	vHappy          = "router+dedup"
 	vDup            = "router+dedup dup"
 	vWMHappy        = "router+wm-dedup"
@@ -121,6 +126,30 @@ type floorLane struct {
 	name, tag string
 	run       func(ctx context.Context, key string) error
 }
+
+// storePair is the work of the router+claim+complete lane: the store's
+// Claim of the scoped key, with dedup's default lease, then its Complete
+// with dedup's default retention and no result, as the middleware makes
+// them for a new message.
+func storePair(store dedup.Store) func(ctx context.Context, key string) error {
+	return func(ctx context.Context, key string) error {
+		res, err := store.Claim(ctx, key, "", storeLease)
+		if err != nil {
+			return err
+		}
+		if res.Outcome != dedup.Acquired {
+			return fmt.Errorf("routerbench: %s: claim of %q: outcome %v, want Acquired", vRouterStore, key, res.Outcome)
+		}
+		return store.Complete(ctx, res.Claim, nil, storeRetention)
+	}
+}
+
+// storeLease and storeRetention are dedup.Config's defaults, which the
+// router+dedup lanes keep.
+const (
+	storeLease     = 30 * time.Second
+	storeRetention = 24 * time.Hour
+)
 
 // newRig starts a router whose lanes use store through dedup.New (and,
 // when withWatermill, Watermill's own Deduplicator on an in-memory
