@@ -40,11 +40,11 @@ const (
 	// Complete itself, no middleware: what router+dedup costs without the
 	// engine (its lease, admission, contexts, key checks and decisions),
 	// between the raw floors and router+dedup.
-	vRouterStore    = "router+claim+complete"
-	vHappy          = "router+dedup"
-	vDup            = "router+dedup dup"
-	vWMHappy        = "router+wm-dedup"
-	vWMDup          = "router+wm-dedup dup"
+	vRouterStore = "router+claim+complete"
+	vHappy       = "router+dedup"
+	vDup         = "router+dedup dup"
+	vWMHappy     = "router+wm-dedup"
+	vWMDup       = "router+wm-dedup dup"
 )
 
 const (
