@@ -106,19 +106,7 @@ func TestFloorLaneRunsFloor(t *testing.T) {
 func TestRouterCASFloorLaneRunsCASFloor(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	id := runID()
-	s, err := newSuite(ctx, StoreRedis, id, 2, 0, []string{vRouterCASFloor})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.close()
-	l, ok := s.rig.lanes[vRouterCASFloor]
-	if !ok {
-		t.Fatalf("no %s lane on %s", vRouterCASFloor, StoreRedis)
-	}
-	if _, _, err := s.rig.checked(ctx, l, 2, 0, 20); err != nil {
-		t.Fatal(err)
-	}
+	s, id := twentyThroughLane(ctx, t, StoreRedis, vRouterCASFloor)
 	rdb := s.b.redis
 	keys, err := rdb.Keys(ctx, "dedup-bench-cas-"+id+":*").Result()
 	if err != nil {
@@ -151,18 +139,7 @@ func TestRouterCASFloorLaneRunsCASFloor(t *testing.T) {
 func TestRouterStoreLaneCompletes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	id := runID()
-	s, err := newSuite(ctx, StoreMemory, id, 2, 0, []string{vRouterStore})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.close()
-	if _, ok := s.ops[vRouterStore]; !ok {
-		t.Fatalf("no %s variant on %s", vRouterStore, StoreMemory)
-	}
-	if _, _, err := s.rig.checked(ctx, s.rig.lanes[vRouterStore], 2, 0, 20); err != nil {
-		t.Fatal(err)
-	}
+	s, id := twentyThroughLane(ctx, t, StoreMemory, vRouterStore)
 	for n := 1; n <= 20; n++ {
 		key := admin.ScopedKey(scope, "ORDER-"+id+"-store-"+strconv.Itoa(n))
 		res, err := s.b.store.Claim(ctx, key, "", time.Minute)
@@ -186,4 +163,28 @@ type duplicating struct{ forgetful }
 
 func (*duplicating) Claim(context.Context, string, string, time.Duration) (dedup.ClaimResult, error) {
 	return dedup.ClaimResult{Outcome: dedup.Duplicate}, nil
+}
+
+// twentyThroughLane starts a suite of store with only the lane named, closed
+// when the test ends, and sends 20 messages through that lane at c=2,
+// checked; it returns the suite and its run id (the keys' prefix).
+func twentyThroughLane(ctx context.Context, t *testing.T, store, lane string) (*suite, string) {
+	t.Helper()
+	id := runID()
+	s, err := newSuite(ctx, store, id, 2, 0, []string{lane})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.close)
+	l, ok := s.rig.lanes[lane]
+	if !ok {
+		t.Fatalf("no %s lane on %s", lane, store)
+	}
+	if _, ok := s.ops[lane]; !ok {
+		t.Fatalf("no %s variant on %s", lane, store)
+	}
+	if _, _, err := s.rig.checked(ctx, l, 2, 0, 20); err != nil {
+		t.Fatal(err)
+	}
+	return s, id
 }
