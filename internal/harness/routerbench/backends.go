@@ -52,6 +52,10 @@ var AllStores = []string{StoreMemory, StoreRedis, StoreRedisPipelined, StoreDyna
 // expiry 30 s ahead, like the middleware's default lease.
 const rawLease = 30 * time.Second
 
+// rawRetention is how long the raw baselines' completed records are kept:
+// a day, like the middleware's default retention (Config.Retention).
+const rawRetention = 24 * time.Hour
+
 // rawToken stands for the owner token a claim writes (32 hex digits, the
 // length of the stores' tokens), so the raw write moves as many bytes.
 var rawToken = strings.Repeat("0", 32)
@@ -262,7 +266,7 @@ func openRedis(ctx context.Context, id string, autoPipeline bool) (*backend, err
 		process = pipelined(redisbatch.New(client, redisbatch.DefaultMaxBatch, redisbatch.DefaultMaxInFlight))
 	}
 	floorPrefix := "dedup-bench-pair-" + id + ":"
-	retention := (24 * time.Hour).Milliseconds()
+	retention := rawRetention.Milliseconds()
 	b.floor = func(ctx context.Context, key string) error {
 		key = floorPrefix + key
 		if err := process(ctx, goredis.NewCmd(ctx, "set", key, rawToken, "nx", "px", rawLease.Milliseconds())); err != nil {
@@ -365,7 +369,7 @@ func openDynamo(ctx context.Context, id string) (*backend, error) {
 	// condition, prebuilt.
 	upd, err := expression.NewBuilder().
 		WithCondition(expression.Name(dynamo.DefaultTokenAttribute).Equal(expression.Value(rawToken))).
-		WithUpdate(expression.Set(expression.Name(dynamo.DefaultDeadlineAttribute), expression.Value(time.Now().Add(24*time.Hour).UnixMilli()))).
+		WithUpdate(expression.Set(expression.Name(dynamo.DefaultDeadlineAttribute), expression.Value(time.Now().Add(rawRetention).UnixMilli()))).
 		Build()
 	if err != nil {
 		b.close()
@@ -405,7 +409,7 @@ func dynamoCASFloor(client *dynamodb.Client, table, prefix string, create expres
 	owned := name(dynamo.DefaultTokenAttribute).Equal(expression.Value(rawToken)).And(
 		name(dynamo.DefaultStateAttribute).Equal(expression.Value(inProgress)),
 		name(dynamo.DefaultDeadlineAttribute).GreaterThan(expression.Value(time.Now().UnixMilli())))
-	done := time.Now().Add(24 * time.Hour)
+	done := time.Now().Add(rawRetention)
 	set := expression.Set(name(dynamo.DefaultStateAttribute), expression.Value(completed)).
 		Set(name(dynamo.DefaultDeadlineAttribute), expression.Value(done.UnixMilli())).
 		Set(name(dynamo.DefaultTTLAttribute), expression.Value(done.Unix())).
@@ -524,7 +528,7 @@ func openPostgres(ctx context.Context, id string) (*backend, error) {
 	}
 	pairInsert := insert(pairTable)
 	pairUpdate := "UPDATE " + pairTable + " SET token = $2, expires_at = clock_timestamp() + $3 * interval '1 millisecond' WHERE key = $1 AND token = $4"
-	retention := (24 * time.Hour).Milliseconds()
+	retention := rawRetention.Milliseconds()
 	b.floor = func(ctx context.Context, key string) error {
 		if _, err := pool.Exec(ctx, pairInsert, key, rawToken, rawLease.Milliseconds()); err != nil {
 			return err

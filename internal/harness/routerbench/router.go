@@ -128,28 +128,21 @@ type floorLane struct {
 }
 
 // storePair is the work of the router+claim+complete lane: the store's
-// Claim of the scoped key, with dedup's default lease, then its Complete
-// with dedup's default retention and no result, as the middleware makes
-// them for a new message.
+// Claim of the scoped key, for rawLease (dedup's default lease), then its
+// Complete for rawRetention (dedup's default retention) with no result, as
+// the middleware makes them for a new message.
 func storePair(store dedup.Store) func(ctx context.Context, key string) error {
 	return func(ctx context.Context, key string) error {
-		res, err := store.Claim(ctx, key, "", storeLease)
+		res, err := store.Claim(ctx, key, "", rawLease)
 		if err != nil {
 			return err
 		}
 		if res.Outcome != dedup.Acquired {
 			return fmt.Errorf("routerbench: %s: claim of %q: outcome %v, want Acquired", vRouterStore, key, res.Outcome)
 		}
-		return store.Complete(ctx, res.Claim, nil, storeRetention)
+		return store.Complete(ctx, res.Claim, nil, rawRetention)
 	}
 }
-
-// storeLease and storeRetention are dedup.Config's defaults, which the
-// router+dedup lanes keep.
-const (
-	storeLease     = 30 * time.Second
-	storeRetention = 24 * time.Hour
-)
 
 // newRig starts a router whose lanes use store through dedup.New (and,
 // when withWatermill, Watermill's own Deduplicator on an in-memory
