@@ -28,7 +28,9 @@
 # (CG_STORES, store:c), two runs of `dedup-bench -messages N`
 # (CG_SMALL and CG_LARGE messages, each after as many for warm-up) and
 # (Ir(large) - Ir(small)) / (2 (CG_LARGE - CG_SMALL)), so that start-up
-# cancels. Go's asynchronous preemption is off (GODEBUG), and the Redis
+# cancels. Go's asynchronous preemption is off (GODEBUG), and so is the
+# runtime's use of RDTSCP (valgrind 3.19 cannot decode it: on a CPU that
+# has it, the benchmark dies of SIGILL in runtime.cputicks), and the Redis
 # stores use a redis-server this script starts (a child of the benchmark
 # would abort callgrind).
 set -euo pipefail
@@ -102,7 +104,7 @@ callgrind)
 	redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" >/dev/null &
 	redis_pid=$!
 	until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.1; done
-	export DEDUP_BENCH_REDIS_ADDR=127.0.0.1:$port GODEBUG=asyncpreemptoff=1
+	export DEDUP_BENCH_REDIS_ADDR=127.0.0.1:$port GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off
 	ir() { # ir BUILD STORE C N: instructions of one run
 		valgrind --tool=callgrind --callgrind-out-file=/dev/null "$work/$1" -q -messages "$4" -profile-store "$2" -profile-c "$3" "${extra[@]}" 2>&1 |
 			sed -n 's/.*Collected : //p'
