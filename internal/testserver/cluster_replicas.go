@@ -15,8 +15,8 @@ import (
 // unreachable that long is failed over to its replica) and
 // --repl-diskless-sync-delay 0, joined with
 // `redis-cli --cluster create ... --cluster-replicas 1`. It returns once
-// every node reports cluster_state:ok and every replica's link to its master
-// is up. In the result, Addrs and Nodes hold every node, masters and
+// every node reports cluster_state:ok, every node lists every replica with
+// its master, and every replica's link to its master is up. In the result, Addrs and Nodes hold every node, masters and
 // replicas; Masters, ReplicaOf and ClusterNodes tell them apart. Call Close
 // when done.
 func StartRedisClusterWithReplicas(masters int, nodeTimeout time.Duration) (*RedisCluster, error) {
@@ -55,27 +55,32 @@ func StartRedisClusterWithReplicas(masters int, nodeTimeout time.Duration) (*Red
 		return nil, fmt.Errorf("testserver: redis-cli --cluster create --cluster-replicas 1: %v; its output:\n%s", err, out)
 	}
 	if err := c.waitOK(30 * time.Second); err == nil {
-		err = waitUntil(30*time.Second, "every cluster replica's link to its master", func() error {
-			nodes, err := c.ClusterNodes()
-			if err != nil {
-				return err
-			}
-			replicas := 0
-			for _, n := range nodes {
-				if n.Master {
-					continue
-				}
-				replicas++
-				info, err := infoReplication(n.Addr)
+		err = waitUntil(30*time.Second, "every cluster replica's link to its master, and every node to know every replica", func() error {
+			for i, node := range c.Nodes {
+				nodes, err := clusterNodesOf(node.Addr)
 				if err != nil {
-					return err
+					return fmt.Errorf("%s: CLUSTER NODES: %w", node.Addr, err)
 				}
-				if s := redisInfoField(info, "master_link_status"); s != "up" {
-					return fmt.Errorf("%s: master_link_status:%s", n.Addr, s)
+				replicas := 0
+				for _, n := range nodes {
+					if n.Master || n.MasterID == "" {
+						continue
+					}
+					replicas++
+					if i > 0 {
+						continue // the links are checked once
+					}
+					info, err := infoReplication(n.Addr)
+					if err != nil {
+						return err
+					}
+					if s := redisInfoField(info, "master_link_status"); s != "up" {
+						return fmt.Errorf("%s: master_link_status:%s", n.Addr, s)
+					}
 				}
-			}
-			if replicas != masters {
-				return fmt.Errorf("%d replicas, want %d", replicas, masters)
+				if replicas != masters {
+					return fmt.Errorf("%s knows %d replicas, want %d", node.Addr, replicas, masters)
+				}
 			}
 			return nil
 		})
@@ -94,6 +99,7 @@ func StartRedisClusterWithReplicas(masters int, nodeTimeout time.Duration) (*Red
 type ClusterNode struct {
 	ID, Addr string
 	Master   bool   // flags include "master"
+	Myself   bool   // the line of the node that answered
 	Failed   bool   // flags include "fail" or "fail?"
 	MasterID string // a replica's master, "" for a master
 	Slots    []string
@@ -107,35 +113,48 @@ func (c *RedisCluster) ClusterNodes() ([]ClusterNode, error) {
 		if !n.running() {
 			continue
 		}
-		v, err := redisDo(n.Addr, time.Second, "CLUSTER", "NODES")
+		nodes, err := clusterNodesOf(n.Addr)
 		if err != nil {
 			last = err
 			continue
 		}
-		text, _ := v.(string)
-		var out []ClusterNode
-		for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
-			f := strings.Fields(line)
-			if len(f) < 8 {
-				continue
-			}
-			addr, _, _ := strings.Cut(f[1], "@")
-			flags := "," + f[2] + ","
-			cn := ClusterNode{ID: f[0], Addr: addr,
-				Master: strings.Contains(flags, ",master,"),
-				Failed: strings.Contains(flags, ",fail,") || strings.Contains(flags, ",fail?,"),
-				Slots:  f[8:]}
-			if f[3] != "-" {
-				cn.MasterID = f[3]
-			}
-			out = append(out, cn)
-		}
-		return out, nil
+		return nodes, nil
 	}
 	if last == nil {
 		last = errors.New("no node is running")
 	}
 	return nil, fmt.Errorf("testserver: CLUSTER NODES: %w", last)
+}
+
+// clusterNodesOf returns the cluster's nodes as the node at addr sees them.
+// Each node learns of the others' roles by gossip: right after the cluster
+// is made, or on a loaded machine, one node may still list a replica as a
+// master of no slots while the replica itself knows its master.
+func clusterNodesOf(addr string) ([]ClusterNode, error) {
+	v, err := redisDo(addr, time.Second, "CLUSTER", "NODES")
+	if err != nil {
+		return nil, err
+	}
+	text, _ := v.(string)
+	var out []ClusterNode
+	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 8 {
+			continue
+		}
+		addr, _, _ := strings.Cut(f[1], "@")
+		flags := "," + f[2] + ","
+		cn := ClusterNode{ID: f[0], Addr: addr,
+			Master: strings.Contains(flags, ",master,"),
+			Myself: strings.Contains(flags, ",myself,"),
+			Failed: strings.Contains(flags, ",fail,") || strings.Contains(flags, ",fail?,"),
+			Slots:  f[8:]}
+		if f[3] != "-" {
+			cn.MasterID = f[3]
+		}
+		out = append(out, cn)
+	}
+	return out, nil
 }
 
 // node returns the server listening on addr.
@@ -204,13 +223,15 @@ const manualFailoverTimeout = 5 * time.Second
 // It also waits until the old master reports role:slave.
 func (c *RedisCluster) Failover(replica *Redis, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	nodes, err := c.ClusterNodes()
+	// The replica's own view names its master: another node's may not know
+	// yet that it is a replica.
+	nodes, err := clusterNodesOf(replica.Addr)
 	if err != nil {
-		return err
+		return fmt.Errorf("testserver: CLUSTER NODES of %s: %w", replica.Addr, err)
 	}
 	var old *Redis
 	for _, n := range nodes {
-		if n.Addr == replica.Addr {
+		if n.Myself && n.MasterID != "" {
 			for _, m := range nodes {
 				if m.ID == n.MasterID {
 					old = c.node(m.Addr)

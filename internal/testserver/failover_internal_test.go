@@ -23,6 +23,24 @@ func replicatedCluster(t *testing.T, nodeTimeout time.Duration) (c *RedisCluster
 	if replica, err = c.ReplicaOf(masters[0]); err != nil {
 		t.Fatal(err)
 	}
+	// Every node knows every replica once the cluster is returned, so that
+	// a test may ask any node (Failover asks the replica, its master may be
+	// stopped).
+	for _, n := range c.Nodes {
+		nodes, err := clusterNodesOf(n.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		replicas := 0
+		for _, cn := range nodes {
+			if !cn.Master && cn.MasterID != "" {
+				replicas++
+			}
+		}
+		if replicas != 3 {
+			t.Fatalf("%s lists %d replicas with their master, want 3", n.Addr, replicas)
+		}
+	}
 	return c, masters[0], replica
 }
 
