@@ -16,9 +16,9 @@ import (
 // --repl-diskless-sync-delay 0, joined with
 // `redis-cli --cluster create ... --cluster-replicas 1`. It returns once
 // every node reports cluster_state:ok, every node lists every replica with
-// its master, and every replica's link to its master is up. In the result, Addrs and Nodes hold every node, masters and
-// replicas; Masters, ReplicaOf and ClusterNodes tell them apart. Call Close
-// when done.
+// its master, and every replica's link to its master is up. In the result,
+// Addrs and Nodes hold every node, masters and replicas; Masters, ReplicaOf
+// and ClusterNodes tell them apart. Call Close when done.
 func StartRedisClusterWithReplicas(masters int, nodeTimeout time.Duration) (*RedisCluster, error) {
 	if masters < 3 {
 		return nil, fmt.Errorf("testserver: StartRedisClusterWithReplicas(%d): redis-cli needs at least 3 masters", masters)
