@@ -55,31 +55,24 @@ func StartRedisClusterWithReplicas(masters int, nodeTimeout time.Duration) (*Red
 		return nil, fmt.Errorf("testserver: redis-cli --cluster create --cluster-replicas 1: %v; its output:\n%s", err, out)
 	}
 	if err := c.waitOK(30 * time.Second); err == nil {
-		err = waitUntil(30*time.Second, "every cluster replica's link to its master, and every node to know every replica", func() error {
-			for i, node := range c.Nodes {
+		err = waitUntil(30*time.Second, "every node to list every replica, and every replica's link to its master", func() error {
+			var replicas []ClusterNode
+			for _, node := range c.Nodes {
 				nodes, err := clusterNodesOf(node.Addr)
 				if err != nil {
 					return fmt.Errorf("%s: CLUSTER NODES: %w", node.Addr, err)
 				}
-				replicas := 0
-				for _, n := range nodes {
-					if n.Master || n.MasterID == "" {
-						continue
-					}
-					replicas++
-					if i > 0 {
-						continue // the links are checked once
-					}
-					info, err := infoReplication(n.Addr)
-					if err != nil {
-						return err
-					}
-					if s := redisInfoField(info, "master_link_status"); s != "up" {
-						return fmt.Errorf("%s: master_link_status:%s", n.Addr, s)
-					}
+				if replicas = knownReplicas(nodes); len(replicas) != masters {
+					return fmt.Errorf("%s lists %d replicas, want %d", node.Addr, len(replicas), masters)
 				}
-				if replicas != masters {
-					return fmt.Errorf("%s knows %d replicas, want %d", node.Addr, replicas, masters)
+			}
+			for _, r := range replicas {
+				info, err := infoReplication(r.Addr)
+				if err != nil {
+					return err
+				}
+				if s := redisInfoField(info, "master_link_status"); s != "up" {
+					return fmt.Errorf("%s: master_link_status:%s", r.Addr, s)
 				}
 			}
 			return nil
@@ -155,6 +148,18 @@ func clusterNodesOf(addr string) ([]ClusterNode, error) {
 		out = append(out, cn)
 	}
 	return out, nil
+}
+
+// knownReplicas returns the replicas of a view of the cluster that names
+// their master.
+func knownReplicas(nodes []ClusterNode) []ClusterNode {
+	var out []ClusterNode
+	for _, n := range nodes {
+		if !n.Master && n.MasterID != "" {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // node returns the server listening on addr.

@@ -31,14 +31,8 @@ func replicatedCluster(t *testing.T, nodeTimeout time.Duration) (c *RedisCluster
 		if err != nil {
 			t.Fatal(err)
 		}
-		replicas := 0
-		for _, cn := range nodes {
-			if !cn.Master && cn.MasterID != "" {
-				replicas++
-			}
-		}
-		if replicas != 3 {
-			t.Fatalf("%s lists %d replicas with their master, want 3", n.Addr, replicas)
+		if got := len(knownReplicas(nodes)); got != 3 {
+			t.Fatalf("%s lists %d replicas with their master, want 3", n.Addr, got)
 		}
 	}
 	return c, masters[0], replica
