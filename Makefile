@@ -28,8 +28,8 @@ ALL := github.com/watermill-dedup/watermill-dedup/...
 
 # The longest packages, named before the pattern so that go test starts
 # them first (it runs packages in the order it is given them, and the
-# pattern alone gives path order: stores/redis, last, then ran alone for
-# its last 200 s). They mostly wait, so the short packages fill the other
+# pattern alone gives path order: stores/redis came last and ran alone for
+# most of its 200 s). They mostly wait, so the short packages fill the other
 # slots meanwhile: 446 s -> 316 s for the tests (docs/dev/test-suite.md).
 SLOW := $(addprefix github.com/watermill-dedup/watermill-dedup/,stores/redis reliability reliability/txcrash stores/dynamo)
 
