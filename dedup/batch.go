@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -57,8 +58,8 @@ const batchFallbackConcurrency = 16
 // every process sharing the store, as Engine.Do runs its function, and
 // returns one ClaimResult and one error per call, in order (the shape of
 // BatchStore.ClaimBatch): what Do would have returned for the call (fn's
-// result and error for a call that ran). fn's
-// context carries the claim of call i and ends as Do's work context ends.
+// result and error for a call that ran). fn's context carries the claim of
+// call i and ends as Do's work context ends.
 //
 // The claims of every call go to the store together before any call runs
 // (a [BatchStore] takes them in one request where its server allows;
@@ -66,42 +67,59 @@ const batchFallbackConcurrency = 16
 // takes its turn (see Batch.Concurrency and BatchCall.Group): a call that
 // won its claim runs fn; the others are decided as Do decides them
 // (Duplicate with its result, ErrInProgress, ErrKeyReuse, a *StoreError;
-// Config.InProgressWait, Shadow and FailOpen apply). Once every call has
-// had its turn, the records of the calls that succeeded are completed
-// together (store errors retried as Do retries them), and the claims of
-// the calls that failed or did not start are released together.
+// Config.InProgressWait, Shadow and FailOpen apply).
 //
-// A key that appears more than once in the batch (same scope) is claimed
-// once, by its first call; a later copy does not run fn: it is a
-// Duplicate with the first call's result once that call has succeeded,
+// Completions stream: a call's record is handed to the store as soon as
+// its fn returns, without waiting for the batch's other calls, and so is
+// the release of a call that failed or did not start. Completions and
+// releases that are ready while an earlier request is in flight go
+// together in the next one (a BatchStore's CompleteBatch and
+// ReleaseBatch), as an auto-pipeliner coalesces them; store errors are
+// retried as Do retries them. A timeout or crash in the middle of a batch
+// therefore repeats an effect on redelivery only if it came within one
+// completion round trip of that call's fn returning: the window of Do.
+// DoBatch returns once every completion and release it sent has been
+// answered.
+//
+// The same key twice in the batch (same scope) is claimed once. The call
+// of that key whose turn comes first runs fn; a later copy does not: it
+// is a Duplicate with that call's result once it has succeeded,
 // ErrKeyReuse when both carry fingerprints that differ, ErrInProgress when
-// the first call failed. A copy whose turn comes while its first call runs
-// (another group's) claims on its own, as Do would, and finds the key in
-// progress (with Config.InProgressWait it waits for the first call's end,
-// and is its Duplicate when it succeeded). A copy whose first call met a
-// record of another owner under another fingerprint (or a store error) is
-// claimed on its own too. Unusable keys and
-// scopes are refused as Do refuses them, before anything is claimed; a
-// call without a Scope takes Config.Scope, as in Do. A call with
-// Call.KeyErr is decided as Do decides it, at its turn.
+// it failed. A copy whose turn comes while that call runs (in another
+// group) claims on its own, as Do would, and finds the key in progress
+// (with Config.InProgressWait it waits for that call's end, and is its
+// Duplicate when it succeeded). No call ever waits for a call that has
+// not started: a copy in a group that takes its turn before the group of
+// the key's first call is the one that runs. A copy that cannot share the
+// claim (its fingerprint differs from the one the key was claimed with, or
+// the claim met a record of another consumer, or a store error) is
+// decided on its own. Unusable keys and scopes are refused as Do refuses
+// them, before anything is claimed; a call without a Scope takes
+// Config.Scope, as in Do. A call with Call.KeyErr is decided as Do
+// decides it, at its turn.
 //
 // A call's StartBy (Call.StartBy) bounds its InProgressWait, and is
 // checked again at its turn: a claim won with the batch whose turn comes
-// at or after StartBy is released unworked with the batch's releases, the
-// call ending with ErrNotStarted.
+// at or after StartBy is released unworked, the call ending with
+// ErrNotStarted.
 //
 // Leases: each won claim's lease runs from the batch's claim, and is kept
-// by its own heartbeat until its completion or release, as Do keeps its
-// lease, while earlier calls run. A call whose Deadline is set (a Lambda
-// invocation's) has a lease that ends there, which no heartbeat extends:
-// claims made up front for a batch that must end by then cost no
+// by its own heartbeat until its completion or release is answered, as Do
+// keeps its lease, while earlier calls run. A call whose Deadline is set (a
+// Lambda invocation's) has a lease that ends there, which no heartbeat
+// extends: claims made up front for a batch that must end by then cost no
 // extension. Without a Deadline, set Config.Lease to cover the wait of the
 // batch's last call, or its heartbeats extend every claim waiting for its
 // turn (one Extend per claim per Config.Heartbeat).
 //
-// A panic of fn releases the call's claim and stops the batch: the calls
-// left do not start (ErrNotStarted), the batch's completions and releases
-// are sent, and the panic goes on from DoBatch.
+// Panics: a panic of fn releases the call's claim and stops the batch: the
+// calls left do not start (ErrNotStarted) and their claims are released. A
+// panic of anything else DoBatch calls (the Observer, the Logger, a
+// CallTrace, Batch.Stops, the store) stops the batch the same way and
+// releases the claim of the call it cut short. In both cases the
+// completions of the calls whose fn succeeded are sent, and so are the
+// releases, before the panic goes on from DoBatch, on the caller's
+// goroutine, also when it was raised on a goroutine of a concurrent turn.
 //
 // Every call is decided and observed as Do's: its log events, and with
 // Config.Tracer a trace of its own (Tracer.StartCall for each call before
@@ -111,27 +129,23 @@ const batchFallbackConcurrency = 16
 // admission of Config.MaxClaimsInFlight.
 //
 // Cost with a BatchStore: one claim request for the batch (plus a second
-// for records that take over released ones, depending on the store), one
-// completion request, one release request when a call failed or did not
-// start; plus one Extend per heartbeat per claim held without a Deadline.
+// for records that take over released ones, depending on the store), then
+// completion and release requests as calls end: one when every fn returns
+// at once, up to one per call when they return one by one, each slower than
+// a round trip; plus one Extend per heartbeat per claim held without a
+// Deadline.
 func (e *Engine) DoBatch(ctx context.Context, b Batch, fn func(ctx context.Context, i int) ([]byte, error)) ([]ClaimResult, []error) {
-	r := &batchRun{e: e, ctx: ctx, b: b, fn: fn, slots: make([]batchSlot, len(b.Calls))}
 	results, errs := make([]ClaimResult, len(b.Calls)), make([]error, len(b.Calls))
 	if len(b.Calls) == 0 {
 		return results, errs
 	}
-	defer r.cleanup()
-	r.prepare()
-	r.claim()
+	r := &batchRun{e: e, ctx: ctx, b: b, fn: fn, slots: make([]batchSlot, len(b.Calls))}
+	r.guard(func() {
+		r.prepare()
+		r.claim()
+	})
 	r.turns(results, errs)
-	r.finish()
-	for i := range r.slots {
-		s := &r.slots[i]
-		if s.trace != nil {
-			s.traceEnded = true
-			s.trace.EndCall(results[i], errs[i])
-		}
-	}
+	r.finish(results, errs)
 	if r.panicked {
 		panic(r.panicValue)
 	}
@@ -145,12 +159,21 @@ type batchRun struct {
 	b     Batch
 	fn    func(ctx context.Context, i int) ([]byte, error)
 	slots []batchSlot
+	// units are the batch's turns: the calls of a group in batch order, a
+	// call without a group alone; in the order of their first call.
+	units [][]int
 
 	mu         sync.Mutex
-	completes  []*batchSlot // work done: complete with slot.result
-	releases   []*batchSlot // work failed or not started: release with slot.cause
 	panicked   bool
 	panicValue any
+	// ends are the completions and releases waiting for the next request
+	// (see send); wake, made with the sender, tells it of new ones;
+	// closing tells it to stop once none is left, and stopped is closed
+	// then.
+	ends    []batchEnd
+	wake    chan struct{}
+	closing bool
+	stopped chan struct{}
 }
 
 // batchSlot is one call of the batch.
@@ -161,36 +184,95 @@ type batchSlot struct {
 	ctx   context.Context // the caller's, with the call's trace
 	trace CallTrace
 
-	preset error // decided before any claim (ErrNoScope, a passed deadline)
-	keyErr error // an unusable key: decided at its turn (keyMissing)
-	first  int   // the index of the first call of the same scoped key, or -1
+	preset error     // decided before any claim (ErrNoScope, a passed deadline)
+	keyErr error     // an unusable key: decided at its turn (keyMissing)
+	key    *batchKey // its scoped key's, when it is usable
 
-	sent    bool // claimed with the batch
+	// The key's claim, when this call sent it or took it over (see take).
+	sent    bool
 	res     ClaimResult
 	err     error
 	elapsed time.Duration
-	won     bool // holds a claim (set before its turn, or during it under mu)
+	won     bool // holds a claim (under batchRun.mu once turns run)
+	settled bool // its completion or release is queued, or the work completed the record (under batchRun.mu)
 
-	// Under batchRun.mu, for its copies: the call's end, and a channel
+	// Under batchRun.mu, for its copies: the end of its turn, and a channel
 	// closed then.
 	done, ok bool
 	out      []byte
-	ended    chan struct{}
+	over     chan struct{}
 
-	result     []byte // to complete with
-	cause      error  // to release with
 	traceEnded bool
 }
 
+// batchKey is a scoped key of the batch, which one claim serves.
+type batchKey struct {
+	// claimer is the call whose flight sent the key's claim and keeps it
+	// until a call takes its turn with it: the key's first call in the
+	// order of the turns (units). Nil when no claim was sent for it, or
+	// once it was released unstarted. Under batchRun.mu.
+	claimer *batchSlot
+	// first is the call that took its turn with the key's claim: the one
+	// whose work runs; its copies are decided from it. Under batchRun.mu.
+	first *batchSlot
+}
+
+// guard runs fn, noting a panic of it as the batch's (see notePanic).
+func (r *batchRun) guard(fn func()) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.notePanic(p)
+		}
+	}()
+	fn()
+}
+
+// notePanic records the batch's first panic: the calls left do not start,
+// and DoBatch raises it again once the batch's records are finished.
+func (r *batchRun) notePanic(p any) {
+	r.mu.Lock()
+	if !r.panicked {
+		r.panicked, r.panicValue = true, p
+	}
+	r.mu.Unlock()
+}
+
+func (r *batchRun) halted() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.panicked
+}
+
+// unitsOf is the turns of calls: the calls of a group one after the other
+// in batch order, a call without a group alone, in the order of each
+// unit's first call.
+func unitsOf(calls []BatchCall) [][]int {
+	var units [][]int
+	group := map[string]int{}
+	for i, c := range calls {
+		if c.Group == "" {
+			units = append(units, []int{i})
+			continue
+		}
+		if u, ok := group[c.Group]; ok {
+			units[u] = append(units[u], i)
+			continue
+		}
+		group[c.Group] = len(units)
+		units = append(units, []int{i})
+	}
+	return units
+}
+
 // prepare checks every call and makes its flight, as Do does before its
-// claim.
+// claim, and chooses the call that sends each key's claim: the key's first
+// in the order of the turns.
 func (r *batchRun) prepare() {
 	e := r.e
-	firsts := make(map[string]int, len(r.slots))
 	for i := range r.slots {
 		s := &r.slots[i]
-		s.r, s.i, s.first, s.ctx = r, i, -1, r.ctx
-		s.ended = make(chan struct{})
+		s.r, s.i, s.ctx = r, i, r.ctx
+		s.over = make(chan struct{})
 		call := r.b.Calls[i].Call
 		if call.Scope == "" {
 			call.Scope = e.cfg.Scope // as Do takes it
@@ -206,36 +288,46 @@ func (r *batchRun) prepare() {
 			call.trace, s.ctx, s.trace = trace, ctx, trace
 		}
 		s.f = &flight{e: e, call: call}
-		if err := r.b.Calls[i].Err; err != nil {
-			s.preset = err
-			continue
-		}
-		if call.Scope == "" {
+		switch {
+		case r.b.Calls[i].Err != nil:
+			s.preset = r.b.Calls[i].Err
+		case call.Scope == "":
 			s.preset = ErrNoScope
-			continue
-		}
-		if call.KeyErr != nil { // as Do
+		case call.KeyErr != nil: // as Do
 			s.f.nameUnkeyed()
 			s.keyErr = call.KeyErr
-			continue
+		default:
+			if err := e.checkKey(call.Key, call.MessageUUID); err != nil {
+				s.keyErr = err
+				continue
+			}
+			s.f.hc.Key = scopedkey.Of(call.Scope, call.Key)
 		}
-		if err := e.checkKey(call.Key, call.MessageUUID); err != nil {
-			s.keyErr = err
-			continue
+	}
+	r.units = unitsOf(r.b.Calls)
+	keys := make(map[string]*batchKey, len(r.slots))
+	for _, unit := range r.units {
+		for _, i := range unit {
+			s := &r.slots[i]
+			if s.preset != nil || s.keyErr != nil {
+				continue
+			}
+			k := keys[s.f.hc.Key]
+			if k == nil {
+				k = new(batchKey)
+				keys[s.f.hc.Key] = k
+			}
+			s.key = k
+			if k.claimer != nil {
+				continue
+			}
+			if _, err := e.callLease(&s.f.call); err != nil {
+				s.preset, s.key = err, nil
+				continue
+			}
+			k.claimer, s.sent = s, true
+			s.f.newWorkContext(s.ctx)
 		}
-		key := scopedkey.Of(call.Scope, call.Key)
-		s.f.hc.Key = key
-		if first, ok := firsts[key]; ok {
-			s.first = first
-			continue
-		}
-		firsts[key] = i
-		if _, err := e.callLease(&s.f.call); err != nil {
-			s.preset = err
-			continue
-		}
-		s.sent = true
-		s.f.newWorkContext(s.ctx)
 	}
 }
 
@@ -269,6 +361,7 @@ func (r *batchRun) claim() {
 		lease, err := e.callLease(&s.f.call) // the wait for admission took some of the time left
 		if err != nil {
 			s.sent, s.preset = false, err
+			s.key.claimer, s.key = nil, nil
 			continue
 		}
 		s.f.keeper.lease, s.f.keeper.claimedAt = lease, now
@@ -292,11 +385,15 @@ func (r *batchRun) claim() {
 		if s.err == nil && (s.res.Outcome < Acquired || s.res.Outcome > Conflict) {
 			s.err = fmt.Errorf("unknown outcome %v", s.res.Outcome)
 		}
-		e.observeOp(s.ctx, "claim", elapsed, s.err)
 		if s.err == nil && s.res.Outcome == Acquired {
 			s.won = true
 			s.f.hold(s.res.Claim)
 		}
+	}
+	// Told once every won claim is kept, so that a panicking Observer
+	// leaves none unreleased (see finish).
+	for _, s := range slots {
+		e.observeOp(s.ctx, "claim", elapsed, s.err)
 	}
 }
 
@@ -357,82 +454,126 @@ func fill(n int, err error) []error {
 }
 
 // turns gives every call its turn: the calls of a group one after the
-// other, up to Batch.Concurrency groups (or lone calls) at once.
+// other, up to Batch.Concurrency groups (or lone calls) at once. A panic
+// on a turn's goroutine is noted (see notePanic), never left to end the
+// process.
 func (r *batchRun) turns(results []ClaimResult, errs []error) {
-	var units [][]int
-	group := map[string]int{}
-	for i, c := range r.b.Calls {
-		if c.Group == "" {
-			units = append(units, []int{i})
-			continue
+	if r.halted() { // prepare or claim panicked
+		for i := range r.slots {
+			errs[i] = r.notStarted(&r.slots[i], true)
 		}
-		if u, ok := group[c.Group]; ok {
-			units[u] = append(units[u], i)
-			continue
-		}
-		group[c.Group] = len(units)
-		units = append(units, []int{i})
+		return
 	}
-	fanout.Each(len(units), r.b.Concurrency, func(u int) {
-		stopped := false
-		for _, i := range units[u] {
+	fanout.Each(len(r.units), r.b.Concurrency, func(u int) {
+		for k, i := range r.units[u] {
 			s := &r.slots[i]
-			r.mu.Lock()
-			halt := r.panicked
-			r.mu.Unlock()
-			if stopped || halt {
-				errs[i] = r.notStarted(s, halt)
+			if r.halted() {
+				errs[i] = r.notStarted(s, true)
 				continue
 			}
-			res, err := r.turn(s)
+			res, err, stops := r.takeTurn(s)
 			results[i], errs[i] = res, err
-			r.end(s, err == nil && res.Outcome == Acquired, res.Result)
-			if r.b.Stops != nil {
-				stopped = r.b.Stops(i, res, err)
-			} else {
-				stopped = err != nil
+			if stops {
+				for _, j := range r.units[u][k+1:] {
+					errs[j] = r.notStarted(&r.slots[j], false)
+				}
+				return
 			}
 		}
 	})
 }
 
-// notStarted ends a call that does not take its turn (after a failure of
-// its group, or after another call's panic), releasing its claim.
-func (r *batchRun) notStarted(s *batchSlot, panicked bool) error {
-	err := fmt.Errorf("%w: an earlier call of its group %q failed", ErrNotStarted, r.b.Calls[s.i].Group)
-	if panicked {
-		err = fmt.Errorf("%w: the work of another call of the batch panicked", ErrNotStarted)
+// takeTurn is call s's turn, and reports whether it stops the later calls
+// of its group (Batch.Stops). A panic of the turn is noted; the claim of
+// the call it cut short is released by finish.
+func (r *batchRun) takeTurn(s *batchSlot) (res ClaimResult, err error, stops bool) {
+	turned := false
+	defer func() {
+		if !turned {
+			// A panic, or runtime.Goexit (p is nil then: the goroutine
+			// ends, the batch goes on without the call).
+			if p := recover(); p != nil {
+				r.notePanic(p)
+				err = fmt.Errorf("%w: %v", errBatchPanicked, p)
+			} else {
+				err = fmt.Errorf("%w: its goroutine exited", errBatchPanicked)
+			}
+			res, stops = ClaimResult{}, true
+		}
+		r.endTurn(s, err == nil && res.Outcome == Acquired, res.Result)
+	}()
+	res, err = r.turn(s)
+	if r.b.Stops != nil {
+		stops = r.b.Stops(s.i, res, err)
+	} else {
+		stops = err != nil
 	}
-	if s.won {
-		s.f.claimEvent(event.ClaimWon, s.res, s.elapsed, 0)
+	turned = true
+	return res, err, stops
+}
+
+// errBatchPanicked is the error of a call whose turn a panic cut short, and
+// the cause of the release of its claim; DoBatch raises the panic itself.
+var errBatchPanicked = errors.New("dedup: the batch panicked")
+
+// notStarted ends a call that does not take its turn (after a failure of
+// its group, or after a panic), releasing its claim. A panic of what is
+// told of it is noted.
+func (r *batchRun) notStarted(s *batchSlot, panicked bool) (err error) {
+	err = fmt.Errorf("%w: an earlier call of its group %q failed", ErrNotStarted, r.b.Calls[s.i].Group)
+	if panicked {
+		err = fmt.Errorf("%w: the batch panicked", ErrNotStarted)
+	}
+	r.mu.Lock()
+	won := s.won && !s.settled
+	if k := s.key; k != nil && k.claimer == s && k.first == nil {
+		k.claimer = nil // a copy that takes its turn claims on its own
+	}
+	r.mu.Unlock()
+	if won {
+		r.guard(func() {
+			s.f.claimEvent(event.ClaimWon, s.res, s.elapsed, 0)
+		})
 		s.release(err)
 	}
-	r.end(s, false, nil)
+	r.endTurn(s, false, nil)
 	return err
 }
 
-// end records the end of a call's turn, for its copies.
-func (r *batchRun) end(s *batchSlot, ok bool, out []byte) {
+// endTurn records the end of a call's turn, for its copies. Only the first
+// call counts.
+func (r *batchRun) endTurn(s *batchSlot, ok bool, out []byte) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s.done {
+		return
+	}
 	s.done, s.ok, s.out = true, ok, out
-	r.mu.Unlock()
-	close(s.ended)
+	close(s.over)
 }
 
 // turn decides one call, as Do decides it after its claim, and runs its
 // work when its claim was won.
 func (r *batchRun) turn(s *batchSlot) (ClaimResult, error) {
-	e, f, ctx, w := r.e, s.f, s.ctx, batchWorker{r: r, i: s.i}
+	f, ctx, w := s.f, s.ctx, batchWorker{r: r, i: s.i}
 	switch {
 	case s.preset != nil:
 		return ClaimResult{}, s.preset
 	case s.keyErr != nil:
 		return f.keyMissing(ctx, s.keyErr, w)
-	case s.first >= 0:
-		return r.copyTurn(s, w)
-	case s.err != nil:
+	}
+	switch t, first := r.take(s); t {
+	case copyOfFirst:
+		return r.copyTurn(s, first, w)
+	case claimAlone:
+		return f.do(ctx, w)
+	case heldForAnother:
+		return r.heldForAnother(s, w)
+	}
+	if s.err != nil {
 		return f.claimFailed(ctx, w, s.elapsed, 0, s.err)
 	}
+	e := r.e
 	res, elapsed, waited := s.res, s.elapsed, time.Duration(0)
 	if res.Outcome == InProgress && e.cfg.InProgressWait > 0 && !e.cfg.Shadow {
 		var err error
@@ -473,13 +614,117 @@ func (r *batchRun) turn(s *batchSlot) (ClaimResult, error) {
 	return f.refused(ctx, res, elapsed, waited, w)
 }
 
-// copyTurn decides a call whose key an earlier call of the batch claimed
-// (see DoBatch).
-func (r *batchRun) copyTurn(s *batchSlot, w worker) (ClaimResult, error) {
+// keyTurn is how a call of the batch takes its key at its turn (see take).
+type keyTurn int
+
+const (
+	// withTheClaim: the call goes on with the key's claim (its answer in
+	// the slot), which it sent or took over.
+	withTheClaim keyTurn = iota
+	// copyOfFirst: another call took its turn with the key's claim first.
+	copyOfFirst
+	// claimAlone: no claim of the batch serves the call: it claims on its
+	// own, as Do does.
+	claimAlone
+	// heldForAnother: the batch holds the key for a call that has not
+	// started, under a fingerprint that is not this call's.
+	heldForAnother
+)
+
+// take decides how call s takes its key at its turn. The first call to
+// take its turn with the key's claim runs the work: s itself, taking the
+// claim over from the call that sent it when that one's turn has not come
+// (a call of a group that takes its turn later), so that no call ever
+// waits for one that has not started. A call after it is its copy. A call
+// whose fingerprint is not the one the claim was sent with cannot take it
+// over.
+func (r *batchRun) take(s *batchSlot) (keyTurn, *batchSlot) {
+	r.mu.Lock()
+	k := s.key
+	if k.first != nil {
+		defer r.mu.Unlock()
+		return copyOfFirst, k.first
+	}
+	c := k.claimer
+	switch {
+	case c == s:
+		k.first = s
+		r.mu.Unlock()
+		return withTheClaim, nil
+	case c == nil:
+		r.mu.Unlock()
+		return claimAlone, nil
+	case c.f.call.Fingerprint != s.f.call.Fingerprint:
+		defer r.mu.Unlock()
+		if c.won {
+			return heldForAnother, c
+		}
+		return claimAlone, nil
+	}
+	k.first = s
+	s.sent, s.res, s.err, s.elapsed, s.won = c.sent, c.res, c.err, c.elapsed, c.won
+	from := c.f
+	c.sent, c.won = false, false
+	c.f = &flight{e: r.e, call: from.call} // for its own turn, as a copy
+	c.f.hc.Key = from.hc.Key
+	r.mu.Unlock()
+	s.takeOver(from)
+	return withTheClaim, nil
+}
+
+// takeOver gives call s the claim, and the claim's answer, that flight
+// from (of the call that sent it) has kept until now: its lease keeper
+// hands over the lease as it stands, and the work's context is s's.
+func (s *batchSlot) takeOver(from *flight) {
+	f := s.f
+	if from.wait != nil {
+		f.claimSentAt(from.wait.claimSent)
+	}
+	f.newWorkContext(s.ctx)
+	if !s.won {
+		from.work.end(nil)
+		return
+	}
+	old := &from.keeper
+	old.stop()
+	old.mu.Lock()
+	leaseEnd, lastBeat, expired := old.leaseEnd, old.lastBeat, old.expired
+	old.mu.Unlock()
+	from.work.end(nil)
+	f.keeper.lease, f.keeper.claimedAt = old.lease, old.claimedAt
+	f.hc.Key, f.hc.Token = from.hc.Key, from.hc.Token
+	f.keepLeaseFrom(leaseEnd, lastBeat, expired)
+}
+
+// heldForAnother decides a call whose key the batch holds for a call that
+// has not started, claimed under another fingerprint: as the store would
+// answer its own claim (ErrKeyReuse when both fingerprints are set, else
+// in progress), without waiting for a call that has not started.
+func (r *batchRun) heldForAnother(s *batchSlot, w worker) (ClaimResult, error) {
+	res := ClaimResult{Outcome: InProgress}
+	if s.f.call.Fingerprint != "" && s.key.claimerFingerprint(r) != "" {
+		res.Outcome = Conflict
+	}
+	return s.f.refused(s.ctx, res, 0, 0, w)
+}
+
+// claimerFingerprint is the fingerprint the key's claim was sent with.
+func (k *batchKey) claimerFingerprint(r *batchRun) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if k.claimer == nil {
+		return ""
+	}
+	return k.claimer.f.call.Fingerprint
+}
+
+// copyTurn decides a call whose key another call of the batch took its
+// turn with first (see DoBatch).
+func (r *batchRun) copyTurn(s, first *batchSlot, w worker) (ClaimResult, error) {
 	e, f := r.e, s.f
-	first := &r.slots[s.first]
 	r.mu.Lock()
 	won, done, ok, out := first.won, first.done, first.ok, first.out
+	sent, firstRes, firstErr := first.sent, first.res, first.err
 	r.mu.Unlock()
 	fp, firstFP := f.call.Fingerprint, first.f.call.Fingerprint
 	differ := fp != "" && firstFP != "" && fp != firstFP
@@ -493,9 +738,9 @@ func (r *batchRun) copyTurn(s *batchSlot, w worker) (ClaimResult, error) {
 		res.Outcome = InProgress // it failed: no second run in this batch
 	case won:
 		return r.copyWhileFirstRuns(s, first, w)
-	case first.sent && first.err == nil && fp == firstFP && !(first.res.Outcome == InProgress && e.cfg.InProgressWait > 0):
+	case sent && firstErr == nil && fp == firstFP && !(firstRes.Outcome == InProgress && e.cfg.InProgressWait > 0):
 		// The first call met a record of another claim: so does this one.
-		res = first.res
+		res = firstRes
 	default:
 		// Undecidable here (another fingerprint, a store error, a wait):
 		// claimed on its own, as Do claims it.
@@ -509,12 +754,11 @@ func (r *batchRun) copyTurn(s *batchSlot, w worker) (ClaimResult, error) {
 }
 
 // copyWhileFirstRuns decides a copy whose first call holds the key and
-// has not ended: the copy claims on its own, as Do would (the store
-// answers InProgress while the first call holds it), and with
-// Config.InProgressWait waits for the first call's end, bounded as Do's
-// wait is: a Duplicate of its result when it succeeded. (Polling the
-// store could not see it: the batch completes its records after every
-// call's turn.)
+// has not ended (it is running: it took its turn): the copy claims on its
+// own, as Do would (the store answers InProgress while the first call
+// holds it), and with Config.InProgressWait waits for the first call's
+// end, bounded as Do's wait is: a Duplicate of its result when it
+// succeeded.
 func (r *batchRun) copyWhileFirstRuns(s, first *batchSlot, w worker) (ClaimResult, error) {
 	e, f, ctx := r.e, s.f, s.ctx
 	lease, err := e.callLease(&f.call)
@@ -560,8 +804,8 @@ func (r *batchRun) copyWhileFirstRuns(s, first *batchSlot, w worker) (ClaimResul
 }
 
 // awaitFirst waits for the first call's end, at most Config.InProgressWait
-// and not past the copy's Deadline or StartBy, and reports whether it succeeded (its
-// result) and how long the wait took on the clock.
+// and not past the copy's Deadline or StartBy, and reports whether it
+// succeeded (its result) and how long the wait took on the clock.
 func (r *batchRun) awaitFirst(ctx context.Context, f *flight, first *batchSlot) (ok bool, out []byte, waited time.Duration) {
 	clock := r.e.cfg.Clock
 	start := clock.Now()
@@ -570,7 +814,7 @@ func (r *batchRun) awaitFirst(ctx context.Context, f *flight, first *batchSlot) 
 		timeout := make(chan struct{})
 		stop := clock.AfterFunc(left, func() { close(timeout) })
 		select {
-		case <-first.ended:
+		case <-first.over:
 		case <-timeout:
 		case <-ctx.Done():
 		}
@@ -592,100 +836,205 @@ type batchWorker struct {
 func (w batchWorker) work(ctx context.Context) (result []byte, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			w.r.mu.Lock()
-			if !w.r.panicked {
-				w.r.panicked, w.r.panicValue = true, p
-			}
-			w.r.mu.Unlock()
+			w.r.notePanic(p)
 			result, err = nil, fmt.Errorf("%w: %v", errWorkPanicked, p)
 		}
 	}()
 	return w.r.fn(ctx, w.i)
 }
 
+// batchEnd is the end of a call's claim, waiting to be sent: its
+// completion with result, or its release for cause.
+type batchEnd struct {
+	s       *batchSlot
+	release bool
+	result  []byte
+	cause   error
+	attempt int // completions sent before (store errors retried)
+}
+
 // complete queues the completion of the call, whose work succeeded.
 func (s *batchSlot) complete(result []byte) {
-	s.r.mu.Lock()
-	s.result = result
-	s.r.completes = append(s.r.completes, s)
-	s.r.mu.Unlock()
+	s.f.keeper.finish()
+	s.r.queue(batchEnd{s: s, result: result})
 }
 
 // release queues the release of the call's claim: its work failed or did
 // not start.
 func (s *batchSlot) release(cause error) {
+	s.f.keeper.finish()
+	s.r.queue(batchEnd{s: s, release: true, cause: cause})
+}
+
+// settle notes that the call's work completed its record itself (in its
+// own transaction): nothing is left to send.
+func (s *batchSlot) settle() {
 	s.r.mu.Lock()
-	s.cause = cause
-	s.r.releases = append(s.r.releases, s)
+	s.settled = true
 	s.r.mu.Unlock()
 }
 
-// finish sends the batch's completions (retrying store errors as Do
-// does) and its releases, each kind together, and decides each.
-func (r *batchRun) finish() {
-	e := r.e
-	pending := r.completes
-	results := make([][]byte, len(pending))
-	for k, s := range pending {
-		s.f.keeper.finish()
-		results[k] = s.result
+// queue hands a claim's end to the batch's sender, starting it with the
+// first: the end goes in the next request, at once when none is in flight.
+func (r *batchRun) queue(end batchEnd) {
+	r.mu.Lock()
+	end.s.settled = true
+	r.ends = append(r.ends, end)
+	start := r.wake == nil
+	if start {
+		r.wake, r.stopped = make(chan struct{}, 1), make(chan struct{})
 	}
-	backoff := e.cfg.CompleteBackoff
-	for attempt := 0; len(pending) > 0; attempt++ {
-		reqs := make([]CompleteRequest, len(pending))
-		for k, s := range pending {
-			reqs[k] = CompleteRequest{Claim: s.f.keeper.claim(), Result: results[k], Retention: e.cfg.Retention}
-		}
-		errs, elapsed := r.send(func(ctx context.Context) []error { return e.completeMany(ctx, reqs) })
-		var again []*batchSlot
-		var againResults [][]byte
-		pause := false
-		for k, s := range pending {
-			e.observeOp(s.ctx, "complete", elapsed, errs[k])
-			more, wait := s.f.completeAgain(errs[k], &results[k], attempt)
-			if !more {
-				s.f.completed(errs[k])
-				continue
-			}
-			pause = pause || wait
-			again, againResults = append(again, s), append(againResults, results[k])
-		}
-		pending, results = again, againResults
-		if pause && len(pending) > 0 {
-			sleep(e.cfg.Clock, backoff)
-			backoff *= 2
-		}
-	}
-
-	if len(r.releases) == 0 {
+	wake := r.wake
+	r.mu.Unlock()
+	if start {
+		go r.send()
 		return
 	}
-	claims := make([]Claim, len(r.releases))
-	for k, s := range r.releases {
-		s.f.keeper.finish()
-		claims[k] = s.f.keeper.claim()
-	}
-	errs, elapsed := r.send(func(ctx context.Context) []error { return e.releaseMany(ctx, claims) })
-	for k, s := range r.releases {
-		e.observeOp(s.ctx, "release", elapsed, errs[k])
-		s.f.released(errs[k], s.cause)
+	select {
+	case wake <- struct{}{}:
+	default: // it is awake already
 	}
 }
 
-// send runs a batch's completion or release within StoreTimeout, detached
-// from the caller's context (the records must be finished even when it
-// ended), and returns its errors and round trip.
-func (r *batchRun) send(op func(ctx context.Context) []error) ([]error, time.Duration) {
+// send sends the queued ends, each request carrying every end queued
+// while the one before was in flight, until finish says the batch is over
+// and none is left. It runs on a goroutine of its own, so that no call's
+// turn waits for a round trip of another's end; a panic there (the store,
+// the Observer, the Logger) is noted for DoBatch to raise, and the ends go
+// on.
+func (r *batchRun) send() {
+	defer close(r.stopped)
+	runtime.Gosched()
+	backoff := r.e.cfg.CompleteBackoff
+	for {
+		r.mu.Lock()
+		ends, closing := r.ends, r.closing
+		r.ends = nil
+		r.mu.Unlock()
+		if len(ends) == 0 {
+			if closing {
+				return
+			}
+			<-r.wake
+			runtime.Gosched()
+			continue
+		}
+		again, pause := r.sendEnds(ends)
+		if len(again) == 0 {
+			continue
+		}
+		if pause {
+			sleep(r.e.cfg.Clock, backoff)
+			backoff *= 2
+		}
+		r.mu.Lock()
+		r.ends = append(again, r.ends...)
+		r.mu.Unlock()
+	}
+}
+
+// sendEnds sends the completions of ends in one request and their releases
+// in another, and decides each answer; it returns the completions to send
+// again (store errors, as Do retries them) and whether to pause first.
+func (r *batchRun) sendEnds(ends []batchEnd) (again []batchEnd, pause bool) {
+	e := r.e
+	var completes, releases []batchEnd
+	for _, end := range ends {
+		if end.release {
+			releases = append(releases, end)
+		} else {
+			completes = append(completes, end)
+		}
+	}
+	if len(completes) > 0 {
+		reqs := make([]CompleteRequest, len(completes))
+		for k, end := range completes {
+			reqs[k] = CompleteRequest{Claim: end.s.f.keeper.claim(), Result: end.result, Retention: e.cfg.Retention}
+		}
+		errs, elapsed := r.storeOp(len(reqs), func(ctx context.Context) []error { return e.completeMany(ctx, reqs) })
+		for k, end := range completes {
+			f, err := end.s.f, errs[k]
+			more, wait := false, false
+			r.guard(func() {
+				e.observeOp(end.s.ctx, "complete", elapsed, err)
+				if !errors.Is(err, errStorePanicked) {
+					more, wait = f.completeAgain(err, &end.result, end.attempt)
+				}
+			})
+			if more {
+				end.attempt++
+				again, pause = append(again, end), pause || wait
+				continue
+			}
+			r.guard(func() { f.completed(err) })
+			f.keeper.stop() // also when what completed told panicked
+		}
+	}
+	if len(releases) > 0 {
+		claims := make([]Claim, len(releases))
+		for k, end := range releases {
+			claims[k] = end.s.f.keeper.claim()
+		}
+		errs, elapsed := r.storeOp(len(claims), func(ctx context.Context) []error { return e.releaseMany(ctx, claims) })
+		for k, end := range releases {
+			f, err := end.s.f, errs[k]
+			r.guard(func() {
+				e.observeOp(end.s.ctx, "release", elapsed, err)
+				f.released(err, end.cause)
+			})
+			f.keeper.stop()
+		}
+	}
+	return again, pause
+}
+
+// errStorePanicked is the error of each record of a batch request whose
+// store method panicked (the panic is the batch's): not sent again.
+var errStorePanicked = errors.New("dedup: the store panicked")
+
+// storeOp runs a batch's completion or release within StoreTimeout,
+// detached from the caller's context (the records must be finished even
+// when it ended), and returns its n errors and round trip. A panic of the
+// store is noted and fails every record of the request.
+func (r *batchRun) storeOp(n int, op func(ctx context.Context) []error) (errs []error, elapsed time.Duration) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), r.e.cfg.StoreTimeout)
 	defer cancel()
 	start := time.Now()
-	errs := op(ctx)
-	return errs, time.Since(start)
+	defer func() {
+		if p := recover(); p != nil {
+			r.notePanic(p)
+			errs = fill(n, fmt.Errorf("%w: %v", errStorePanicked, p))
+		}
+		elapsed = time.Since(start)
+	}()
+	return op(ctx), 0
 }
 
-// cleanup stops every lease keeper and ends every work context, also when
-// the store, an Observer or the batch's work panicked.
-func (r *batchRun) cleanup() {
+// finish ends the batch once every turn has: it releases the claims that
+// a panic left held, waits until every end queued has been answered, stops
+// every lease keeper and ends every work context and trace.
+func (r *batchRun) finish(results []ClaimResult, errs []error) {
+	for i := range r.slots {
+		s := &r.slots[i]
+		r.mu.Lock()
+		held := s.won && !s.settled
+		r.mu.Unlock()
+		if held {
+			r.guard(func() { s.f.claimEvent(event.ClaimWon, s.res, s.elapsed, 0) })
+			s.release(errBatchPanicked)
+		}
+	}
+	r.mu.Lock()
+	r.closing = true
+	wake, stopped := r.wake, r.stopped
+	r.mu.Unlock()
+	if wake != nil {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+		<-stopped
+	}
 	for i := range r.slots {
 		s := &r.slots[i]
 		if s.f == nil {
@@ -699,7 +1048,7 @@ func (r *batchRun) cleanup() {
 		}
 		if s.trace != nil && !s.traceEnded {
 			s.traceEnded = true
-			s.trace.EndCall(ClaimResult{}, errWorkPanicked)
+			r.guard(func() { s.trace.EndCall(results[i], errs[i]) })
 		}
 	}
 }

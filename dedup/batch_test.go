@@ -94,7 +94,8 @@ func calls(scope string, keys ...string) []dedup.BatchCall {
 }
 
 // TestDoBatchOutcomes: every outcome of Do, in one batch: one ClaimBatch,
-// one CompleteBatch, one ReleaseBatch, no single request; a repeated key
+// one CompleteBatch (one call ran), one ReleaseBatch (one failed), no single
+// request; a repeated key
 // runs once and its copy is a duplicate with the first's result; the
 // empty key is refused and nothing is claimed for it.
 func TestDoBatchOutcomes(t *testing.T) {
@@ -159,6 +160,8 @@ func TestDoBatchOutcomes(t *testing.T) {
 	if cs.claims+cs.completes+cs.releases != 0 {
 		t.Fatalf("single requests: %d claims, %d completes, %d releases; want none", cs.claims, cs.completes, cs.releases)
 	}
+	// One record completed (a) and one released (b): each in a request of
+	// its own kind, sent as the call ended.
 	if cs.claimBatches != 1 || cs.completeBatches != 1 || cs.relBatches != 1 {
 		t.Fatalf("batches: %d claim, %d complete, %d release; want 1 each", cs.claimBatches, cs.completeBatches, cs.relBatches)
 	}
@@ -196,8 +199,8 @@ func TestDoBatchWithoutBatchStore(t *testing.T) {
 }
 
 // TestDoBatchGroupStops: after a call of a group fails, the group's later
-// calls do not start: their claims are released with the failed call's,
-// in one ReleaseBatch; calls of other groups go on.
+// calls do not start: their claims are released, in ReleaseBatch requests
+// (never one by one); calls of other groups go on.
 func TestDoBatchGroupStops(t *testing.T) {
 	ctx := context.Background()
 	clock := fakeclock.New(batchEpoch)
@@ -220,8 +223,10 @@ func TestDoBatchGroupStops(t *testing.T) {
 	if !errors.Is(res[1].Err, dedup.ErrNotStarted) || !errors.Is(res[2].Err, dedup.ErrNotStarted) || res[3].Err != nil {
 		t.Fatalf("results %+v", res)
 	}
-	if cs.relBatches != 1 || cs.releases != 0 {
-		t.Fatalf("%d release batches, %d single releases; want 1, 0", cs.relBatches, cs.releases)
+	// x's release goes as x ends, y's and z's as the group stops: in one
+	// request or two, depending on whether x's was still in flight.
+	if cs.relBatches < 1 || cs.relBatches > 2 || cs.releases != 0 {
+		t.Fatalf("%d release batches, %d single releases; want 1 or 2, 0", cs.relBatches, cs.releases)
 	}
 	for _, key := range []string{"s:x", "s:y", "s:z"} {
 		if r, err := mem.Claim(ctx, key, "", time.Minute); err != nil || r.Outcome != dedup.Acquired {

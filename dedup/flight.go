@@ -269,8 +269,8 @@ func (f *flight) hold(claim Claim) {
 }
 
 // runHeld does the work of a held claim and ends the claim exactly once:
-// at once, or, in a batch (b not nil), with the batch's completions and
-// releases.
+// at once, or, in a batch (b not nil), by handing its completion or
+// release to the batch's sender.
 func (f *flight) runHeld(ctx context.Context, w worker, b *batchSlot) (ClaimResult, error) {
 	claim := f.keeper.claim()
 	acquired := ClaimResult{Outcome: Acquired, Claim: claim}
@@ -310,6 +310,9 @@ func (f *flight) runHeld(ctx context.Context, w worker, b *batchSlot) (ClaimResu
 		// (stores/postgres RunInTx): an error after that (from a
 		// middleware outside the transaction) cannot undo it, and a
 		// release could only fail.
+		if b != nil {
+			b.settle()
+		}
 		f.completedInWork(claim)
 		if err != nil {
 			return acquired, err

@@ -80,6 +80,27 @@ func (f *flight) keepLease() *leaseKeeper {
 	return k
 }
 
+// keepLeaseFrom starts keeping a claim that another flight of the same
+// batch kept until now (see batchSlot.takeOver), of the keeper's lease and
+// claimedAt, as that keeper left it: its lease ends at leaseEnd, its last
+// extension was sent at lastBeat, and expired when its deadline passed (the
+// work's context is then cancelled at once, and nothing more is kept).
+func (f *flight) keepLeaseFrom(leaseEnd, lastBeat time.Time, expired bool) {
+	k := &f.keeper
+	k.f = f
+	k.leaseEnd, k.lastBeat = leaseEnd, lastBeat
+	f.hc.SetKeeper(k)
+	k.mu.Lock()
+	if expired {
+		k.expired = true
+		k.mu.Unlock()
+		f.work.end(fmt.Errorf("%w: the lease of %q ends at %s and no extension succeeded", ErrClaimLost, f.hc.Key, leaseEnd.Format(time.RFC3339Nano)))
+		return
+	}
+	k.arm()
+	k.mu.Unlock()
+}
+
 // claim is the claim kept.
 func (k *leaseKeeper) claim() Claim { return Claim{Key: k.f.hc.Key, Token: k.f.hc.Token} }
 

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"runtime"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
@@ -92,7 +93,7 @@ func RunBatch(ctx context.Context, o BatchOptions) error {
 	loadStart := loadavg()
 	tw := tabwriter.NewWriter(o.Out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(o.Out, "batch claims: time per batch of new keys (no-op handler), median over %d interleaved repetitions\n", o.Repetitions)
-	fmt.Fprintln(tw, "store\tbatch\tper-record\tDoBatch\tper-record/DoBatch\trequests per-record\trequests DoBatch\traw floor\tDoBatch/floor\t")
+	fmt.Fprintln(tw, "store\tbatch\tper-record\tDoBatch\tper-record/DoBatch\trequests per-record\trequests DoBatch\traw floor\tDoBatch/floor\trequests one by one\t")
 	var descs []string
 	for _, name := range o.Stores {
 		b, err := openBatchBackend(ctx, name, id)
@@ -135,19 +136,13 @@ func RunBatch(ctx context.Context, o BatchOptions) error {
 					perRec = append(perRec, float64(time.Since(start)))
 					perRecReq += b.count() - before
 
-					ks = keys()
-					calls := make([]dedup.BatchCall, n)
-					for i, k := range ks {
-						calls[i] = dedup.BatchCall{Call: dedup.Call{Scope: "batch", Key: k}}
-					}
+					// Every call at once, their handlers returning together:
+					// each waits until all have started.
 					before = b.count()
 					start = time.Now()
-					res, errs := e.DoBatch(ctx, dedup.Batch{Calls: calls}, func(context.Context, int) ([]byte, error) { return nil, nil })
-					for i, r := range res {
-						if errs[i] != nil || r.Outcome != dedup.Acquired {
-							b.close()
-							return fmt.Errorf("routerbench: %s DoBatch, call %d: %v %v", name, i, r.Outcome, errs[i])
-						}
+					if err := doBatch(ctx, e, keys(), n, together(n)); err != nil {
+						b.close()
+						return fmt.Errorf("routerbench: %s %w", name, err)
 					}
 					batched = append(batched, float64(time.Since(start)))
 					batchReq += b.count() - before
@@ -163,6 +158,21 @@ func RunBatch(ctx context.Context, o BatchOptions) error {
 					}
 				}
 			}
+			// Handlers that return one by one: one call at a time, each
+			// taking slowHandler; only the requests are reported.
+			var slowReq int64
+			slowBatches := max(2, 20/n) * o.Repetitions
+			if b.requests != nil {
+				progress("%s, batches of %d: %d batches of %v handlers one at a time", name, n, slowBatches, slowHandler)
+				for range slowBatches {
+					before := b.count()
+					if err := doBatch(ctx, e, keys(), 1, func() { time.Sleep(slowHandler) }); err != nil {
+						b.close()
+						return fmt.Errorf("routerbench: %s %w", name, err)
+					}
+					slowReq += b.count() - before
+				}
+			}
 			total := int64(batches * o.Repetitions)
 			mp, mb := median(perRec), median(batched)
 			reqs := func(n int64) string {
@@ -176,14 +186,19 @@ func RunBatch(ctx context.Context, o BatchOptions) error {
 				mf := median(floor)
 				fl, ratio = fmtDur(mf), fmt.Sprintf("%.2f", mb/mf)
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%.1fx\t%s\t%s\t%s\t%s\t\n", name, n, fmtDur(mp), fmtDur(mb), mp/mb, reqs(perRecReq), reqs(batchReq), fl, ratio)
+			slow := "-"
+			if b.requests != nil {
+				slow = strconv.FormatFloat(float64(slowReq)/float64(slowBatches), 'f', 1, 64)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%.1fx\t%s\t%s\t%s\t%s\t%s\t\n", name, n, fmtDur(mp), fmtDur(mb), mp/mb, reqs(perRecReq), reqs(batchReq), fl, ratio, slow)
 		}
 		b.close()
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(o.Out, "per-record: Engine.Do for each record, one after the other; DoBatch: Engine.DoBatch of the batch (claims, then completions, each one request where the store allows);")
+	fmt.Fprintln(o.Out, "per-record: Engine.Do for each record, one after the other; DoBatch: Engine.DoBatch of the batch, Concurrency the batch's size (the claims in one request where the store allows, then the completions as the handlers return together);")
+	fmt.Fprintf(o.Out, "requests one by one: per DoBatch of Concurrency 1 whose handlers take %v each (a completion leaves as its handler returns; those that end while one is in flight share the next request)\n", slowHandler)
 	fmt.Fprintln(o.Out, "requests: to the store's server per batch (a pipeline or a pgx.Batch is one; DynamoDB's are concurrent); raw floor: the least a batch's claim and completion cost without the store")
 	for _, d := range descs {
 		fmt.Fprintln(o.Out, "  "+d)
@@ -194,6 +209,42 @@ func RunBatch(ctx context.Context, o BatchOptions) error {
 }
 
 func noop(context.Context) ([]byte, error) { return nil, nil }
+
+// slowHandler is the handler time of the batches whose handlers return one
+// by one.
+const slowHandler = time.Millisecond
+
+// together returns a handler's work for a batch of n calls run at once:
+// each returns once all n have started, so that they return together.
+func together(n int) func() {
+	var wg sync.WaitGroup
+	wg.Add(n)
+	return func() {
+		wg.Done()
+		wg.Wait()
+	}
+}
+
+// doBatch runs one DoBatch of new keys at concurrency, each call's work
+// running work (nil: nothing), and checks that every call ran.
+func doBatch(ctx context.Context, e *dedup.Engine, keys []string, concurrency int, work func()) error {
+	calls := make([]dedup.BatchCall, len(keys))
+	for i, k := range keys {
+		calls[i] = dedup.BatchCall{Call: dedup.Call{Scope: "batch", Key: k}}
+	}
+	res, errs := e.DoBatch(ctx, dedup.Batch{Calls: calls, Concurrency: concurrency}, func(context.Context, int) ([]byte, error) {
+		if work != nil {
+			work()
+		}
+		return nil, nil
+	})
+	for i, r := range res {
+		if errs[i] != nil || r.Outcome != dedup.Acquired {
+			return fmt.Errorf("DoBatch, call %d: %v %v", i, r.Outcome, errs[i])
+		}
+	}
+	return nil
+}
 
 // fmtDur prints a duration in nanoseconds with three significant figures.
 func fmtDur(ns float64) string {
