@@ -134,6 +134,32 @@ func (l panickingLogger) Debug(msg string, fields watermill.LogFields)          
 func (l panickingLogger) Trace(msg string, fields watermill.LogFields)          { l.check(msg, fields) }
 func (l panickingLogger) With(watermill.LogFields) watermill.LoggerAdapter      { return l }
 
+// panickingTracer traces each call with a CallTrace that panics (the
+// run's injected panic) on the decision ev of the call of key.
+type panickingTracer struct {
+	run *batchPanicRun
+	key string
+	ev  event.Event
+}
+
+func (tr panickingTracer) StartCall(ctx context.Context, call dedup.Call) (context.Context, dedup.CallTrace) {
+	return ctx, panickingTrace{tr: tr, key: call.Key}
+}
+
+type panickingTrace struct {
+	tr  panickingTracer
+	key string
+}
+
+func (c panickingTrace) ObserveDecision(d dedup.Decision) {
+	if c.key == c.tr.key && d.Event == c.tr.ev {
+		c.tr.run.inject()
+	}
+}
+
+func (panickingTrace) ObserveStoreOp(string, time.Duration, error) {}
+func (panickingTrace) EndCall(dedup.ClaimResult, error)            {}
+
 // secondClaimPanicStore is the memory store (with its batch capability)
 // whose claim of key panics (the run's injected panic) from the key's
 // second claim on, single or in a batch: the claim a copy makes while its
@@ -248,6 +274,13 @@ var batchPanicCases = []batchPanicCase{
 		drive: passFirstPause,
 	},
 	{
+		// b's claim_won, told to b's trace (Config.Tracer) at its turn.
+		name: "trace_decision", calls: batchPanicCalls("g1:a", "g1:b", "g2:c"), mustReach: true,
+		setup: func(t *testing.T, r *batchPanicRun) dedup.Config {
+			return dedup.Config{Store: r.mem, Tracer: panickingTracer{run: r, key: "b", ev: event.ClaimWon}}
+		},
+	},
+	{
 		// d's skip_duplicate (d was completed before the batch), logged at
 		// its turn.
 		name: "logger", calls: batchPanicCalls("g1:a", "g1:d", "g2:c"), mustReach: true,
@@ -288,8 +321,9 @@ var batchPanicCases = []batchPanicCase{
 // TestDoBatchPanicSendsCompletions proves that every exit from DoBatch,
 // panics included, sends the completions of the works that ran, and that
 // a panic on a turn's goroutine reaches DoBatch's caller: a panicking
-// Observer (a decision, a store operation), Logger or store call (the
-// claim of an InProgressWait, or of a copy while its first call runs)
+// Observer (a decision, a store operation), call trace (Config.Tracer),
+// Logger or store call (the claim of an InProgressWait, or of a copy
+// while its first call runs)
 // on the path of a turn after a's work returned, with Batch.Concurrency 1
 // and 4. The caller recovers the injected panic, and a redelivery of the
 // batch on a fresh engine over the same store is a Duplicate for every
@@ -302,8 +336,11 @@ func TestDoBatchPanicSendsCompletions(t *testing.T) {
 	for _, tc := range batchPanicCases {
 		for _, concurrency := range []int{1, 4} {
 			t.Run(fmt.Sprintf("%s/concurrency=%d", tc.name, concurrency), func(t *testing.T) {
-				if concurrency > 1 && !inChildProcess(t) {
-					return
+				if concurrency > 1 {
+					t.Parallel() // in a child process: start them together
+					if !inChildProcess(t) {
+						return
+					}
 				}
 				runBatchPanicCase(t, tc, concurrency)
 			})
