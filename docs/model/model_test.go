@@ -1,10 +1,10 @@
 package model_test
 
-// Model-checks docs/model/claim.pml with spin: the claim protocol of
-// DESIGN.md must satisfy its properties, and every variant that breaks an
-// assumption (no heartbeat, process pauses) or the code (the mutants) must
-// be caught. See README.md in this folder for the model, the bounds and the
-// figures.
+// Model-checks docs/model/claim.pml and docs/model/batch.pml with spin:
+// the claim protocol of DESIGN.md and its batch path must satisfy their
+// properties, and every variant that breaks an assumption (no heartbeat,
+// process pauses) or the code (the mutants) must be caught. See README.md
+// in this folder for the models, the bounds and the figures.
 
 import (
 	"bytes"
@@ -31,9 +31,11 @@ type check struct {
 	what       string // one line for the log
 }
 
-// build is one `spin -a` + gcc of claim.pml with a set of -D flags.
+// build is one `spin -a` + gcc of a model with a set of -D flags.
 type build struct {
 	name     string
+	model    string   // the .pml file; "" = claim.pml
+	opt      string   // gcc optimization; "" = -O1 when a check must hold, else -O0
 	defines  []string // spin -D flags
 	liveness bool     // acceptance cycles under weak fairness (pan -a -f) instead of -DSAFETY
 	bfs      bool     // breadth-first search: the shortest counterexample
@@ -126,7 +128,11 @@ func builds() []build {
 	return bs
 }
 
-func TestClaimModel(t *testing.T) {
+func TestClaimModel(t *testing.T) { testModel(t, "claim.pml", builds()) }
+
+// testModel compiles each build of one model and runs its checks, in
+// parallel subtests.
+func testModel(t *testing.T, file string, bs []build) {
 	spin, err := exec.LookPath("spin")
 	if err != nil {
 		t.Fatal(spinMissing)
@@ -135,7 +141,7 @@ func TestClaimModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(spinMissing + " (and gcc: apt-get install -y gcc)")
 	}
-	model, err := filepath.Abs("claim.pml")
+	model, err := filepath.Abs(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +149,8 @@ func TestClaimModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, b := range builds() {
+	for _, b := range bs {
+		b.model = file
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			dir := compile(t, spin, gcc, src, b)
@@ -158,14 +165,22 @@ func TestClaimModel(t *testing.T) {
 	}
 }
 
+// modelFile is the .pml file of a build.
+func modelFile(b build) string {
+	if b.model == "" {
+		return "claim.pml"
+	}
+	return b.model
+}
+
 // compile generates pan.c with spin and builds it with gcc in a temp dir.
 func compile(t *testing.T, spin, gcc string, src []byte, b build) string {
 	t.Helper()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "claim.pml"), src, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, modelFile(b)), src, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	run(t, dir, spin, append(append([]string{"-a"}, b.defines...), "claim.pml")...)
+	run(t, dir, spin, append(append([]string{"-a"}, b.defines...), modelFile(b))...)
 	// Compiling pan.c costs more than most searches: -O2 takes 2.0 s of CPU,
 	// -O1 1.1 s for a pan just as fast (measured on this model), -O0 0.4 s.
 	// A build that only looks for a counterexample stops after a few
@@ -175,6 +190,9 @@ func compile(t *testing.T, spin, gcc string, src []byte, b build) string {
 		if !c.wantErrors {
 			opt = "-O1"
 		}
+	}
+	if b.opt != "" {
+		opt = b.opt
 	}
 	flags := []string{opt, "-w", "-DMEMLIM=2048", "-o", "pan", "pan.c"}
 	switch {
@@ -236,8 +254,8 @@ func verify(t *testing.T, spin, dir string, b build, c check) {
 	if defines == "" {
 		defines = "(no -D)"
 	}
-	t.Logf("spin -a %s claim.pml; pan %s: errors %d, states stored %s%s, transitions %s, depth reached %s, %ss",
-		defines, strings.Join(args, " "), errs,
+	t.Logf("spin -a %s %s; pan %s: errors %d, states stored %s%s, transitions %s, depth reached %s, %ss",
+		defines, modelFile(b), strings.Join(args, " "), errs,
 		first(reStored, out), visited(out), first(reTrans, out), first(reDepth, out), first(reElapsed, out))
 	report := reReport.FindString(out)
 	switch {
@@ -257,10 +275,10 @@ func verify(t *testing.T, spin, dir string, b build, c check) {
 
 // replay returns the MSC lines of the trail pan wrote, one step a line.
 func replay(t *testing.T, spin, dir string, b build) string {
-	if _, err := os.Stat(filepath.Join(dir, "claim.pml.trail")); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, modelFile(b)+".trail")); err != nil {
 		return "(no trail)"
 	}
-	out := run(t, dir, spin, append(append([]string{"-t"}, b.defines...), "claim.pml")...)
+	out := run(t, dir, spin, append(append([]string{"-t"}, b.defines...), modelFile(b))...)
 	var steps []string
 	for _, l := range strings.Split(out, "\n") {
 		if _, msc, ok := strings.Cut(l, "MSC: "); ok {
