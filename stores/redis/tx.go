@@ -174,10 +174,14 @@ func (t *Tx) Queue(keys []string, args ...any) (*goredis.Cmd, error) {
 // HashTag returns a Redis Cluster hash tag, "{...}", that puts a key in the
 // slot of the record: begin a key with it (tx.HashTag() + ":charge") to
 // write it in the record's atomic step. It is the record key's own hash
-// tag when the scoped key has one (a business key "{account-7}:payment-9"
-// makes every record of account 7 share a slot, and so the account's keys
-// "{account-7}:balance"), else the whole record key as a tag.
-func (t *Tx) HashTag() string { return "{" + hashTagOf(t.recordKey) + "}" }
+// tag when the key has one (a business key "{account-7}:payment-9" makes
+// every record of account 7 share a slot, and so the account's keys
+// "{account-7}:balance"), else the whole record key as a tag when it
+// holds no "}", else (a "}" would end the tag early: a business key "a}b"
+// or "{}x") a tag of up to four digits and letters chosen for the record's
+// slot ("{5md}"). The same record always gets the same tag, on a Cluster
+// or not; no round trip.
+func (t *Tx) HashTag() string { return slotHashTag(t.recordKey) }
 
 var errNotRun = errors.New("dedup/redis: the queued command has not run: RunInTx has not sent it yet, or the claim was lost")
 

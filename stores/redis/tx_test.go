@@ -8,9 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
@@ -195,6 +198,7 @@ func TestRunInTxCluster(t *testing.T) {
 	s := newStore(t, client, redis.Config{})
 	e := newTxEngine(t, s)
 	ctx := context.Background()
+	t.Run("hash-tags", func(t *testing.T) { testHashTagsOnCluster(t, cluster, client) })
 
 	for _, key := range []string{"order-1", "{account-7}:payment-9"} {
 		cmd, res, err := charge(ctx, e, s, key, "", 5, nil)
@@ -225,5 +229,85 @@ func TestRunInTxCluster(t *testing.T) {
 	}
 	if slots[0] != slots[1] {
 		t.Fatalf("slots %v: the account's key and its record are not together", slots)
+	}
+}
+
+// testHashTagsOnCluster: the server's CLUSTER KEYSLOT agrees with the
+// store's slots, and a key beginning with Tx.HashTag is in its record's
+// slot, for records with braces anywhere; RunInTx and TxMiddleware write
+// such keys with the completion.
+func testHashTagsOnCluster(t *testing.T, cluster *testserver.RedisCluster, client *goredis.ClusterClient) {
+	ctx := context.Background()
+	node := goredis.NewClient(&goredis.Options{Addr: cluster.Addrs[0]})
+	t.Cleanup(func() { _ = node.Close() })
+	records := redis.TrickyRecordKeys()
+	p := node.Pipeline()
+	slots := make([][2]*goredis.IntCmd, len(records))
+	for i, r := range records {
+		slots[i] = [2]*goredis.IntCmd{p.ClusterKeySlot(ctx, r), p.ClusterKeySlot(ctx, redis.HashTagOf(r)+":charge")}
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range records {
+		own := redis.KeySlot(r)
+		if got := slots[i][0].Val(); got != int64(own) {
+			t.Errorf("CLUSTER KEYSLOT %q = %d; the store computes %d", r, got, own)
+		}
+		if got := slots[i][1].Val(); got != int64(own) {
+			t.Errorf("CLUSTER KEYSLOT %q = %d; want the record's slot %d", redis.HashTagOf(r)+":charge", got, own)
+		}
+	}
+
+	for _, prefix := range []string{"dedup-braces:", "x}{y}:"} {
+		s := newStore(t, client, redis.Config{KeyPrefix: prefix})
+		e := newTxEngine(t, s)
+		for _, key := range []string{"a}b", "{x}y", "{}x", "x}y{z}", "}{"} {
+			var written string
+			res, err := e.Do(ctx, dedup.Call{Scope: "tx", Key: key}, func(ctx context.Context) ([]byte, error) {
+				return s.RunInTx(ctx, func(ctx context.Context) ([]byte, error) {
+					tx, _ := redis.TxFromContext(ctx)
+					written = tx.HashTag() + ":paid:" + key
+					_, err := tx.Queue([]string{written}, "set", written, key)
+					return nil, err
+				})
+			})
+			if err != nil || res.Outcome != dedup.Acquired {
+				t.Fatalf("prefix %q, key %q: Do: %v, %v; want the command written with the completion", prefix, key, res.Outcome, err)
+			}
+			if v, err := client.Get(ctx, written).Result(); v != key || err != nil {
+				t.Fatalf("prefix %q: %q = %q, %v; want %q", prefix, written, v, err, key)
+			}
+		}
+
+		// TxMiddleware: the handler queues a command on tx.HashTag()+":x".
+		d, err := dedup.New(dedup.Config{Store: s, Scope: "mw", Lease: time.Minute, Retention: time.Hour,
+			Key: func(msg *message.Message) (string, error) { return msg.Metadata.Get("key"), nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var written string
+		h := d.Middleware(s.TxMiddleware(func(msg *message.Message) ([]*message.Message, error) {
+			tx, ok := redis.TxFromContext(msg.Context())
+			if !ok {
+				return nil, errors.New("no Tx in the handler's context")
+			}
+			written = tx.HashTag() + ":x"
+			_, err := tx.Queue([]string{written}, "set", written, "done")
+			return nil, err
+		}))
+		msg := message.NewMessage(watermill.NewUUID(), nil)
+		msg.Metadata.Set("key", "{}a}b{")
+		msg.SetContext(ctx)
+		if _, err := h(msg); err != nil {
+			t.Fatalf("prefix %q: TxMiddleware: %v; want the command written with the completion", prefix, err)
+		}
+		if v, err := client.Get(ctx, written).Result(); v != "done" || err != nil {
+			t.Fatalf("prefix %q: %q = %q, %v; want done", prefix, written, v, err)
+		}
+		r, err := s.Inspect(ctx, scopedkey.Of("mw", "{}a}b{"))
+		if err != nil || r.State != admin.StateCompleted {
+			t.Fatalf("prefix %q: the record: %+v, %v; want completed", prefix, r, err)
+		}
 	}
 }
