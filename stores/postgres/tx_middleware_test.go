@@ -617,13 +617,27 @@ func TestTxNested(t *testing.T) {
 					})
 				}
 				outerWritten := o.count(t, outer) == 1
-				t.Logf("call: %v; nested RunInTx: %v (work ran: %v); outer rows %d, inner rows %d, record %s",
-					err, innerErr, innerRan, o.count(t, outer), o.count(t, inner), o.state(t, key))
 				switch {
 				case err == nil && !outerWritten:
 					t.Fatalf("the call returned nil, but the outer row was not written (the nested RunInTx: %v, work ran: %v)", innerErr, innerRan)
 				case err != nil && outerWritten:
 					t.Fatalf("the call failed (%v), but the outer row was written", err)
+				}
+				// The nested call is refused before it begins a transaction;
+				// the outer one commits its row with the completion, or fails
+				// with the refusal and writes nothing.
+				if !errors.Is(innerErr, postgres.ErrNestedTx) || innerRan || o.count(t, inner) != 0 {
+					t.Fatalf("the nested RunInTx: %v (work ran: %v, inner rows %d); want ErrNestedTx before its work", innerErr, innerRan, o.count(t, inner))
+				}
+				if passOn != errors.Is(err, postgres.ErrNestedTx) || passOn == outerWritten {
+					t.Fatalf("the call: %v, outer row written: %v; want ErrNestedTx and nothing written when the work passes the error on, else nil and the row written", err, outerWritten)
+				}
+				want := "completed"
+				if passOn {
+					want = "none" // released: the redelivery runs
+				}
+				if st := o.state(t, key); st != want {
+					t.Fatalf("the record is %s; want %s", st, want)
 				}
 			})
 		}
