@@ -17,8 +17,9 @@ type Claim struct {
 	// Replay tells whether the handler's output messages are stored.
 	Replay bool
 
-	completed atomic.Bool
-	keeper    Keeper
+	// state holds stateCompleted and stateInTx.
+	state  atomic.Uint32
+	keeper Keeper
 	// note is what the store kept of the claim for its Complete (SetNote).
 	note string
 }
@@ -77,10 +78,37 @@ func (c *Claim) Note() string { return c.note }
 // Store.Complete semantics) as part of the handler's own work, so it must
 // not call Complete again. Call it only after the completion is durable
 // (after the commit).
-func (c *Claim) MarkCompleted() { c.completed.Store(true) }
+func (c *Claim) MarkCompleted() { c.state.Or(stateCompleted) }
 
 // Completed reports whether MarkCompleted was called.
-func (c *Claim) Completed() bool { return c.completed.Load() }
+func (c *Claim) Completed() bool { return c.state.Load()&stateCompleted != 0 }
+
+const (
+	stateCompleted uint32 = 1 << iota
+	stateInTx
+)
+
+// BeginTx marks that a store's RunInTx runs for this claim, and reports
+// false (marking nothing) when one already runs or the record was
+// completed (MarkCompleted): a RunInTx nested in another of the same claim
+// would complete the record by itself, and the outer one, finding it
+// completed by this claim's token, would take that for its own earlier
+// attempt and drop its writes. The store refuses the call before writing
+// anything; EndTx ends the mark when its RunInTx returns.
+func (c *Claim) BeginTx() bool {
+	for {
+		s := c.state.Load()
+		if s&(stateInTx|stateCompleted) != 0 {
+			return false
+		}
+		if c.state.CompareAndSwap(s, s|stateInTx) {
+			return true
+		}
+	}
+}
+
+// EndTx ends what BeginTx marked.
+func (c *Claim) EndTx() { c.state.And(^stateInTx) }
 
 // StopHeartbeat stops the lease extensions of this claim and waits until no
 // extension is in flight. A store that completes the record inside the

@@ -53,6 +53,18 @@ var (
 	// message fails the same way until the wiring is fixed.
 	ErrNoClaim = errors.New("dynamo: no dedup claim in the context; add TxMiddleware after the dedup middleware, or call RunInTx inside Engine.Do's work")
 
+	// ErrNestedTx: RunInTx (or TxMiddleware) was called for a claim whose
+	// RunInTx still runs, as when a helper that opens its own RunInTx is
+	// called from a handler TxMiddleware already wraps, or after a
+	// RunInTx of the claim completed the record. Its work did not run and
+	// nothing was added or sent. The enclosing RunInTx goes on: if its
+	// work returns the error, nothing is written and the claim is
+	// released; if it swallows it, its own writes are written with the
+	// completion. A programming error: every message fails the same way.
+	// Add to the Tx already open instead: call RunInTx only when
+	// TxFromContext finds none.
+	ErrNestedTx = errors.New("dynamo: RunInTx inside a RunInTx of the same claim, or after it completed the record; add to the open Tx (TxFromContext) instead")
+
 	// ErrNoTransactions: Config.Client does not implement TransactClient
 	// (a wrapper that hides TransactWriteItems), so RunInTx cannot send
 	// the transaction. Nothing was written. Add the method to the wrapper;
@@ -415,9 +427,10 @@ func keyID(table string, names []string, item map[string]types.AttributeValue) s
 //	router.AddMiddleware(deduplicator.Middleware, store.TxMiddleware)
 //
 // The handler adds its writes with TxFromContext(msg.Context()) and
-// Tx.Add instead of sending them; see RunInTx for what happens then.
-// Cost: one TransactWriteItems (two write units per item), replacing the
-// dedup middleware's separate Complete.
+// Tx.Add instead of sending them; see RunInTx for what happens then. A
+// RunInTx the handler calls for the message fails with ErrNestedTx: add
+// to the middleware's Tx. Cost: one TransactWriteItems (two write units
+// per item), replacing the dedup middleware's separate Complete.
 func (s *Store) TxMiddleware(h message.HandlerFunc) message.HandlerFunc {
 	return txrun.Middleware(h, s.RunInTx)
 }
@@ -446,6 +459,11 @@ func (s *Store) TxMiddleware(h message.HandlerFunc) message.HandlerFunc {
 //     most four times in all with growing pauses, then ErrTxConflict.
 //   - work returns an error or panics: nothing is sent; the error (or
 //     panic) goes on, and the engine releases the claim.
+//   - called inside a RunInTx of the same claim (a helper that opens its
+//     own, called from a handler TxMiddleware wraps), or after one
+//     completed the record: ErrNestedTx before work runs, nothing added
+//     or sent. The enclosing RunInTx then writes its own writes with the
+//     completion, or nothing if its work returns the error.
 //   - the process dies before DynamoDB commits: nothing was written; the
 //     record stays in progress until its lease ends, then a retry runs.
 //   - the outcome is unknown (the connection was lost): the error is
@@ -483,6 +501,13 @@ func (s *Store) RunInTx(ctx context.Context, work func(ctx context.Context) ([]b
 			return nil, err
 		}
 		tx.pk = pk
+		// A nested RunInTx would complete the record first, and this one,
+		// finding it completed by its token, would take that for its own
+		// earlier attempt and drop its writes.
+		if !hc.BeginTx() {
+			return nil, ErrNestedTx
+		}
+		defer hc.EndTx()
 	}
 	result, err := work(context.WithValue(ctx, txKey{}, tx))
 	if err != nil {
@@ -631,8 +656,9 @@ func (s *Store) txError(err error, token string, withRecord bool, items []types.
 
 // completedByToken reports whether item (the record as the failed
 // condition found it) is the live record this claim completed. The
-// record's token is only ever completed by its own transaction, so the
-// handler's writes were committed with it.
+// record's token is only ever completed by its own transaction (a nested
+// RunInTx of the claim is refused: ErrNestedTx), so the handler's writes
+// were committed with it.
 func (s *Store) completedByToken(item map[string]types.AttributeValue, token string) bool {
 	if len(item) == 0 {
 		return false

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -316,6 +318,7 @@ func TestRunInTxMoto(t *testing.T) {
 	})
 
 	t.Run("limits", func(t *testing.T) { testTxLimits(t, e, s) })
+	t.Run("nested", func(t *testing.T) { testNestedRunInTx(t, c.Client, e, s) })
 
 	t.Run("no-claim", func(t *testing.T) {
 		ran := false
@@ -378,6 +381,88 @@ func testTxLimits(t *testing.T, e *dedup.Engine, s *dynamo.Store) {
 				t.Fatalf("Do: %v; want the handler's ErrTxLimit", err)
 			}
 		})
+	}
+}
+
+// testNestedRunInTx: a RunInTx inside the RunInTx, or the TxMiddleware, of
+// the same claim (a helper that opens its own). The outer writes are
+// written with the completion, or the call fails; never a nil error with
+// the outer writes missing.
+func testNestedRunInTx(t *testing.T, c *dynamodb.Client, e *dedup.Engine, s *dynamo.Store) {
+	ctx := context.Background()
+	d, err := dedup.New(dedup.Config{Store: s, Scope: "nested", Lease: time.Minute, Retention: time.Hour,
+		Key: func(msg *message.Message) (string, error) { return msg.Metadata.Get("key"), nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, viaMiddleware := range []bool{false, true} {
+		for _, passOn := range []bool{false, true} {
+			key := fmt.Sprintf("middleware=%v/pass-on=%v", viaMiddleware, passOn)
+			t.Run(key, func(t *testing.T) {
+				outer, inner := "nested-outer:"+key, "nested-inner:"+key
+				var innerErr error
+				innerRan := false
+				// body is the outer work: it adds its write, then calls the
+				// helper, and passes its error on or not.
+				body := func(ctx context.Context) error {
+					tx, ok := dynamo.TxFromContext(ctx)
+					if !ok {
+						return errors.New("no Tx in the work's context")
+					}
+					if err := tx.Add(charge(outer, 1)); err != nil {
+						return err
+					}
+					_, innerErr = s.RunInTx(ctx, func(ctx context.Context) ([]byte, error) {
+						innerRan = true
+						tx, _ := dynamo.TxFromContext(ctx)
+						return nil, tx.Add(charge(inner, 1))
+					})
+					if passOn {
+						return innerErr
+					}
+					return nil
+				}
+				var err error
+				if viaMiddleware {
+					h := d.Middleware(s.TxMiddleware(func(msg *message.Message) ([]*message.Message, error) {
+						return nil, body(msg.Context())
+					}))
+					msg := message.NewMessage(watermill.NewUUID(), nil)
+					msg.Metadata.Set("key", key)
+					msg.SetContext(ctx)
+					_, err = h(msg)
+				} else {
+					_, err = e.Do(ctx, dedup.Call{Scope: "nested", Key: key}, func(ctx context.Context) ([]byte, error) {
+						return s.RunInTx(ctx, func(ctx context.Context) ([]byte, error) { return nil, body(ctx) })
+					})
+				}
+				outerWritten := chargeOf(t, c, outer) == 1
+				switch {
+				case err == nil && !outerWritten:
+					t.Fatalf("the call returned nil, but the outer write was not written (the nested RunInTx: %v, work ran: %v)", innerErr, innerRan)
+				case err != nil && outerWritten:
+					t.Fatalf("the call failed (%v), but the outer write was written", err)
+				}
+				// The nested call is refused before its work runs; the
+				// outer one writes with the completion, or fails with the
+				// refusal and writes nothing.
+				if !errors.Is(innerErr, dynamo.ErrNestedTx) || innerRan || chargeOf(t, c, inner) != 0 {
+					t.Fatalf("the nested RunInTx: %v (work ran: %v, its write written: %v); want ErrNestedTx before its work", innerErr, innerRan, chargeOf(t, c, inner) != 0)
+				}
+				if passOn != errors.Is(err, dynamo.ErrNestedTx) || passOn == outerWritten {
+					t.Fatalf("the call: %v, outer write written: %v; want ErrNestedTx and nothing written when the work passes the error on, else nil and the write written", err, outerWritten)
+				}
+				// A failed call released the claim (the redelivery runs); a
+				// call that succeeded completed the record.
+				want := dedup.Duplicate
+				if passOn {
+					want = dedup.Acquired
+				}
+				if again, err := e.Do(ctx, dedup.Call{Scope: "nested", Key: key}, func(context.Context) ([]byte, error) { return nil, nil }); err != nil || again.Outcome != want {
+					t.Fatalf("the redelivery: %v, %v; want %v", again.Outcome, err, want)
+				}
+			})
+		}
 	}
 }
 

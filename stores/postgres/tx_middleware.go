@@ -24,6 +24,17 @@ import (
 // every message will fail the same way until the wiring is fixed.
 var ErrNoClaim = errors.New("postgres: no dedup claim in the message context; add TxMiddleware after the dedup middleware")
 
+// ErrNestedTx: RunInTx (or TxMiddleware) was called for a claim whose
+// RunInTx still runs, as when a helper that opens its own RunInTx is called
+// from a handler TxMiddleware already wraps, or after a RunInTx of the
+// claim completed the record. Its work did not run and no transaction was
+// begun. The enclosing RunInTx goes on: if its work returns the error, it
+// rolls back and the claim is released; if it swallows it, its own writes
+// commit with the completion. A programming error: every message fails the
+// same way. Write through the transaction already open instead: call
+// RunInTx only when TxFromContext finds none.
+var ErrNestedTx = errors.New("postgres: RunInTx inside a RunInTx of the same claim, or after it completed the record; write through the open transaction (TxFromContext) instead")
+
 type txKey struct{}
 
 // TxFromContext returns the transaction TxMiddleware began for the current
@@ -65,7 +76,9 @@ func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 //     neither was (the release frees the key; a redelivery runs again).
 //
 // A message without a dedup claim fails with ErrNoClaim before any write,
-// unless dedup.Config.Shadow runs it without one (see RunInTx).
+// unless dedup.Config.Shadow runs it without one (see RunInTx). A RunInTx
+// the handler calls for the message fails with ErrNestedTx: write through
+// the middleware's transaction.
 // Cost: the transaction holds one pooled connection while the handler runs
 // (size the pool for the handlers running at once plus the dedup store's own
 // claims and heartbeats), and adds BEGIN, the completion UPDATE and COMMIT:
@@ -98,6 +111,11 @@ func (s *Store) TxMiddleware(h message.HandlerFunc) message.HandlerFunc {
 //   - COMMIT fails or its outcome is unknown: the error is returned; either
 //     both were committed (the engine's release then finds the record
 //     completed and changes nothing) or neither (the release frees it).
+//   - called inside a RunInTx of the same claim (a helper that opens its
+//     own, called from a handler TxMiddleware wraps), or after one
+//     completed the record: ErrNestedTx before any transaction begins.
+//     The enclosing RunInTx then commits its own writes with the
+//     completion, or rolls them back if its work returns the error.
 //
 // A context without a claim fails with ErrNoClaim before anything is
 // written, except a run the engine marks as unclaimed (dedup.Config.Shadow
@@ -114,6 +132,14 @@ func (s *Store) RunInTx(ctx context.Context, work func(ctx context.Context) ([]b
 	hc, ok := claimctx.From(ctx)
 	if _, shadow := claimctx.ShadowFrom(ctx); !ok && !shadow {
 		return nil, ErrNoClaim
+	}
+	if ok {
+		// A nested RunInTx would commit its writes and the completion on
+		// a second connection, and this one then roll its writes back.
+		if !hc.BeginTx() {
+			return nil, ErrNestedTx
+		}
+		defer hc.EndTx()
 	}
 	tx, err := s.db.BeginTx(ctx, s.cfg.TxOptions)
 	if err != nil {

@@ -563,3 +563,83 @@ func TestTxRepeatableReadAndHeartbeat(t *testing.T) {
 		})
 	}
 }
+
+// TestTxNested: a RunInTx inside the RunInTx, or the TxMiddleware, of the
+// same claim (a helper that opens its own). The outer writes are committed
+// with the completion, or the call fails; never a nil error with the outer
+// writes missing.
+func TestTxNested(t *testing.T) {
+	ctx := testCtx(t)
+	o := newOrders(t)
+	e, err := dedup.NewEngine(dedup.Config{Store: o.store, Lease: time.Minute, Retention: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, viaMiddleware := range []bool{false, true} {
+		for _, passOn := range []bool{false, true} {
+			key := fmt.Sprintf("middleware=%v/pass-on=%v", viaMiddleware, passOn)
+			t.Run(key, func(t *testing.T) {
+				outer, inner := "outer:"+key, "inner:"+key
+				var innerErr error
+				innerRan := false
+				insert := func(ctx context.Context, order string) error {
+					tx, ok := postgres.TxFromContext(ctx)
+					if !ok {
+						return errors.New("no transaction in the work's context")
+					}
+					_, err := tx.Exec(ctx, "INSERT INTO "+o.table+" (order_id) VALUES ($1)", order)
+					return err
+				}
+				// body is the outer work: it inserts its row, then calls the
+				// helper, and passes its error on or not.
+				body := func(ctx context.Context) error {
+					if err := insert(ctx, outer); err != nil {
+						return err
+					}
+					_, innerErr = o.store.RunInTx(ctx, func(ctx context.Context) ([]byte, error) {
+						innerRan = true
+						return nil, insert(ctx, inner)
+					})
+					if passOn {
+						return innerErr
+					}
+					return nil
+				}
+				var err error
+				if viaMiddleware {
+					h := o.chain(t, dedup.Config{}, func(msg *message.Message) ([]*message.Message, error) {
+						return nil, body(msg.Context())
+					})
+					_, err = h(delivery(ctx, key))
+				} else {
+					_, err = e.Do(ctx, dedup.Call{Scope: scope, Key: key}, func(ctx context.Context) ([]byte, error) {
+						return o.store.RunInTx(ctx, func(ctx context.Context) ([]byte, error) { return nil, body(ctx) })
+					})
+				}
+				outerWritten := o.count(t, outer) == 1
+				switch {
+				case err == nil && !outerWritten:
+					t.Fatalf("the call returned nil, but the outer row was not written (the nested RunInTx: %v, work ran: %v)", innerErr, innerRan)
+				case err != nil && outerWritten:
+					t.Fatalf("the call failed (%v), but the outer row was written", err)
+				}
+				// The nested call is refused before it begins a transaction;
+				// the outer one commits its row with the completion, or fails
+				// with the refusal and writes nothing.
+				if !errors.Is(innerErr, postgres.ErrNestedTx) || innerRan || o.count(t, inner) != 0 {
+					t.Fatalf("the nested RunInTx: %v (work ran: %v, inner rows %d); want ErrNestedTx before its work", innerErr, innerRan, o.count(t, inner))
+				}
+				if passOn != errors.Is(err, postgres.ErrNestedTx) || passOn == outerWritten {
+					t.Fatalf("the call: %v, outer row written: %v; want ErrNestedTx and nothing written when the work passes the error on, else nil and the row written", err, outerWritten)
+				}
+				want := "completed"
+				if passOn {
+					want = "none" // released: the redelivery runs
+				}
+				if st := o.state(t, key); st != want {
+					t.Fatalf("the record is %s; want %s", st, want)
+				}
+			})
+		}
+	}
+}

@@ -113,3 +113,14 @@ redis.call('SET', KEYS[1] .. '#expected', ARGV[1])
 ` + completeAsClaimedSrc)
 	return func() { completeOp, completeAsClaimedOp = saved, savedAsClaimed }
 }
+
+// HashTagOf is Tx.HashTag for the record whose Redis key (the store's
+// prefix included) is recordKey.
+func HashTagOf(recordKey string) string { return (&Tx{recordKey: recordKey}).HashTag() }
+
+// KeySlot is the store's own Redis Cluster slot of key.
+func KeySlot(key string) int { return keySlot(key) }
+
+// TrickyRecordKeys are Redis keys of records whose prefix, scope or
+// business key hold "{" and "}" in every position.
+var TrickyRecordKeys = trickyRecordKeys

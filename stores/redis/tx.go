@@ -69,6 +69,18 @@ var (
 	// message fails the same way until the wiring is fixed.
 	ErrNoClaim = errors.New("dedup/redis: no dedup claim in the context; add TxMiddleware after the dedup middleware, or call RunInTx inside Engine.Do's work")
 
+	// ErrNestedTx: RunInTx (or TxMiddleware) was called for a claim whose
+	// RunInTx still runs, as when a helper that opens its own RunInTx is
+	// called from a handler TxMiddleware already wraps, or after a
+	// RunInTx of the claim completed the record. Its work did not run and
+	// nothing was queued or sent. The enclosing RunInTx goes on: if its
+	// work returns the error, nothing is written and the claim is
+	// released; if it swallows it, its own commands are written with the
+	// completion. A programming error: every message fails the same way.
+	// Queue on the Tx already open instead: call RunInTx only when
+	// TxFromContext finds none.
+	ErrNestedTx = errors.New("dedup/redis: RunInTx inside a RunInTx of the same claim, or after it completed the record; queue on the open Tx (TxFromContext) instead")
+
 	// ErrCrossSlot: on a Redis Cluster, Tx.Queue was given a key that
 	// does not hash to the slot of the claim's record, so the command
 	// could not run in the record's atomic step. Nothing was queued. Put
@@ -174,10 +186,14 @@ func (t *Tx) Queue(keys []string, args ...any) (*goredis.Cmd, error) {
 // HashTag returns a Redis Cluster hash tag, "{...}", that puts a key in the
 // slot of the record: begin a key with it (tx.HashTag() + ":charge") to
 // write it in the record's atomic step. It is the record key's own hash
-// tag when the scoped key has one (a business key "{account-7}:payment-9"
-// makes every record of account 7 share a slot, and so the account's keys
-// "{account-7}:balance"), else the whole record key as a tag.
-func (t *Tx) HashTag() string { return "{" + hashTagOf(t.recordKey) + "}" }
+// tag when the key has one (a business key "{account-7}:payment-9" makes
+// every record of account 7 share a slot, and so the account's keys
+// "{account-7}:balance"), else the whole record key as a tag when it
+// holds no "}", else (a "}" would end the tag early: a business key "a}b"
+// or "{}x") a tag of up to four digits and letters chosen for the record's
+// slot ("{5md}"). The same record always gets the same tag, on a Cluster
+// or not; no round trip.
+func (t *Tx) HashTag() string { return slotHashTag(t.recordKey) }
 
 var errNotRun = errors.New("dedup/redis: the queued command has not run: RunInTx has not sent it yet, or the claim was lost")
 
@@ -191,9 +207,10 @@ var errNotRun = errors.New("dedup/redis: the queued command has not run: RunInTx
 //	router.AddMiddleware(deduplicator.Middleware, store.TxMiddleware)
 //
 // The handler queues its writes with TxFromContext(msg.Context()) and
-// Tx.Queue instead of sending them; see RunInTx for what happens then.
-// Cost: one script run (EVALSHA), replacing the dedup middleware's
-// separate Complete.
+// Tx.Queue instead of sending them; see RunInTx for what happens then. A
+// RunInTx the handler calls for the message fails with ErrNestedTx: queue
+// on the middleware's Tx. Cost: one script run (EVALSHA), replacing the
+// dedup middleware's separate Complete.
 func (s *Store) TxMiddleware(h message.HandlerFunc) message.HandlerFunc {
 	return txrun.Middleware(h, s.RunInTx)
 }
@@ -220,6 +237,11 @@ func (s *Store) TxMiddleware(h message.HandlerFunc) message.HandlerFunc {
 //     completed.
 //   - work returns an error or panics: nothing is sent; the engine
 //     releases the claim.
+//   - called inside a RunInTx of the same claim (a helper that opens its
+//     own, called from a handler TxMiddleware wraps), or after one
+//     completed the record: ErrNestedTx before work runs, nothing queued
+//     or sent. The enclosing RunInTx then writes its own commands with
+//     the completion, or nothing if its work returns the error.
 //   - the process dies before the script runs: nothing ran; the record
 //     stays in progress until its lease ends, then a retry runs once.
 //   - the reply is lost (the connection broke): go-redis may run the
@@ -260,6 +282,15 @@ func (s *Store) RunInTx(ctx context.Context, work func(ctx context.Context) ([]b
 			}
 			return nil
 		}
+	}
+	if ok {
+		// A nested RunInTx would complete the record first, and this one,
+		// finding it completed by its token, would take that for its own
+		// lost reply and drop its commands.
+		if !hc.BeginTx() {
+			return nil, ErrNestedTx
+		}
+		defer hc.EndTx()
 	}
 	result, err := work(context.WithValue(ctx, txKey{}, tx))
 	if err != nil {

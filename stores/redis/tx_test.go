@@ -8,9 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
@@ -31,6 +34,27 @@ func (h *scriptCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHoo
 	}
 }
 func (h *scriptCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+
+// replyLoser, armed, sends the next script command (but one answered
+// NOSCRIPT) twice and answers the second's reply, as go-redis does when
+// the first reply was lost.
+type replyLoser struct{ armed atomic.Bool }
+
+func (h *replyLoser) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h *replyLoser) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if n := cmd.Name(); (n == "evalsha" || n == "eval") && h.armed.Load() {
+			if err := next(ctx, cmd); goredis.HasErrorPrefix(err, "NOSCRIPT") {
+				return err
+			}
+			h.armed.Store(false)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *replyLoser) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return next
 }
 
@@ -172,6 +196,30 @@ func TestRunInTx(t *testing.T) {
 		}
 	})
 
+	// The script ran but its reply was lost, and go-redis sent it again:
+	// the second run finds the record completed by this claim and runs
+	// nothing, which RunInTx takes for the first run's success.
+	t.Run("reply-lost", func(t *testing.T) {
+		lostClient := newClient(t)
+		lost := &replyLoser{}
+		lostClient.AddHook(lost)
+		ls := newStore(t, lostClient, redis.Config{KeyPrefix: "tx-test:"})
+		lost.armed.Store(true)
+		cmd, res, err := charge(ctx, newTxEngine(t, ls), ls, "reply-lost", "tx-test-charge:reply-lost", 4, nil)
+		if err != nil || res.Outcome != dedup.Acquired {
+			t.Fatalf("Do: %v, %v; want success (the first run completed)", res.Outcome, err)
+		}
+		if lost.armed.Load() {
+			t.Fatal("no script was sent twice")
+		}
+		if cmd.Err() == nil {
+			t.Fatalf("the command's reply %v was set; want it unknown (lost)", cmd.Val())
+		}
+		if v, _ := client.Get(ctx, "tx-test-charge:reply-lost").Int(); v != 4 {
+			t.Fatalf("charge = %d; want 4 (run once)", v)
+		}
+	})
+
 	t.Run("no-claim", func(t *testing.T) {
 		ran := false
 		_, err := s.RunInTx(ctx, func(context.Context) ([]byte, error) { ran = true; return nil, nil })
@@ -195,6 +243,8 @@ func TestRunInTxCluster(t *testing.T) {
 	s := newStore(t, client, redis.Config{})
 	e := newTxEngine(t, s)
 	ctx := context.Background()
+	t.Run("hash-tags", func(t *testing.T) { testHashTagsOnCluster(t, cluster, client) })
+	t.Run("nested", func(t *testing.T) { testNestedRunInTx(t, client, s) })
 
 	for _, key := range []string{"order-1", "{account-7}:payment-9"} {
 		cmd, res, err := charge(ctx, e, s, key, "", 5, nil)
@@ -225,5 +275,174 @@ func TestRunInTxCluster(t *testing.T) {
 	}
 	if slots[0] != slots[1] {
 		t.Fatalf("slots %v: the account's key and its record are not together", slots)
+	}
+}
+
+// testHashTagsOnCluster: the server's CLUSTER KEYSLOT agrees with the
+// store's slots, and a key beginning with Tx.HashTag is in its record's
+// slot, for records with braces anywhere; RunInTx and TxMiddleware write
+// such keys with the completion.
+func testHashTagsOnCluster(t *testing.T, cluster *testserver.RedisCluster, client *goredis.ClusterClient) {
+	ctx := context.Background()
+	node := goredis.NewClient(&goredis.Options{Addr: cluster.Addrs[0]})
+	t.Cleanup(func() { _ = node.Close() })
+	records := redis.TrickyRecordKeys()
+	p := node.Pipeline()
+	slots := make([][2]*goredis.IntCmd, len(records))
+	for i, r := range records {
+		slots[i] = [2]*goredis.IntCmd{p.ClusterKeySlot(ctx, r), p.ClusterKeySlot(ctx, redis.HashTagOf(r)+":charge")}
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range records {
+		own := redis.KeySlot(r)
+		if got := slots[i][0].Val(); got != int64(own) {
+			t.Errorf("CLUSTER KEYSLOT %q = %d; the store computes %d", r, got, own)
+		}
+		if got := slots[i][1].Val(); got != int64(own) {
+			t.Errorf("CLUSTER KEYSLOT %q = %d; want the record's slot %d", redis.HashTagOf(r)+":charge", got, own)
+		}
+	}
+
+	for _, prefix := range []string{"dedup-braces:", "x}{y}:"} {
+		s := newStore(t, client, redis.Config{KeyPrefix: prefix})
+		e := newTxEngine(t, s)
+		for _, key := range []string{"a}b", "{x}y", "{}x", "x}y{z}", "}{"} {
+			var written string
+			res, err := e.Do(ctx, dedup.Call{Scope: "tx", Key: key}, func(ctx context.Context) ([]byte, error) {
+				return s.RunInTx(ctx, func(ctx context.Context) ([]byte, error) {
+					tx, _ := redis.TxFromContext(ctx)
+					written = tx.HashTag() + ":paid:" + key
+					_, err := tx.Queue([]string{written}, "set", written, key)
+					return nil, err
+				})
+			})
+			if err != nil || res.Outcome != dedup.Acquired {
+				t.Fatalf("prefix %q, key %q: Do: %v, %v; want the command written with the completion", prefix, key, res.Outcome, err)
+			}
+			if v, err := client.Get(ctx, written).Result(); v != key || err != nil {
+				t.Fatalf("prefix %q: %q = %q, %v; want %q", prefix, written, v, err, key)
+			}
+		}
+
+		// TxMiddleware: the handler queues a command on tx.HashTag()+":x".
+		d, err := dedup.New(dedup.Config{Store: s, Scope: "mw", Lease: time.Minute, Retention: time.Hour,
+			Key: func(msg *message.Message) (string, error) { return msg.Metadata.Get("key"), nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var written string
+		h := d.Middleware(s.TxMiddleware(func(msg *message.Message) ([]*message.Message, error) {
+			tx, ok := redis.TxFromContext(msg.Context())
+			if !ok {
+				return nil, errors.New("no Tx in the handler's context")
+			}
+			written = tx.HashTag() + ":x"
+			_, err := tx.Queue([]string{written}, "set", written, "done")
+			return nil, err
+		}))
+		msg := message.NewMessage(watermill.NewUUID(), nil)
+		msg.Metadata.Set("key", "{}a}b{")
+		msg.SetContext(ctx)
+		if _, err := h(msg); err != nil {
+			t.Fatalf("prefix %q: TxMiddleware: %v; want the command written with the completion", prefix, err)
+		}
+		if v, err := client.Get(ctx, written).Result(); v != "done" || err != nil {
+			t.Fatalf("prefix %q: %q = %q, %v; want done", prefix, written, v, err)
+		}
+		r, err := s.Inspect(ctx, scopedkey.Of("mw", "{}a}b{"))
+		if err != nil || r.State != admin.StateCompleted {
+			t.Fatalf("prefix %q: the record: %+v, %v; want completed", prefix, r, err)
+		}
+	}
+}
+
+// testNestedRunInTx: a RunInTx inside the RunInTx, or the TxMiddleware, of
+// the same claim (a helper that opens its own). The outer commands are
+// written with the completion, or the call fails; never a nil error with
+// the outer commands missing.
+func testNestedRunInTx(t *testing.T, client goredis.UniversalClient, s *redis.Store) {
+	ctx := context.Background()
+	e := newTxEngine(t, s)
+	d, err := dedup.New(dedup.Config{Store: s, Scope: "nested", Lease: time.Minute, Retention: time.Hour,
+		Key: func(msg *message.Message) (string, error) { return msg.Metadata.Get("key"), nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, viaMiddleware := range []bool{false, true} {
+		for _, passOn := range []bool{false, true} {
+			key := fmt.Sprintf("middleware=%v/pass-on=%v", viaMiddleware, passOn)
+			t.Run(key, func(t *testing.T) {
+				var outer, inner string
+				var innerErr error
+				innerRan := false
+				// body is the outer work: it queues its command, then calls
+				// the helper, and passes its error on or not.
+				body := func(ctx context.Context) error {
+					tx, ok := redis.TxFromContext(ctx)
+					if !ok {
+						return errors.New("no Tx in the work's context")
+					}
+					outer = tx.HashTag() + ":outer"
+					if _, err := tx.Queue([]string{outer}, "set", outer, "written"); err != nil {
+						return err
+					}
+					_, innerErr = s.RunInTx(ctx, func(ctx context.Context) ([]byte, error) {
+						innerRan = true
+						tx, _ := redis.TxFromContext(ctx)
+						inner = tx.HashTag() + ":inner"
+						_, err := tx.Queue([]string{inner}, "set", inner, "written")
+						return nil, err
+					})
+					if passOn {
+						return innerErr
+					}
+					return nil
+				}
+				if viaMiddleware {
+					h := d.Middleware(s.TxMiddleware(func(msg *message.Message) ([]*message.Message, error) {
+						return nil, body(msg.Context())
+					}))
+					msg := message.NewMessage(watermill.NewUUID(), nil)
+					msg.Metadata.Set("key", key)
+					msg.SetContext(ctx)
+					_, err = h(msg)
+				} else {
+					_, err = e.Do(ctx, dedup.Call{Scope: "nested", Key: key}, func(ctx context.Context) ([]byte, error) {
+						return s.RunInTx(ctx, func(ctx context.Context) ([]byte, error) { return nil, body(ctx) })
+					})
+				}
+				n, xerr := client.Exists(ctx, outer).Result()
+				if xerr != nil {
+					t.Fatal(xerr)
+				}
+				outerWritten := n == 1
+				switch {
+				case err == nil && !outerWritten:
+					t.Fatalf("the call returned nil, but the outer command %q was not written (the nested RunInTx: %v, work ran: %v)", outer, innerErr, innerRan)
+				case err != nil && outerWritten:
+					t.Fatalf("the call failed (%v), but the outer command was written", err)
+				}
+				// The nested call is refused before its work runs; the
+				// outer one writes its command with the completion, or
+				// fails with the refusal and writes nothing.
+				if !errors.Is(innerErr, redis.ErrNestedTx) || innerRan {
+					t.Fatalf("the nested RunInTx: %v (work ran: %v); want ErrNestedTx before its work", innerErr, innerRan)
+				}
+				if passOn != errors.Is(err, redis.ErrNestedTx) || passOn == outerWritten {
+					t.Fatalf("the call: %v, outer command written: %v; want ErrNestedTx and nothing written when the work passes the error on, else nil and the command written", err, outerWritten)
+				}
+				// A failed call released the claim (the redelivery runs); a
+				// call that succeeded completed the record.
+				want := dedup.Duplicate
+				if passOn {
+					want = dedup.Acquired
+				}
+				if again, err := e.Do(ctx, dedup.Call{Scope: "nested", Key: key}, func(context.Context) ([]byte, error) { return nil, nil }); err != nil || again.Outcome != want {
+					t.Fatalf("the redelivery: %v, %v; want %v", again.Outcome, err, want)
+				}
+			})
+		}
 	}
 }
