@@ -197,7 +197,7 @@ type batchSlot struct {
 	settled bool // its completion or release is queued, or the work completed the record (under batchRun.mu)
 
 	// Under batchRun.mu, for its copies: the end of its turn, and a channel
-	// closed then.
+	// closed then, made when a copy waits for it (see ended).
 	done, ok bool
 	out      []byte
 	over     chan struct{}
@@ -269,10 +269,10 @@ func unitsOf(calls []BatchCall) [][]int {
 // in the order of the turns.
 func (r *batchRun) prepare() {
 	e := r.e
+	flights := make([]flight, len(r.slots)) // one allocation
 	for i := range r.slots {
 		s := &r.slots[i]
 		s.r, s.i, s.ctx = r, i, r.ctx
-		s.over = make(chan struct{})
 		call := r.b.Calls[i].Call
 		if call.Scope == "" {
 			call.Scope = e.cfg.Scope // as Do takes it
@@ -287,7 +287,8 @@ func (r *batchRun) prepare() {
 			}
 			call.trace, s.ctx, s.trace = trace, ctx, trace
 		}
-		s.f = &flight{e: e, call: call}
+		s.f = &flights[i]
+		s.f.e, s.f.call = e, call
 		switch {
 		case r.b.Calls[i].Err != nil:
 			s.preset = r.b.Calls[i].Err
@@ -306,6 +307,7 @@ func (r *batchRun) prepare() {
 	}
 	r.units = unitsOf(r.b.Calls)
 	keys := make(map[string]*batchKey, len(r.slots))
+	batchKeys := make([]batchKey, 0, len(r.slots)) // one allocation
 	for _, unit := range r.units {
 		for _, i := range unit {
 			s := &r.slots[i]
@@ -314,7 +316,8 @@ func (r *batchRun) prepare() {
 			}
 			k := keys[s.f.hc.Key]
 			if k == nil {
-				k = new(batchKey)
+				batchKeys = append(batchKeys, batchKey{})
+				k = &batchKeys[len(batchKeys)-1]
 				keys[s.f.hc.Key] = k
 			}
 			s.key = k
@@ -549,13 +552,28 @@ func (r *batchRun) endTurn(s *batchSlot, ok bool, out []byte) {
 		return
 	}
 	s.done, s.ok, s.out = true, ok, out
-	close(s.over)
+	if s.over != nil {
+		close(s.over)
+	}
+}
+
+// ended returns a channel closed at the end of the call's turn.
+func (r *batchRun) ended(s *batchSlot) <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s.over == nil {
+		s.over = make(chan struct{})
+		if s.done {
+			close(s.over)
+		}
+	}
+	return s.over
 }
 
 // turn decides one call, as Do decides it after its claim, and runs its
 // work when its claim was won.
 func (r *batchRun) turn(s *batchSlot) (ClaimResult, error) {
-	f, ctx, w := s.f, s.ctx, batchWorker{r: r, i: s.i}
+	f, ctx, w := s.f, s.ctx, s // s is the call's work (see batchSlot.work)
 	switch {
 	case s.preset != nil:
 		return ClaimResult{}, s.preset
@@ -814,7 +832,7 @@ func (r *batchRun) awaitFirst(ctx context.Context, f *flight, first *batchSlot) 
 		timeout := make(chan struct{})
 		stop := clock.AfterFunc(left, func() { close(timeout) })
 		select {
-		case <-first.over:
+		case <-r.ended(first):
 		case <-timeout:
 		case <-ctx.Done():
 		}
@@ -826,21 +844,16 @@ func (r *batchRun) awaitFirst(ctx context.Context, f *flight, first *batchSlot) 
 	return ok, out, clock.Now().Sub(start)
 }
 
-// batchWorker is the work of call i: the batch's function, its panic
-// turned into an error (the claim is released) that stops the batch.
-type batchWorker struct {
-	r *batchRun
-	i int
-}
-
-func (w batchWorker) work(ctx context.Context) (result []byte, err error) {
+// work is the work of the call: the batch's function, its panic turned
+// into an error (the claim is released) that stops the batch.
+func (s *batchSlot) work(ctx context.Context) (result []byte, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			w.r.notePanic(p)
+			s.r.notePanic(p)
 			result, err = nil, fmt.Errorf("%w: %v", errWorkPanicked, p)
 		}
 	}()
-	return w.r.fn(ctx, w.i)
+	return s.r.fn(ctx, s.i)
 }
 
 // batchEnd is the end of a call's claim, waiting to be sent: its
@@ -904,7 +917,7 @@ func (r *batchRun) queue(end batchEnd) {
 // on.
 func (r *batchRun) send() {
 	defer close(r.stopped)
-	runtime.Gosched()
+	r.gather()
 	backoff := r.e.cfg.CompleteBackoff
 	for {
 		r.mu.Lock()
@@ -916,7 +929,7 @@ func (r *batchRun) send() {
 				return
 			}
 			<-r.wake
-			runtime.Gosched()
+			r.gather()
 			continue
 		}
 		again, pause := r.sendEnds(ends)
@@ -930,6 +943,26 @@ func (r *batchRun) send() {
 		r.mu.Lock()
 		r.ends = append(again, r.ends...)
 		r.mu.Unlock()
+	}
+}
+
+// gather lets the ends that are arriving together join the request about
+// to be sent: it yields the processor for as long as each yield brings
+// more (the turns already runnable end meanwhile), and no longer: never
+// for a call whose work has not returned.
+func (r *batchRun) gather() {
+	r.mu.Lock()
+	n := len(r.ends)
+	r.mu.Unlock()
+	for {
+		runtime.Gosched()
+		r.mu.Lock()
+		more := len(r.ends) > n
+		n = len(r.ends)
+		r.mu.Unlock()
+		if !more {
+			return
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package routerbench_test
 import (
 	"bytes"
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,8 +13,9 @@ import (
 
 // TestRunBatch runs the batch benchmark once, tiny, on the memory and
 // Redis stores, so that `make test` proves `make bench-batch` still works:
-// it checks what was printed (a row per store and size, two requests per
-// Redis batch of new keys), never how fast anything was.
+// it checks what was printed (a row per store and size, per Redis batch of
+// ten new keys 20 requests one record at a time, and with DoBatch one claim
+// request and one or two completion requests), never how fast anything was.
 func TestRunBatch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -33,8 +35,8 @@ func TestRunBatch(t *testing.T) {
 	for _, line := range strings.Split(got, "\n") {
 		if f := strings.Fields(line); len(f) > 6 && f[0] == "redis" && f[1] == "10" {
 			redis10 = line
-			if f[5] != "20.0" || f[6] != "2.0" {
-				t.Errorf("redis, batches of 10: requests %s per-record and %s DoBatch, want 20.0 and 2.0: %s", f[5], f[6], line)
+			if batched, err := strconv.ParseFloat(f[6], 64); f[5] != "20.0" || err != nil || batched < 2 || batched > 3 {
+				t.Errorf("redis, batches of 10: requests %s per-record and %s DoBatch, want 20.0 and 2 to 3: %s", f[5], f[6], line)
 			}
 		}
 	}
