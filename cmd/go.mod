@@ -7,7 +7,6 @@ require (
 	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/watermill-dedup/watermill-dedup v0.0.0-00010101000000-000000000000
-	github.com/watermill-dedup/watermill-dedup/internal/cmdenv v0.0.0-00010101000000-000000000000
 	github.com/watermill-dedup/watermill-dedup/internal/harness v0.0.0-00010101000000-000000000000
 	github.com/watermill-dedup/watermill-dedup/stores/redis v0.0.0-00010101000000-000000000000
 )
@@ -87,7 +86,7 @@ require (
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
 	github.com/vmihailenco/msgpack v4.0.4+incompatible // indirect
-	github.com/watermill-dedup/watermill-dedup/internal/redisbatch v0.0.0-00010101000000-000000000000 // indirect
+	github.com/watermill-dedup/watermill-dedup/cmd/dedupctl v0.0.0-00010101000000-000000000000
 	github.com/watermill-dedup/watermill-dedup/lambdadedup v0.0.0-00010101000000-000000000000 // indirect
 	github.com/watermill-dedup/watermill-dedup/stores/dynamo v0.0.0-00010101000000-000000000000 // indirect
 	github.com/watermill-dedup/watermill-dedup/stores/postgres v0.0.0-00010101000000-000000000000 // indirect
@@ -111,11 +110,11 @@ require (
 // The modules of this repository, from this checkout.
 replace (
 	github.com/watermill-dedup/watermill-dedup => ..
-	github.com/watermill-dedup/watermill-dedup/internal/cmdenv => ../internal/cmdenv
 	github.com/watermill-dedup/watermill-dedup/internal/harness => ../internal/harness
-	github.com/watermill-dedup/watermill-dedup/internal/redisbatch => ../internal/redisbatch
 	github.com/watermill-dedup/watermill-dedup/lambdadedup => ../lambdadedup
 	github.com/watermill-dedup/watermill-dedup/stores/dynamo => ../stores/dynamo
 	github.com/watermill-dedup/watermill-dedup/stores/postgres => ../stores/postgres
 	github.com/watermill-dedup/watermill-dedup/stores/redis => ../stores/redis
 )
+
+replace github.com/watermill-dedup/watermill-dedup/cmd/dedupctl => ./dedupctl

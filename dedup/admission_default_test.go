@@ -12,7 +12,6 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
-	"github.com/watermill-dedup/watermill-dedup/internal/admit"
 	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 )
 
@@ -28,7 +27,7 @@ type admittingStore struct {
 
 func (s *admittingStore) ClaimAdmission() int { return s.admission }
 
-var _ admit.Store = (*admittingStore)(nil)
+var _ dedup.ClaimAdmitter = (*admittingStore)(nil)
 
 func (s *admittingStore) Claim(ctx context.Context, key, fp string, lease time.Duration) (dedup.ClaimResult, error) {
 	s.arrived.Add(1)

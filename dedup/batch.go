@@ -10,8 +10,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/internal/fanout"
-	"github.com/watermill-dedup/watermill-dedup/internal/originctx"
-	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
+	"github.com/watermill-dedup/watermill-dedup/internal/keys"
 )
 
 // BatchCall is one call of a [Batch]: a [Call], and the group whose order
@@ -302,11 +301,11 @@ func (r *batchRun) prepare() {
 				s.keyErr = err
 				continue
 			}
-			s.f.hc.Key = scopedkey.Of(call.Scope, call.Key)
+			s.f.hc.key = keys.Scoped(call.Scope, call.Key)
 		}
 	}
 	r.units = unitsOf(r.b.Calls)
-	keys := make(map[string]*batchKey, len(r.slots))
+	byKey := make(map[string]*batchKey, len(r.slots))
 	batchKeys := make([]batchKey, 0, len(r.slots)) // one allocation
 	for _, unit := range r.units {
 		for _, i := range unit {
@@ -314,11 +313,11 @@ func (r *batchRun) prepare() {
 			if s.preset != nil || s.keyErr != nil {
 				continue
 			}
-			k := keys[s.f.hc.Key]
+			k := byKey[s.f.hc.key]
 			if k == nil {
 				batchKeys = append(batchKeys, batchKey{})
 				k = &batchKeys[len(batchKeys)-1]
-				keys[s.f.hc.Key] = k
+				byKey[s.f.hc.key] = k
 			}
 			s.key = k
 			if k.claimer != nil {
@@ -369,7 +368,7 @@ func (r *batchRun) claim() {
 		}
 		s.f.keeper.lease, s.f.keeper.claimedAt = lease, now
 		o, _ := OriginFromContext(s.f.work) // the call's, else the context's
-		reqs = append(reqs, ClaimRequest{Key: s.f.hc.Key, Fingerprint: s.f.call.Fingerprint, Lease: lease, Origin: o})
+		reqs = append(reqs, ClaimRequest{Key: s.f.hc.key, Fingerprint: s.f.call.Fingerprint, Lease: lease, Origin: o})
 		slots = append(slots, s)
 	}
 	if len(reqs) == 0 {
@@ -412,7 +411,7 @@ func (e *Engine) claimMany(ctx context.Context, reqs []ClaimRequest) ([]ClaimRes
 	res, errs := make([]ClaimResult, len(reqs)), make([]error, len(reqs))
 	fanout.Each(len(reqs), batchFallbackConcurrency, func(i int) {
 		rq := reqs[i]
-		res[i], errs[i] = e.cfg.Store.Claim(originctx.With(ctx, rq.Origin.TransportID, rq.Origin.MessageID), rq.Key, rq.Fingerprint, rq.Lease)
+		res[i], errs[i] = e.cfg.Store.Claim(WithOrigin(ctx, rq.Origin), rq.Key, rq.Fingerprint, rq.Lease)
 	})
 	return res, errs
 }
@@ -684,7 +683,7 @@ func (r *batchRun) take(s *batchSlot) (keyTurn, *batchSlot) {
 	from := c.f
 	c.sent, c.won = false, false
 	c.f = &flight{e: r.e, call: from.call} // for its own turn, as a copy
-	c.f.hc.Key = from.hc.Key
+	c.f.hc.key = from.hc.key
 	r.mu.Unlock()
 	s.takeOver(from)
 	return withTheClaim, nil
@@ -710,7 +709,7 @@ func (s *batchSlot) takeOver(from *flight) {
 	old.mu.Unlock()
 	from.work.end(nil)
 	f.keeper.lease, f.keeper.claimedAt = old.lease, old.claimedAt
-	f.hc.Key, f.hc.Token = from.hc.Key, from.hc.Token
+	f.hc.key, f.hc.token = from.hc.key, from.hc.token
 	f.keepLeaseFrom(leaseEnd, lastBeat, expired)
 }
 

@@ -9,11 +9,10 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
-	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
 	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 )
 
-// notingStore notes something of each claim at Claim (claimctx.SetNote)
+// notingStore notes something of each claim at Claim (dedup.HeldClaim.SetNote)
 // and checks at Complete and Release that their contexts carry the same
 // claim with that note, and the call's Origin (its MessageID is the end
 // of the key in these tests).
@@ -25,7 +24,7 @@ type notingStore struct {
 
 func (s *notingStore) Claim(ctx context.Context, key, fingerprint string, lease time.Duration) (dedup.ClaimResult, error) {
 	res, err := s.Store.Claim(ctx, key, fingerprint, lease)
-	if hc, ok := claimctx.From(ctx); ok && hc.Token == "" && err == nil && res.Outcome == dedup.Acquired {
+	if hc, ok := dedup.HeldClaimFromContext(ctx); ok && hc.Claim().Token == "" && err == nil && res.Outcome == dedup.Acquired {
 		hc.SetNote("noted " + res.Claim.Token)
 	}
 	return res, err
@@ -37,11 +36,11 @@ func (s *notingStore) end(ctx context.Context, op string, claim dedup.Claim) {
 		s.ends <- op + ": origin " + o.MessageID
 		return
 	}
-	hc, ok := claimctx.From(ctx)
+	hc, ok := dedup.HeldClaimFromContext(ctx)
 	switch {
 	case !ok:
 		s.ends <- op + ": no claim in the context"
-	case hc.Key != claim.Key || hc.Token != claim.Token:
+	case hc.Claim() != claim:
 		s.ends <- op + ": another claim in the context"
 	case hc.Note() != "noted "+claim.Token:
 		s.ends <- op + ": note " + hc.Note()

@@ -8,7 +8,6 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
-	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
 	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 )
 
@@ -40,12 +39,12 @@ func TestFailureAfterInWorkCompletionIsNoLostClaim(t *testing.T) {
 					}
 				}()
 				_, err = e.Do(context.Background(), dedup.Call{Scope: "s", Key: "k"}, func(ctx context.Context) ([]byte, error) {
-					hc, ok := claimctx.From(ctx)
+					hc, ok := dedup.HeldClaimFromContext(ctx)
 					if !ok {
 						t.Fatal("no claim in the work's context")
 					}
 					hc.StopHeartbeat()
-					if err := store.Complete(ctx, dedup.Claim{Key: hc.Key, Token: hc.Token}, nil, hc.Retention()); err != nil {
+					if err := store.Complete(ctx, hc.Claim(), nil, hc.Retention()); err != nil {
 						t.Fatal(err)
 					}
 					hc.MarkCompleted()

@@ -8,8 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/admit"
-	"github.com/watermill-dedup/watermill-dedup/internal/keyrule"
+	"github.com/watermill-dedup/watermill-dedup/internal/keys"
 )
 
 // transportIDMetadata names the metadata entries that carry transport ids
@@ -22,7 +21,7 @@ const (
 	defaultLease             = 30 * time.Second
 	defaultRetention         = 24 * time.Hour
 	defaultStoreTimeout      = 5 * time.Second
-	defaultMaxKeyLength      = keyrule.DefaultMaxLength
+	defaultMaxKeyLength      = keys.DefaultMaxLength
 	defaultCompleteRetries   = 3
 	defaultCompleteBackoff   = 100 * time.Millisecond
 	defaultMaxClaimsInFlight = 16
@@ -262,7 +261,7 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxClaimsInFlight == 0 {
 		c.MaxClaimsInFlight = defaultMaxClaimsInFlight
-		if n := admit.Of(c.Store); n > 0 {
+		if n := claimAdmission(c.Store); n > 0 {
 			c.MaxClaimsInFlight = n
 		}
 	}

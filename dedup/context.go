@@ -5,9 +5,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
-	"github.com/watermill-dedup/watermill-dedup/internal/originctx"
 )
 
 // The contexts and timers of a flight (flight.go): the work's context
@@ -17,7 +14,7 @@ import (
 // comment of each says what it saves, measured.
 
 // workCtx is the work's context: cancellable with a cause (ErrClaimLost at
-// the lease deadline), carrying the claim (claimctx) and the call's
+// the lease deadline), carrying the claim (HeldClaimFromContext) and the call's
 // Origin, and ended with the caller's context. It is
 // context.WithCancelCause(parent) with the claim as a value, made only
 // when something needs it: when someone asks for its Done (the work, a
@@ -113,10 +110,10 @@ func (w *workCtx) Err() error {
 }
 
 func (w *workCtx) Value(key any) any {
-	if claimctx.IsKey(key) {
+	if _, ok := key.(heldKey); ok {
 		return &w.f.hc
 	}
-	if _, ok := key.(originctx.Key); ok && (w.f.call.MessageUUID != "" || w.f.call.MessageID != "") {
+	if _, ok := key.(originKey); ok && (w.f.call.MessageUUID != "" || w.f.call.MessageID != "") {
 		// The claim's context answers OriginFromContext from the call,
 		// without an allocation.
 		return &w.f.call
@@ -129,7 +126,7 @@ func (w *workCtx) Value(key any) any {
 
 // endParent is the parent of the context of a flight's Complete and
 // Release (finishOp): context.WithoutCancel of the caller's context, but
-// answering the claim (claimctx) and the Origin as the work's context
+// answering the claim (HeldClaimFromContext) and the Origin as the work's context
 // does, so that a store finds there what it noted at the claim. Made
 // without an allocation: context.WithoutCancel costs one to make and one
 // on every Value through it (its Value boxes its receiver), which a

@@ -9,7 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
-	"github.com/watermill-dedup/watermill-dedup/internal/keyrule"
+	"github.com/watermill-dedup/watermill-dedup/internal/keys"
 )
 
 // Engine runs the claim lifecycle that every entry point shares: the
@@ -187,10 +187,10 @@ func (e *Engine) checkKey(key, transportID string) error {
 	return checkKey(key, transportID, e.cfg.MaxKeyLength)
 }
 
-// checkKey applies the engine's key rule (internal/keyrule) and refuses a
+// checkKey applies the engine's key rule (internal/keys) and refuses a
 // key equal to the message's transport id.
 func checkKey(key, transportID string, maxKeyLength int) error {
-	if reason := keyrule.Problem(key, maxKeyLength); reason != "" {
+	if reason := keys.Problem(key, maxKeyLength); reason != "" {
 		return &KeyError{Reason: reason, MessageUUID: transportID}
 	}
 	if transportID != "" && key == transportID {

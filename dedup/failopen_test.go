@@ -23,7 +23,7 @@ func (downStore) Claim(context.Context, string, string, time.Duration) (dedup.Cl
 // documents (0, false) for a fail-open run, and stores/postgres RunInTx
 // would otherwise complete the enclosing call's record (another key) in
 // the inner run's transaction. The Shadow branch of claimFailed already
-// hides it with claimctx.WithShadow; the FailOpen branch does not.
+// hides it with an unclaimed-run mark; the FailOpen branch does not.
 func TestFailOpenRunHidesAnEnclosingClaim(t *testing.T) {
 	clock := fakeclock.New(epoch)
 	outer, err := dedup.NewEngine(dedup.Config{Store: memstore.New(clock), Clock: clock})

@@ -7,8 +7,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
-	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
-	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
+	"github.com/watermill-dedup/watermill-dedup/internal/keys"
 )
 
 // flight is one Engine.Do call (or one message of the middleware) from its
@@ -32,7 +31,7 @@ type flight struct {
 	work *workCtx // &workCtx0, or a fresh one (a batch's copy of a running call)
 	// workCtx0 is the work context a flight usually needs.
 	workCtx0 workCtx
-	hc       claimctx.Claim // hc.Key is the scoped key from the start
+	hc       HeldClaim // hc.key is the scoped key from the start
 	keeper   leaseKeeper
 	// wait is what an InProgressWait needs (see flightWait); nil without
 	// Config.InProgressWait, so that a flight stays in a smaller size
@@ -90,8 +89,8 @@ func (f *flight) do(ctx context.Context, w worker) (ClaimResult, error) {
 	if err := e.checkKey(call.Key, call.MessageUUID); err != nil {
 		return f.keyMissing(ctx, err, w)
 	}
-	key := scopedkey.Of(call.Scope, call.Key)
-	f.hc.Key = key
+	key := keys.Scoped(call.Scope, call.Key)
+	f.hc.key = key
 	lease, err := e.callLease(call)
 	if err != nil {
 		return ClaimResult{}, err
@@ -136,7 +135,7 @@ func (f *flight) do(ctx context.Context, w worker) (ClaimResult, error) {
 // take (Call.KeyErr) by call.Key, if set, in its decision.
 func (f *flight) nameUnkeyed() {
 	if f.call.Key != "" {
-		f.hc.Key = scopedkey.Of(f.call.Scope, f.call.Key)
+		f.hc.key = keys.Scoped(f.call.Scope, f.call.Key)
 	}
 }
 
@@ -151,9 +150,9 @@ func (f *flight) nameUnkeyed() {
 // work runs anyway.
 func (f *flight) keyMissing(ctx context.Context, err error, w worker) (ClaimResult, error) {
 	if f.e.cfg.Shadow {
-		return f.runShadow(ctx, Decision{Event: keyEvent(err), Key: f.hc.Key, Err: err}, w)
+		return f.runShadow(ctx, Decision{Event: keyEvent(err), Key: f.hc.key, Err: err}, w)
 	}
-	f.e.event(&f.call, keyEvent(err), "", f.hc.Key, 0, err)
+	f.e.event(&f.call, keyEvent(err), "", f.hc.key, 0, err)
 	return ClaimResult{}, err
 }
 
@@ -196,7 +195,7 @@ func (f *flight) claim(ctx context.Context, lease time.Duration) (res ClaimResul
 	if e.cfg.InProgressWait > 0 {
 		f.claimSentAt(sent)
 	}
-	res, err = e.cfg.Store.Claim(op, f.hc.Key, f.call.Fingerprint, lease)
+	res, err = e.cfg.Store.Claim(op, f.hc.key, f.call.Fingerprint, lease)
 	op.end()
 	if e.timed {
 		e.observeOp(ctx, "claim", time.Since(sent), err)
@@ -209,14 +208,14 @@ func (f *flight) claimEvent(ev event.Event, res ClaimResult, elapsed, waited tim
 	if f.e.quiet && f.call.trace == nil {
 		return
 	}
-	f.e.decide(&f.call, Decision{Event: ev, Op: "claim", Key: f.hc.Key, Elapsed: elapsed, Waited: waited, Outcome: res.Outcome,
+	f.e.decide(&f.call, Decision{Event: ev, Op: "claim", Key: f.hc.key, Elapsed: elapsed, Waited: waited, Outcome: res.Outcome,
 		Replayed: ev == event.SkipDuplicate && len(res.Result) > 0})
 }
 
 // claimFailed reports a claim that got no answer, and runs the work
 // unclaimed with Config.FailOpen (or Shadow).
 func (f *flight) claimFailed(ctx context.Context, w worker, elapsed, waited time.Duration, err error) (ClaimResult, error) {
-	e, call, key := f.e, &f.call, f.hc.Key
+	e, call, key := f.e, &f.call, f.hc.key
 	err = &StoreError{Op: "claim", Key: key, Err: err}
 	e.decide(call, Decision{Event: event.StoreError, Op: "claim", Key: key, Elapsed: elapsed, Waited: waited, Err: err})
 	if !(e.cfg.FailOpen || e.cfg.Shadow) || ctx.Err() != nil {
@@ -226,7 +225,7 @@ func (f *flight) claimFailed(ctx context.Context, w worker, elapsed, waited time
 	// Marked as a run without a claim, as shadow runs are: it hides the
 	// claim of an enclosing call (OutcomeFromContext says 0, false), and
 	// stores/postgres RunInTx commits its writes without completing.
-	ctx = claimctx.WithShadow(ctx, 0)
+	ctx = withUnclaimedRun(ctx, 0)
 	result, err := w.work(ctx)
 	return ClaimResult{Result: result}, err
 }
@@ -235,7 +234,7 @@ func (f *flight) claimFailed(ctx context.Context, w worker, elapsed, waited time
 // with another fingerprint (or, with Config.Shadow, completed), and with
 // Config.Shadow runs the work without a claim.
 func (f *flight) refused(ctx context.Context, res ClaimResult, elapsed, waited time.Duration, w worker) (ClaimResult, error) {
-	e, call, key := f.e, &f.call, f.hc.Key
+	e, call, key := f.e, &f.call, f.hc.key
 	dec := Decision{Op: "claim", Key: key, Elapsed: elapsed, Waited: waited, Outcome: res.Outcome}
 	switch res.Outcome {
 	case Duplicate:
@@ -264,8 +263,8 @@ func (f *flight) run(ctx context.Context, claim Claim, w worker) (ClaimResult, e
 // hold starts keeping an acquired claim: the work's context carries it,
 // and the lease keeper extends it (see leaseKeeper).
 func (f *flight) hold(claim Claim) {
-	f.hc.Key, f.hc.Token = claim.Key, claim.Token
-	f.hc.SetKeeper(f.keepLease())
+	f.hc.key, f.hc.token = claim.Key, claim.Token
+	f.hc.keeper = f.keepLease()
 }
 
 // runHeld does the work of a held claim and ends the claim exactly once:
@@ -387,7 +386,7 @@ func (f *flight) completeAgain(err error, result *[]byte, attempt int) (again, p
 		// key in progress (which would run the effect again after the
 		// lease): the replay is lost, the effect is not repeated. Op is
 		// empty: the claim is not over yet.
-		f.e.event(&f.call, event.StoreError, "", f.hc.Key, 0, fmt.Errorf("storing the result for replay (%d bytes); completing without it: %w", len(*result), err))
+		f.e.event(&f.call, event.StoreError, "", f.hc.key, 0, fmt.Errorf("storing the result for replay (%d bytes); completing without it: %w", len(*result), err))
 		*result = nil
 		return true, false
 	}
@@ -454,9 +453,9 @@ func (f *flight) released(err, cause error) {
 // finishOp runs a Complete or Release within StoreTimeout, detached from ctx:
 // the record must be finished even when the message's or request's context
 // was cancelled. The first attempt uses the flight's own context; retries
-// get one each. The context carries the claim (claimctx) and the call's
+// get one each. The context carries the claim (HeldClaimFromContext) and the call's
 // Origin, as the claim's did: a store finds there what it noted at the
-// claim (claimctx.Claim.SetNote).
+// claim (HeldClaim.SetNote).
 func (f *flight) finishOp(ctx context.Context, op string, do func(context.Context) error) error {
 	oc := &f.endCtx
 	if oc.parent != nil {

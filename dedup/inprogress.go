@@ -22,7 +22,7 @@ import (
 // Cost: one claim round trip per pause; no store support beyond Claim is
 // needed.
 //
-// With a store that wakes waiters (keywatch.Watcher), the key is watched
+// With a store that wakes waiters (KeyWatcher), the key is watched
 // before the next claim: a claim follows each wake (the first when the
 // watch is in place, which covers a change between the first claim and the
 // watch) and, as the safety net, every InProgressFallback without one; when

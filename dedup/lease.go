@@ -89,12 +89,12 @@ func (f *flight) keepLeaseFrom(leaseEnd, lastBeat time.Time, expired bool) {
 	k := &f.keeper
 	k.f = f
 	k.leaseEnd, k.lastBeat = leaseEnd, lastBeat
-	f.hc.SetKeeper(k)
+	f.hc.keeper = k
 	k.mu.Lock()
 	if expired {
 		k.expired = true
 		k.mu.Unlock()
-		f.work.end(fmt.Errorf("%w: the lease of %q ends at %s and no extension succeeded", ErrClaimLost, f.hc.Key, leaseEnd.Format(time.RFC3339Nano)))
+		f.work.end(fmt.Errorf("%w: the lease of %q ends at %s and no extension succeeded", ErrClaimLost, f.hc.key, leaseEnd.Format(time.RFC3339Nano)))
 		return
 	}
 	k.arm()
@@ -102,7 +102,7 @@ func (f *flight) keepLeaseFrom(leaseEnd, lastBeat time.Time, expired bool) {
 }
 
 // claim is the claim kept.
-func (k *leaseKeeper) claim() Claim { return Claim{Key: k.f.hc.Key, Token: k.f.hc.Token} }
+func (k *leaseKeeper) claim() Claim { return Claim{Key: k.f.hc.key, Token: k.f.hc.token} }
 
 // deadline is when the work's context is cancelled unless an extension
 // succeeds first. Called with k.mu held.
@@ -155,10 +155,10 @@ func (k *leaseKeeper) finish() {
 	k.mu.Unlock()
 }
 
-// StopHeartbeat is stop, for claimctx.Claim.StopHeartbeat.
+// StopHeartbeat is stop, for HeldClaim.StopHeartbeat.
 func (k *leaseKeeper) StopHeartbeat() { k.stop() }
 
-// Retention is the engine's Config.Retention, for claimctx.Claim.Retention.
+// Retention is the engine's Config.Retention, for HeldClaim.Retention.
 func (k *leaseKeeper) Retention() time.Duration { return k.f.e.cfg.Retention }
 
 // stop ends the keeper and waits until no extension is in flight and no
@@ -261,7 +261,7 @@ func (k *leaseKeeper) expire() {
 	clock := k.f.e.cfg.Clock
 	k.stopEnd = clock.AfterFunc(end.Sub(clock.Now()), func() { k.leaseEnded(end) })
 	k.mu.Unlock()
-	k.f.work.end(fmt.Errorf("%w: the lease of %q ends at %s and no extension succeeded", ErrClaimLost, k.f.hc.Key, end.Format(time.RFC3339Nano)))
+	k.f.work.end(fmt.Errorf("%w: the lease of %q ends at %s and no extension succeeded", ErrClaimLost, k.f.hc.key, end.Format(time.RFC3339Nano)))
 }
 
 // leaseEnded decides claim_lost at the end of a lease whose deadline
@@ -279,7 +279,7 @@ func (k *leaseKeeper) leaseEnded(end time.Time) {
 	k.extensions.Add(1) // under the lock, not stopped: stop cannot be waiting yet
 	k.mu.Unlock()
 	defer k.extensions.Done()
-	err := fmt.Errorf("%w: the lease of %q ended at %s and no extension succeeded", ErrClaimLost, k.f.hc.Key, end.Format(time.RFC3339Nano))
+	err := fmt.Errorf("%w: the lease of %q ended at %s and no extension succeeded", ErrClaimLost, k.f.hc.key, end.Format(time.RFC3339Nano))
 	k.event(event.ClaimLost, k.f.e.cfg.Clock.Now().Sub(k.claimedAt), err)
 }
 
@@ -388,7 +388,7 @@ func (p *extensionPanic) Unwrap() error {
 // returned (expire still cancels the work).
 func (k *leaseKeeper) event(ev event.Event, elapsed time.Duration, err error) {
 	defer k.recoverObserver("a decision")
-	k.f.e.event(&k.f.call, ev, "extend", k.f.hc.Key, elapsed, err)
+	k.f.e.event(&k.f.call, ev, "extend", k.f.hc.key, elapsed, err)
 }
 
 // observeExtend is Engine.observeOp of an extension, with a panic of the
@@ -413,5 +413,5 @@ func (k *leaseKeeper) recoverObserver(what string) {
 	call := &k.f.call
 	k.f.e.cfg.Logger.Error("dedup: panic recovered while telling the Observer of "+what+" of the lease",
 		fmt.Errorf("%v\n%s", p, stack),
-		watermill.LogFields{"key": k.f.hc.Key, "handler": call.Handler, "topic": call.Topic, "message_uuid": call.MessageUUID})
+		watermill.LogFields{"key": k.f.hc.key, "handler": call.Handler, "topic": call.Topic, "message_uuid": call.MessageUUID})
 }

@@ -7,9 +7,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
+	"github.com/watermill-dedup/watermill-dedup/internal/keys"
 	"github.com/watermill-dedup/watermill-dedup/internal/replay"
-	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
 )
 
 // Deduplicator is the router middleware. Create it with New; it is safe for
@@ -74,8 +73,8 @@ type delivery struct {
 }
 
 func (m *delivery) work(workCtx context.Context) ([]byte, error) {
-	if hc, ok := claimctx.From(workCtx); ok {
-		hc.Replay = m.d.cfg.Replay
+	if hc, ok := HeldClaimFromContext(workCtx); ok {
+		hc.replay = m.d.cfg.Replay
 	}
 	ctx := m.msg.Context()
 	m.msg.SetContext(workCtx)
@@ -144,7 +143,7 @@ func (d *Deduplicator) handle(h message.HandlerFunc, msg *message.Message) ([]*m
 	if d.cfg.Fingerprint != nil {
 		if call.Fingerprint, err = d.cfg.Fingerprint(msg); err != nil {
 			err = &KeyError{Field: "fingerprint", Reason: "fingerprint failed", MessageUUID: msg.UUID, Err: err}
-			return d.keyMissing(h, msg, call, scopedkey.Of(call.Scope, call.Key), err)
+			return d.keyMissing(h, msg, call, keys.Scoped(call.Scope, call.Key), err)
 		}
 	}
 
@@ -162,7 +161,7 @@ func (d *Deduplicator) handle(h message.HandlerFunc, msg *message.Message) ([]*m
 	}
 	replayed, err := replay.Decode(res.Result)
 	if err != nil {
-		return nil, fmt.Errorf("%w: replaying %q: %v", ErrCorruptResult, scopedkey.Of(call.Scope, call.Key), err)
+		return nil, fmt.Errorf("%w: replaying %q: %v", ErrCorruptResult, keys.Scoped(call.Scope, call.Key), err)
 	}
 	return replayed, nil
 }

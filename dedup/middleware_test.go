@@ -16,7 +16,6 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
-	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
 	"github.com/watermill-dedup/watermill-dedup/internal/faultstore"
 	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/internal/replay"
@@ -525,7 +524,7 @@ func TestHandlerCanStopHeartbeatAndCompleteItself(t *testing.T) {
 	store := newFaultStore(memstore.New(clock))
 	d := newDedup(t, dedup.Config{Store: store, Clock: clock, Lease: 30 * time.Second, Heartbeat: 10 * time.Second, Replay: true})
 	h := d.Middleware(func(m *message.Message) ([]*message.Message, error) {
-		hc, ok := claimctx.From(m.Context())
+		hc, ok := dedup.HeldClaimFromContext(m.Context())
 		if !ok {
 			return nil, errors.New("no claim in the handler's context")
 		}
@@ -538,7 +537,7 @@ func TestHandlerCanStopHeartbeatAndCompleteItself(t *testing.T) {
 			return nil, fmt.Errorf("%d timers pending after StopHeartbeat", n)
 		}
 		out := []*message.Message{message.NewMessage("out-1", []byte("receipt"))}
-		if err := store.Complete(m.Context(), dedup.Claim{Key: hc.Key, Token: hc.Token}, replay.Encode(out), hc.Retention()); err != nil {
+		if err := store.Complete(m.Context(), hc.Claim(), replay.Encode(out), hc.Retention()); err != nil {
 			return nil, err
 		}
 		hc.MarkCompleted()

@@ -5,8 +5,6 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
-
-	"github.com/watermill-dedup/watermill-dedup/internal/originctx"
 )
 
 // Origin says which copy of a message (or which request) a claim was made
@@ -33,22 +31,39 @@ type Origin struct {
 	MessageID string
 }
 
+// MaxOriginIDLength is the longest id, in bytes, that OriginFromContext
+// returns: a store may size its record by it.
+const MaxOriginIDLength = 100
+
+// originKey is the context key of the Origin. Its value is an *Origin (set
+// by WithOrigin) or, on the claim contexts of the Engine, the Engine's own
+// Call.
+type originKey struct{}
+
+// WithOrigin returns ctx carrying o, which OriginFromContext returns: for
+// code that calls a Store's Claim itself (a store's batch method that
+// claims record by record, a test) and for an entry point whose Engine.Do
+// Call names neither MessageUUID nor MessageID (httpdedup puts the
+// request's id there). Cost: one context.WithValue.
+func WithOrigin(ctx context.Context, o Origin) context.Context {
+	return context.WithValue(ctx, originKey{}, &o)
+}
+
 // OriginFromContext returns the Origin of the claim whose context ctx is
 // (a Store calls it in Claim; the contexts the Engine passes to the
 // Complete and Release of that claim answer it too), and whether there is
 // one. The ids are
 // cleaned so that every store can keep them as text: at most 100 bytes
-// each (a longer id is cut at a character boundary; a store may size its
-// record by that bound), invalid UTF-8 and control characters replaced by
+// each (MaxOriginIDLength: a longer id is cut at a character boundary), invalid UTF-8 and control characters replaced by
 // U+FFFD. The claim contexts the Engine passes answer it without an
 // allocation (an id that needs cleaning costs one).
 func OriginFromContext(ctx context.Context) (Origin, bool) {
 	var o Origin
-	switch v := ctx.Value(originctx.Key{}).(type) {
+	switch v := ctx.Value(originKey{}).(type) {
 	case *Call: // the claim's context (workCtx.Value)
 		o = Origin{TransportID: v.MessageUUID, MessageID: v.MessageID}
-	case *originctx.IDs:
-		o = Origin{TransportID: v.TransportID, MessageID: v.MessageID}
+	case *Origin:
+		o = *v
 	}
 	if o.TransportID == "" && o.MessageID == "" {
 		return Origin{}, false
@@ -58,7 +73,7 @@ func OriginFromContext(ctx context.Context) (Origin, bool) {
 
 // cleanID returns id as OriginFromContext promises it.
 func cleanID(id string) string {
-	clean := len(id) <= originctx.MaxIDLength
+	clean := len(id) <= MaxOriginIDLength
 	for i := 0; clean && i < len(id); i++ {
 		c := id[i]
 		clean = c >= 0x20 && c < 0x7f // the usual case: printable ASCII
@@ -71,7 +86,7 @@ func cleanID(id string) string {
 		if unicode.IsControl(r) {
 			r = utf8.RuneError
 		}
-		if b.Len()+utf8.RuneLen(r) > originctx.MaxIDLength {
+		if b.Len()+utf8.RuneLen(r) > MaxOriginIDLength {
 			break
 		}
 		b.WriteRune(r)

@@ -13,7 +13,6 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
-	"github.com/watermill-dedup/watermill-dedup/internal/originctx"
 )
 
 // originStore records the Origin each Claim's context carries.
@@ -111,8 +110,8 @@ func TestOriginReachesTheStore(t *testing.T) {
 	}{
 		{context.Background(), dedup.Call{MessageUUID: "t", MessageID: "m"}, dedup.Origin{TransportID: "t", MessageID: "m"}},
 		{context.Background(), dedup.Call{MessageID: "m"}, dedup.Origin{MessageID: "m"}},
-		{originctx.With(context.Background(), ctxOrigin.TransportID, ctxOrigin.MessageID), dedup.Call{}, ctxOrigin},
-		{originctx.With(context.Background(), ctxOrigin.TransportID, ctxOrigin.MessageID), dedup.Call{MessageUUID: "u"}, dedup.Origin{TransportID: "u"}},
+		{dedup.WithOrigin(context.Background(), dedup.Origin{TransportID: ctxOrigin.TransportID, MessageID: ctxOrigin.MessageID}), dedup.Call{}, ctxOrigin},
+		{dedup.WithOrigin(context.Background(), dedup.Origin{TransportID: ctxOrigin.TransportID, MessageID: ctxOrigin.MessageID}), dedup.Call{MessageUUID: "u"}, dedup.Origin{TransportID: "u"}},
 	} {
 		c.call.Scope, c.call.Key = "do", "k"+string(rune('0'+i))
 		if _, err := e.Do(c.ctx, c.call, work); err != nil {
@@ -132,27 +131,27 @@ func TestOriginReachesTheStore(t *testing.T) {
 }
 
 // TestOriginFromContextCleansIDs: ids reach stores as text every store
-// keeps: at most 100 bytes (originctx.MaxIDLength), valid UTF-8, no control
+// keeps: at most 100 bytes (dedup.MaxOriginIDLength), valid UTF-8, no control
 // characters.
 func TestOriginFromContextCleansIDs(t *testing.T) {
-	long := strings.Repeat("é", originctx.MaxIDLength) // twice too long
+	long := strings.Repeat("é", dedup.MaxOriginIDLength) // twice too long
 	for in, want := range map[string]string{
 		"0b9f8e3c-4d1a-4e2b-9c3d-5e6f7a8b9c0d": "0b9f8e3c-4d1a-4e2b-9c3d-5e6f7a8b9c0d",
 		"a\x00b\nc":                            "a\ufffdb\ufffdc",
 		"bad-\xff-utf8":                        "bad-\ufffd-utf8",
-		long:                                   long[:originctx.MaxIDLength],
-		"x" + long:                             "x" + long[:originctx.MaxIDLength-2],
+		long:                                   long[:dedup.MaxOriginIDLength],
+		"x" + long:                             "x" + long[:dedup.MaxOriginIDLength-2],
 		"":                                     "",
 	} {
-		o, ok := dedup.OriginFromContext(originctx.With(context.Background(), in, "m"))
+		o, ok := dedup.OriginFromContext(dedup.WithOrigin(context.Background(), dedup.Origin{TransportID: in, MessageID: "m"}))
 		if !ok || o.TransportID != want || o.MessageID != "m" {
 			t.Errorf("%.20q: %q %v, want %q", in, o.TransportID, ok, want)
 		}
-		if len(o.TransportID) > originctx.MaxIDLength || !utf8.ValidString(o.TransportID) {
+		if len(o.TransportID) > dedup.MaxOriginIDLength || !utf8.ValidString(o.TransportID) {
 			t.Errorf("%.20q: %q is not clean", in, o.TransportID)
 		}
 	}
-	if _, ok := dedup.OriginFromContext(originctx.With(context.Background(), "", "")); ok {
+	if _, ok := dedup.OriginFromContext(dedup.WithOrigin(context.Background(), dedup.Origin{TransportID: "", MessageID: ""})); ok {
 		t.Error("an empty Origin was reported")
 	}
 	if _, ok := dedup.OriginFromContext(context.Background()); ok {

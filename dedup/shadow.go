@@ -6,7 +6,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
-	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
 )
 
 // runShadow runs fn without a claim for a call that dedup would have
@@ -21,7 +20,7 @@ func (e *Engine) runShadow(ctx context.Context, call *Call, dec Decision,
 		dec.Event = event.WouldReject
 	}
 	e.decide(call, dec)
-	result, err := fn(claimctx.WithShadow(ctx, int(dec.Outcome)))
+	result, err := fn(withUnclaimedRun(ctx, dec.Outcome))
 	return ClaimResult{Result: result}, err
 }
 
@@ -44,11 +43,11 @@ func (e *Engine) runShadow(ctx context.Context, call *Call, dec Decision,
 // with the skip_duplicate decision (Decision.Replayed tells a replay). The
 // innermost call decides when engine calls nest. Cost: one context lookup.
 func OutcomeFromContext(ctx context.Context) (Outcome, bool) {
-	if o, ok := claimctx.ShadowFrom(ctx); ok {
-		return Outcome(o), o != 0
-	}
-	if _, ok := claimctx.From(ctx); ok {
-		return Acquired, true
+	switch v := ctx.Value(heldKey{}).(type) {
+	case unclaimedRun:
+		return Outcome(v), v != 0
+	case *HeldClaim:
+		return Acquired, v != nil
 	}
 	return 0, false
 }
@@ -64,7 +63,7 @@ func (d *Deduplicator) refuse(h message.HandlerFunc, msg *message.Message, call 
 	dec.Event = event.WouldReject
 	d.engine.decide(call, dec)
 	ctx := msg.Context()
-	msg.SetContext(claimctx.WithShadow(ctx, 0))
+	msg.SetContext(withUnclaimedRun(ctx, 0))
 	defer msg.SetContext(ctx)
 	return h(msg)
 }

@@ -3,8 +3,6 @@ package dedup
 import (
 	"context"
 	"time"
-
-	"github.com/watermill-dedup/watermill-dedup/internal/keywatch"
 )
 
 // defaultInProgressFallback is Config.InProgressFallback's default.
@@ -14,11 +12,11 @@ const defaultInProgressFallback = time.Second
 // store can wake waiters; it returns a nil channel and a no-op stop when it
 // cannot (no capability, or the store refused), and the wait polls.
 func (f *flight) watchHolder(ctx context.Context) (<-chan struct{}, func()) {
-	w, ok := f.e.cfg.Store.(keywatch.Watcher)
+	w, ok := f.e.cfg.Store.(KeyWatcher)
 	if !ok {
 		return nil, func() {}
 	}
-	wake, stop, err := w.WatchKey(ctx, f.hc.Key, f.wait.claimSent)
+	wake, stop, err := w.WatchKey(ctx, f.hc.key, f.wait.claimSent)
 	if err != nil || wake == nil {
 		return nil, func() {}
 	}

@@ -13,7 +13,7 @@ import (
 )
 
 // watchedStore is a memory store with the WatchKey capability
-// (keywatch.Watcher) driven by the test: wake and end act on the watches of
+// (dedup.KeyWatcher) driven by the test: wake and end act on the watches of
 // a key, as a store's subscription would.
 type watchedStore struct {
 	dedup.Store

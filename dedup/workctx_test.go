@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
 	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 )
 
@@ -37,7 +36,7 @@ func TestWorkContextFollowsTheCaller(t *testing.T) {
 		_, err := e.Do(parent, dedup.Call{Scope: "s", Key: key}, func(work context.Context) ([]byte, error) {
 			kept = work
 			s.value = work.Value(ctxKey{})
-			_, s.claimed = claimctx.From(work)
+			_, s.claimed = dedup.HeldClaimFromContext(work)
 			var child context.Context
 			if doneFirst {
 				var cancelChild context.CancelFunc

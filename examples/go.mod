@@ -67,7 +67,6 @@ require (
 	github.com/tidwall/match v1.1.1 // indirect
 	github.com/tidwall/pretty v1.3.0 // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
-	github.com/watermill-dedup/watermill-dedup/internal/redisbatch v0.0.0-00010101000000-000000000000 // indirect
 	github.com/yuin/gopher-lua v1.1.1 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel v1.47.0 // indirect
@@ -85,7 +84,6 @@ require (
 replace (
 	github.com/watermill-dedup/watermill-dedup => ..
 	github.com/watermill-dedup/watermill-dedup/internal/harness => ../internal/harness
-	github.com/watermill-dedup/watermill-dedup/internal/redisbatch => ../internal/redisbatch
 	github.com/watermill-dedup/watermill-dedup/lambdadedup => ../lambdadedup
 	github.com/watermill-dedup/watermill-dedup/stores/dynamo => ../stores/dynamo
 	github.com/watermill-dedup/watermill-dedup/stores/redis => ../stores/redis

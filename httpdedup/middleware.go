@@ -11,9 +11,6 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
-	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
-	"github.com/watermill-dedup/watermill-dedup/internal/originctx"
-	"github.com/watermill-dedup/watermill-dedup/internal/recordinfo"
 )
 
 // Middleware is the Idempotency-Key middleware. Create it with New and wrap
@@ -174,7 +171,7 @@ func (m *Middleware) shadowed(req *request, dec dedup.Decision) bool {
 		return true
 	}
 	var resp Response
-	_, err := m.cfg.InTransaction(claimctx.WithShadow(req.r.Context(), 0), func(ctx context.Context) ([]byte, error) {
+	_, err := m.cfg.InTransaction(dedup.WithUnclaimedRun(req.r.Context()), func(ctx context.Context) ([]byte, error) {
 		var err error
 		resp, err = m.runHandler(req.r.WithContext(ctx), req.next)
 		if m.overLimit(req, err) {
@@ -312,7 +309,7 @@ func (m *Middleware) refuseBody(req *request, err error) {
 // ResponseWriter (inside Config.InTransaction when set) and returns the
 // response to store. resp is what next wrote, if it ran.
 func (m *Middleware) run(req *request, call dedup.Call, next http.Handler) (resp Response, res dedup.ClaimResult, err error) {
-	info := &recordinfo.Info{}
+	info := &dedup.RecordDetails{}
 	work := func(ctx context.Context) ([]byte, error) {
 		var err error
 		resp, err = m.runHandler(req.r.WithContext(ctx), next)
@@ -329,9 +326,9 @@ func (m *Middleware) run(req *request, call dedup.Call, next http.Handler) (resp
 		inner := work
 		work = func(ctx context.Context) ([]byte, error) { return m.cfg.InTransaction(ctx, inner) }
 	}
-	ctx := recordinfo.With(req.r.Context(), info)
+	ctx := dedup.WithRecordDetails(req.r.Context(), info)
 	if id := m.cfg.RequestID(req.r); id != "" {
-		ctx = originctx.With(ctx, id, "")
+		ctx = dedup.WithOrigin(ctx, dedup.Origin{TransportID: id})
 	}
 	res, err = m.engine.Do(ctx, call, work)
 	return resp, res, err

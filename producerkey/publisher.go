@@ -7,7 +7,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/keyrule"
+	"github.com/watermill-dedup/watermill-dedup/internal/keys"
 )
 
 // DefaultMetadata is the metadata entry Publisher stamps the key into.
@@ -97,7 +97,7 @@ func (p *Publisher) stamp(msg *message.Message) error {
 	}
 	key, err := p.key(msg)
 	if err == nil {
-		if reason := keyrule.Problem(key, keyrule.DefaultMaxLength); reason != "" {
+		if reason := keys.Problem(key, keys.DefaultMaxLength); reason != "" {
 			err = &dedup.KeyError{Reason: reason}
 		}
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
 	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 )
@@ -156,11 +155,11 @@ func FuzzMiddlewareInput(f *testing.F) {
 			Scope: "fuzz",
 		})
 		h := d.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-			hc, ok := claimctx.From(msg.Context())
+			hc, ok := dedup.HeldClaimFromContext(msg.Context())
 			if !ok {
 				t.Fatalf("handler called without a claim")
 			}
-			key := strings.TrimPrefix(hc.Key, "fuzz:")
+			key := strings.TrimPrefix(hc.Claim().Key, "fuzz:")
 			if !utf8.ValidString(key) || len(key) > 1024 || key == fuzzUUID ||
 				strings.TrimFunc(key, unicode.IsSpace) == "" {
 				t.Fatalf("claimed an unusable key %q", key)

@@ -95,7 +95,6 @@ require (
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
 	github.com/vmihailenco/msgpack v4.0.4+incompatible // indirect
-	github.com/watermill-dedup/watermill-dedup/internal/redisbatch v0.0.0-00010101000000-000000000000 // indirect
 	github.com/yuin/gopher-lua v1.1.1 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
@@ -117,7 +116,6 @@ replace (
 	github.com/watermill-dedup/watermill-dedup => ..
 	github.com/watermill-dedup/watermill-dedup/examples => ../examples
 	github.com/watermill-dedup/watermill-dedup/internal/harness => ../internal/harness
-	github.com/watermill-dedup/watermill-dedup/internal/redisbatch => ../internal/redisbatch
 	github.com/watermill-dedup/watermill-dedup/lambdadedup => ../lambdadedup
 	github.com/watermill-dedup/watermill-dedup/metrics => ../metrics
 	github.com/watermill-dedup/watermill-dedup/oteldedup => ../oteldedup

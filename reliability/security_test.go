@@ -18,7 +18,6 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
-	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
 )
@@ -96,13 +95,13 @@ func TestScopesAndTenantsNeverCollide(t *testing.T) {
 							msg.Metadata.Set(k, v)
 						}
 						out, err := d.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-							hc, ok := claimctx.From(msg.Context())
+							hc, ok := dedup.HeldClaimFromContext(msg.Context())
 							if !ok {
 								t.Fatalf("handler called without a claim")
 							}
-							keys[hc.Key] = true
+							keys[hc.Claim().Key] = true
 							ran = true
-							return []*message.Message{message.NewMessage(watermill.NewUUID(), []byte("receipt for "+hc.Key))}, nil
+							return []*message.Message{message.NewMessage(watermill.NewUUID(), []byte("receipt for "+hc.Claim().Key))}, nil
 						})(msg)
 						if err != nil {
 							t.Fatalf("%s %s: %v", id.scope, id.payload, err)

@@ -13,8 +13,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/cmdenv/awsenv"
-	"github.com/watermill-dedup/watermill-dedup/internal/cmdenv/redisaddr"
+	"github.com/watermill-dedup/watermill-dedup/cmd/dedupctl/env/awsenv"
+	"github.com/watermill-dedup/watermill-dedup/cmd/dedupctl/env/redisaddr"
 	"github.com/watermill-dedup/watermill-dedup/internal/harness/awsbroker"
 	"github.com/watermill-dedup/watermill-dedup/internal/harness/embedded"
 	"github.com/watermill-dedup/watermill-dedup/internal/harness/kafkabroker"

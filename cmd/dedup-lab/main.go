@@ -48,7 +48,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/cmdenv/redisaddr"
+	"github.com/watermill-dedup/watermill-dedup/cmd/dedupctl/env/redisaddr"
 	"github.com/watermill-dedup/watermill-dedup/internal/harness/kafkabroker"
 	"github.com/watermill-dedup/watermill-dedup/internal/harness/lab"
 )

@@ -4,12 +4,12 @@ go 1.26.0
 
 require (
 	github.com/aws/aws-sdk-go-v2 v1.48.0
+	github.com/aws/aws-sdk-go-v2/config v1.33.18
 	github.com/aws/aws-sdk-go-v2/credentials v1.21.0
 	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.74.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/watermill-dedup/watermill-dedup v0.0.0-00010101000000-000000000000
-	github.com/watermill-dedup/watermill-dedup/internal/cmdenv v0.0.0-00010101000000-000000000000
 	github.com/watermill-dedup/watermill-dedup/stores/dynamo v0.0.0-00010101000000-000000000000
 	github.com/watermill-dedup/watermill-dedup/stores/postgres v0.0.0-00010101000000-000000000000
 	github.com/watermill-dedup/watermill-dedup/stores/redis v0.0.0-00010101000000-000000000000
@@ -17,7 +17,6 @@ require (
 
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.1 // indirect
-	github.com/aws/aws-sdk-go-v2/config v1.33.18 // indirect
 	github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue v1.21.21 // indirect
 	github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression v1.10.9 // indirect
 	github.com/aws/aws-sdk-go-v2/feature/ec2/imds v1.20.9 // indirect
@@ -41,7 +40,6 @@ require (
 	github.com/lithammer/shortuuid/v3 v3.0.7 // indirect
 	github.com/oklog/ulid v1.3.1 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
-	github.com/watermill-dedup/watermill-dedup/internal/redisbatch v0.0.0-00010101000000-000000000000 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
@@ -51,8 +49,6 @@ require (
 // The modules of this repository, from this checkout.
 replace (
 	github.com/watermill-dedup/watermill-dedup => ../..
-	github.com/watermill-dedup/watermill-dedup/internal/cmdenv => ../../internal/cmdenv
-	github.com/watermill-dedup/watermill-dedup/internal/redisbatch => ../../internal/redisbatch
 	github.com/watermill-dedup/watermill-dedup/stores/dynamo => ../../stores/dynamo
 	github.com/watermill-dedup/watermill-dedup/stores/postgres => ../../stores/postgres
 	github.com/watermill-dedup/watermill-dedup/stores/redis => ../../stores/redis

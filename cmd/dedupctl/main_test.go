@@ -22,8 +22,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
-	"github.com/watermill-dedup/watermill-dedup/internal/originctx"
-	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
+	"github.com/watermill-dedup/watermill-dedup/dedup/storekit"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
@@ -120,7 +119,7 @@ var origin = dedup.Origin{TransportID: "0b9f8e3c-4d1a-4e2b-9c3d-5e6f7a8b9c0d", M
 // createAs is create with the claim's Origin.
 func createAs(t *testing.T, s dedup.Store, o dedup.Origin, key, fp string, result []byte) {
 	t.Helper()
-	ctx := originctx.With(context.Background(), o.TransportID, o.MessageID)
+	ctx := dedup.WithOrigin(context.Background(), o)
 	res, err := s.Claim(ctx, key, fp, time.Hour)
 	if err != nil || res.Outcome != dedup.Acquired {
 		t.Fatalf("Claim %q: %v %v", key, res.Outcome, err)

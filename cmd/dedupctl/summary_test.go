@@ -15,8 +15,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
-	"github.com/watermill-dedup/watermill-dedup/internal/originctx"
-	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
+	"github.com/watermill-dedup/watermill-dedup/dedup/storekit"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
 	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
@@ -37,7 +36,7 @@ type jsonSummary struct {
 // scope+"-refunds": one completed key.
 func fillScopes(t *testing.T, s dedup.Store, clock *fakeclock.Clock, scope string) {
 	t.Helper()
-	ctx := originctx.With(context.Background(), origin.TransportID, origin.MessageID)
+	ctx := dedup.WithOrigin(context.Background(), origin)
 	claim := func(scope, key string, lease time.Duration) dedup.Claim {
 		t.Helper()
 		res, err := s.Claim(ctx, admin.ScopedKey(scope, key), "", lease)

@@ -11,7 +11,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
+	"github.com/watermill-dedup/watermill-dedup/internal/keys"
 )
 
 // Interface is implemented by the stores of this module.
@@ -138,7 +138,7 @@ var (
 // of another scope does (the scope is escaped, so "a" does not match the
 // keys of scope "a:b").
 func ScopePrefix(scope string) string {
-	return scopedkey.Of(scope, "")
+	return keys.Scoped(scope, "")
 }
 
 // ScopedKey returns the record key of a business key within a scope, as the
@@ -147,5 +147,14 @@ func ScopePrefix(scope string) string {
 // "charge-orders:ORDER-003". Stores add their own prefix on top (the Redis
 // store's KeyPrefix).
 func ScopedKey(scope, key string) string {
-	return scopedkey.Of(scope, key)
+	return keys.Scoped(scope, key)
+}
+
+// SplitScopedKey returns the scope (unescaped) and the business key of a
+// record key made by ScopedKey, for a store that keeps them apart (the
+// PostgreSQL store's readable columns) and for tools that show them. A
+// record key without ":" (not made by ScopedKey) has an empty scope and is
+// its own business key. Cost: no allocation unless the scope was escaped.
+func SplitScopedKey(record string) (scope, key string) {
+	return keys.Split(record)
 }

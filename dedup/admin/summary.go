@@ -7,7 +7,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
+	"github.com/watermill-dedup/watermill-dedup/internal/keys"
 )
 
 // AbandonedLister is implemented by the stores that keep an in-progress
@@ -127,7 +127,7 @@ func Summarize(ctx context.Context, a Interface, prefix string, opts SummaryOpti
 		sum.Pages++
 		for _, r := range page {
 			sum.Records++
-			name, _ := scopedkey.Split(r.Key)
+			name, _ := keys.Split(r.Key)
 			s := scopes[name]
 			if s == nil {
 				s = &ScopeSummary{Scope: name}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
-	"github.com/watermill-dedup/watermill-dedup/internal/originctx"
 )
 
 // adminCases are the cases RunAdmin runs, in order.
@@ -345,10 +344,10 @@ var (
 	originC = dedup.Origin{TransportID: "01ARZ3NDEKTSV4RRFFQ69G5FAV"}
 )
 
-// claimAs claims key as origin (originctx.With) and requires Acquired.
+// claimAs claims key as origin (dedup.WithOrigin) and requires Acquired.
 func (e *env) claimAs(origin dedup.Origin, key, fingerprint string, lease time.Duration) dedup.Claim {
 	e.t.Helper()
-	res, err := e.store.Claim(originctx.With(e.ctx, origin.TransportID, origin.MessageID), key, fingerprint, lease)
+	res, err := e.store.Claim(dedup.WithOrigin(e.ctx, origin), key, fingerprint, lease)
 	if err != nil {
 		e.t.Fatalf("Claim(%.40q) as %+v: %v", key, origin, err)
 	}
@@ -374,7 +373,7 @@ func (e *env) inspect(key string) admin.Record {
 // when r is completed, not before its claimed-at.
 func (e *env) checkProvenance(op string, r admin.Record, origin dedup.Origin, claims int) {
 	e.t.Helper()
-	want, _ := dedup.OriginFromContext(originctx.With(context.Background(), origin.TransportID, origin.MessageID))
+	want, _ := dedup.OriginFromContext(dedup.WithOrigin(context.Background(), origin))
 	if r.TransportID != want.TransportID || r.MessageID != want.MessageID {
 		e.t.Errorf("%s: record %.60q has transport id %q and message id %q, want %q and %q", op, r.Key, r.TransportID, r.MessageID, want.TransportID, want.MessageID)
 	}

@@ -7,9 +7,8 @@ import "sync"
 // means one at a time), and returns when every call has returned. fn must
 // not panic (a store's request does not).
 //
-// It is what a store's batch methods use to send one request per record
-// concurrently (DynamoDB), and what the engine uses for a store without
-// the batch capability.
+// It is what the engine uses for a store without the batch capability,
+// and what dedup/storekit.Each gives stores.
 func Each(n, limit int, fn func(i int)) {
 	if n <= 1 || limit <= 1 {
 		for i := range n {

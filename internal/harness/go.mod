@@ -25,8 +25,6 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	github.com/watermill-dedup/watermill-dedup v0.0.0-00010101000000-000000000000
-	github.com/watermill-dedup/watermill-dedup/internal/cmdenv v0.0.0-00010101000000-000000000000
-	github.com/watermill-dedup/watermill-dedup/internal/redisbatch v0.0.0-00010101000000-000000000000
 	github.com/watermill-dedup/watermill-dedup/lambdadedup v0.0.0-00010101000000-000000000000
 	github.com/watermill-dedup/watermill-dedup/stores/dynamo v0.0.0-00010101000000-000000000000
 	github.com/watermill-dedup/watermill-dedup/stores/postgres v0.0.0-00010101000000-000000000000
@@ -90,6 +88,7 @@ require (
 	github.com/twmb/franz-go v1.22.3 // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
 	github.com/vmihailenco/msgpack v4.0.4+incompatible // indirect
+	github.com/watermill-dedup/watermill-dedup/cmd/dedupctl v0.0.0-00010101000000-000000000000
 	github.com/yuin/gopher-lua v1.1.1 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel v1.47.0 // indirect
@@ -110,10 +109,10 @@ require (
 // The modules of this repository, from this checkout.
 replace (
 	github.com/watermill-dedup/watermill-dedup => ../..
-	github.com/watermill-dedup/watermill-dedup/internal/cmdenv => ../cmdenv
-	github.com/watermill-dedup/watermill-dedup/internal/redisbatch => ../redisbatch
 	github.com/watermill-dedup/watermill-dedup/lambdadedup => ../../lambdadedup
 	github.com/watermill-dedup/watermill-dedup/stores/dynamo => ../../stores/dynamo
 	github.com/watermill-dedup/watermill-dedup/stores/postgres => ../../stores/postgres
 	github.com/watermill-dedup/watermill-dedup/stores/redis => ../../stores/redis
 )
+
+replace github.com/watermill-dedup/watermill-dedup/cmd/dedupctl => ../../cmd/dedupctl

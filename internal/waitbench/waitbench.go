@@ -1,6 +1,6 @@
 // Package waitbench measures how copies waiting for a held key
 // (dedup.Config.InProgressWait) learn of its completion, polling against
-// being woken by the store (keywatch.Watcher), for the stores' benchmarks:
+// being woken by the store (dedup.KeyWatcher), for the stores' benchmarks:
 // for 1, 10 and 100 copies waiting on one held key, the time from the
 // holder's Complete to each copy's answer (median, p99) and the claims
 // each wait cost, the two interleaved round by round.
@@ -17,12 +17,11 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/keywatch"
 )
 
 // Config is one benchmark run.
 type Config struct {
-	// Store wakes waiters (a keywatch.Watcher); the polling rounds use it
+	// Store wakes waiters (a dedup.KeyWatcher); the polling rounds use it
 	// with its WatchKey hidden.
 	Store dedup.Store
 	// Waiters are the numbers of copies waiting on one key. Defaults to
@@ -41,7 +40,7 @@ type counting struct {
 	dedup.Store
 	claims      atomic.Int64
 	completeAt  atomic.Int64 // UnixNano before the last Complete was sent
-	watchStores keywatch.Watcher
+	watchStores dedup.KeyWatcher
 }
 
 func (c *counting) Claim(ctx context.Context, key, fp string, lease time.Duration) (dedup.ClaimResult, error) {
@@ -80,9 +79,9 @@ func Run(ctx context.Context, w io.Writer, cfg Config) error {
 	if cfg.Rounds == 0 {
 		cfg.Rounds = 5
 	}
-	watcher, ok := cfg.Store.(keywatch.Watcher)
+	watcher, ok := cfg.Store.(dedup.KeyWatcher)
 	if !ok {
-		return fmt.Errorf("waitbench: the store has no WatchKey method (keywatch.Watcher)")
+		return fmt.Errorf("waitbench: the store has no WatchKey method (dedup.KeyWatcher)")
 	}
 	rtt, err := roundTrip(ctx, cfg.Store, cfg.Prefix)
 	if err != nil {

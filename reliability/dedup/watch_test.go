@@ -9,7 +9,6 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
-	"github.com/watermill-dedup/watermill-dedup/internal/keywatch"
 )
 
 // polling is a store with only the dedup.Store methods: a wait on it polls
@@ -23,8 +22,8 @@ func TestInProgressWaitWokenByRedis(t *testing.T) { eachAutoPipeline(t, inProgre
 
 func inProgressWaitWokenByRedis(t *testing.T, autoPipeline bool) {
 	store := newRedisStore(t, autoPipeline)
-	if _, ok := store.(keywatch.Watcher); !ok {
-		t.Fatal("the Redis store has no WatchKey method (keywatch.Watcher)")
+	if _, ok := store.(dedup.KeyWatcher); !ok {
+		t.Fatal("the Redis store has no WatchKey method (dedup.KeyWatcher)")
 	}
 	clock := fakeclock.New(epoch)
 	seen := newDecisions()

@@ -22,7 +22,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/internal/crashtest"
-	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
+	"github.com/watermill-dedup/watermill-dedup/internal/keys"
 )
 
 // Settings of a run, passed to the child in its environment.
@@ -229,7 +229,7 @@ func (b backend) inspect(t *testing.T) (inProgress, orphans int) {
 		cursor = next
 	}
 	for i, n := range b.effects(t) {
-		if n > 0 && !completed[scopedkey.Of(scope, keyName(i))] {
+		if n > 0 && !completed[keys.Scoped(scope, keyName(i))] {
 			orphans++
 		}
 	}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/internal/crashtest"
-	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
+	"github.com/watermill-dedup/watermill-dedup/internal/keys"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
@@ -83,7 +83,7 @@ func prefix(t *testing.T) string {
 // chargedKey is the key counting the effects of message i: in the slot of
 // its record (the record key as hash tag), as the helper's Tx.HashTag gives.
 func chargedKey(store *redis.Store, i int) string {
-	return "{" + store.RedisKey(scopedkey.Of(scope, keyName(i))) + "}:charged"
+	return "{" + store.RedisKey(keys.Scoped(scope, keyName(i))) + "}:charged"
 }
 
 // redisConsumer handles a message through the dedup middleware; the
@@ -126,7 +126,7 @@ func newRedisConsumer(t *testing.T, autoPipeline bool) func(addr string, helper 
 				if err := json.Unmarshal(msg.Payload, &p); err != nil {
 					return nil, err
 				}
-				k := "{" + store.RedisKey(scopedkey.Of(scope, p.OrderID)) + "}:charged"
+				k := "{" + store.RedisKey(keys.Scoped(scope, p.OrderID)) + "}:charged"
 				return nil, client.Incr(msg.Context(), k).Err()
 			})
 		}

@@ -4,8 +4,7 @@ import (
 	"context"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/fanout"
-	"github.com/watermill-dedup/watermill-dedup/internal/originctx"
+	"github.com/watermill-dedup/watermill-dedup/dedup/storekit"
 )
 
 var _ dedup.BatchStore = (*Store)(nil)
@@ -30,9 +29,9 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []dedup.ClaimRequest) ([]de
 	for i, r := range reqs {
 		keys[i] = r.Key
 	}
-	fanout.EachInKeyOrder(keys, BatchConcurrency, func(i int) {
+	storekit.EachInKeyOrder(keys, BatchConcurrency, func(i int) {
 		r := reqs[i]
-		res[i], errs[i] = s.Claim(originctx.With(ctx, r.Origin.TransportID, r.Origin.MessageID), r.Key, r.Fingerprint, r.Lease)
+		res[i], errs[i] = s.Claim(dedup.WithOrigin(ctx, r.Origin), r.Key, r.Fingerprint, r.Lease)
 	})
 	return res, errs
 }
@@ -45,7 +44,7 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []dedup.CompleteRequest)
 	for i, r := range reqs {
 		keys[i] = r.Claim.Key
 	}
-	fanout.EachInKeyOrder(keys, BatchConcurrency, func(i int) {
+	storekit.EachInKeyOrder(keys, BatchConcurrency, func(i int) {
 		errs[i] = s.Complete(ctx, reqs[i].Claim, reqs[i].Result, reqs[i].Retention)
 	})
 	return errs
@@ -59,7 +58,7 @@ func (s *Store) ReleaseBatch(ctx context.Context, claims []dedup.Claim) []error 
 	for i, c := range claims {
 		keys[i] = c.Key
 	}
-	fanout.EachInKeyOrder(keys, BatchConcurrency, func(i int) {
+	storekit.EachInKeyOrder(keys, BatchConcurrency, func(i int) {
 		errs[i] = s.Release(ctx, claims[i])
 	})
 	return errs

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
+	"github.com/watermill-dedup/watermill-dedup/dedup/storekit"
 )
 
 // Defaults applied by New to zero fields of Config and AttributeNames.

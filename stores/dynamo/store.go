@@ -16,8 +16,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/originctx"
-	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
+	"github.com/watermill-dedup/watermill-dedup/dedup/storekit"
 )
 
 // Record states as stored in the State attribute.
@@ -108,7 +107,7 @@ func New(ctx context.Context, config Config) (*Store, error) {
 	}
 	s.st = st
 	overhead := maxPartitionKeyBytes + tokenBytes + len(stateInProgress) + maxStoredFingerprintBytes + 3*maxNumberBytes +
-		2*len("2006-01-02T15:04:05.000Z") + 2*originctx.MaxIDLength
+		2*len("2006-01-02T15:04:05.000Z") + 2*dedup.MaxOriginIDLength
 	for _, n := range s.attr.list() {
 		overhead += len(n)
 	}
@@ -124,7 +123,7 @@ func New(ctx context.Context, config Config) (*Store, error) {
 // MaxResultSize is the largest result, in bytes, that Complete accepts: 400
 // KB less the largest possible rest of the item (attribute names, the
 // longest partition key, token, state, fingerprint digest, three numbers,
-// two times and two ids of originctx.MaxIDLength).
+// two times and two ids of dedup.MaxOriginIDLength).
 // With the default attribute names it is 408498 bytes.
 func (s *Store) MaxResultSize() int { return s.maxResult }
 

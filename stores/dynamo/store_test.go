@@ -17,8 +17,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
-	"github.com/watermill-dedup/watermill-dedup/internal/originctx"
-	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
+	"github.com/watermill-dedup/watermill-dedup/dedup/storekit"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
 )
 
@@ -236,7 +235,7 @@ func TestItemLayout(t *testing.T) {
 	s := newStore(t, dynamo.Config{Clock: clock, ClockSkewMargin: 1500 * time.Millisecond})
 	key := testKey(t, "k")
 	origin := dedup.Origin{TransportID: "0b9f8e3c-4d1a-4e2b-9c3d-5e6f7a8b9c0d", MessageID: "73fca7ac-78e9-4ea4-a1bf-71a92e2fbda8"}
-	res, err := s.Claim(originctx.With(context.Background(), origin.TransportID, origin.MessageID), key, "fp-1", 30*time.Second)
+	res, err := s.Claim(dedup.WithOrigin(context.Background(), origin), key, "fp-1", 30*time.Second)
 	if err != nil || res.Outcome != dedup.Acquired {
 		t.Fatalf("Claim: %+v %v", res, err)
 	}

@@ -16,9 +16,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
-	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
-	"github.com/watermill-dedup/watermill-dedup/internal/txrun"
+	"github.com/watermill-dedup/watermill-dedup/dedup/storekit"
 )
 
 // DynamoDB's TransactWriteItems limits, which Tx.Add checks before any
@@ -45,25 +43,22 @@ const (
 )
 
 var (
-	// ErrNoClaim is returned by TxMiddleware for a message that reaches it
-	// without a dedup claim in its context, and by RunInTx for such a
-	// context: TxMiddleware was added before (outside) the dedup
-	// middleware, or RunInTx was called outside the work of
-	// dedup.Engine.Do. Nothing was written. A configuration error: every
-	// message fails the same way until the wiring is fixed.
-	ErrNoClaim = errors.New("dynamo: no dedup claim in the context; add TxMiddleware after the dedup middleware, or call RunInTx inside Engine.Do's work")
+	// ErrNoClaim is dedup.ErrNoClaim: TxMiddleware got a message without
+	// a dedup claim in its context (it was added before, outside, the
+	// dedup middleware), or RunInTx was called outside the work of
+	// dedup.Engine.Do. Nothing was written.
+	ErrNoClaim = dedup.ErrNoClaim
 
-	// ErrNestedTx: RunInTx (or TxMiddleware) was called for a claim whose
-	// RunInTx still runs, as when a helper that opens its own RunInTx is
-	// called from a handler TxMiddleware already wraps, or after a
-	// RunInTx of the claim completed the record. Its work did not run and
-	// nothing was added or sent. The enclosing RunInTx goes on: if its
-	// work returns the error, nothing is written and the claim is
-	// released; if it swallows it, its own writes are written with the
-	// completion. A programming error: every message fails the same way.
-	// Add to the Tx already open instead: call RunInTx only when
-	// TxFromContext finds none.
-	ErrNestedTx = errors.New("dynamo: RunInTx inside a RunInTx of the same claim, or after it completed the record; add to the open Tx (TxFromContext) instead")
+	// ErrNestedTx is dedup.ErrNestedTx: RunInTx (or TxMiddleware) was
+	// called for a claim whose RunInTx still runs, as when a helper that
+	// opens its own RunInTx is called from a handler TxMiddleware already
+	// wraps, or after a RunInTx of the claim completed the record. Its
+	// work did not run and nothing was added or sent. The enclosing
+	// RunInTx goes on: if its work returns the error, nothing is written
+	// and the claim is released; if it swallows it, its own writes are
+	// written with the completion. Add to the Tx already open instead:
+	// call RunInTx only when TxFromContext finds none.
+	ErrNestedTx = dedup.ErrNestedTx
 
 	// ErrNoTransactions: Config.Client does not implement TransactClient
 	// (a wrapper that hides TransactWriteItems), so RunInTx cannot send
@@ -432,7 +427,7 @@ func keyID(table string, names []string, item map[string]types.AttributeValue) s
 // to the middleware's Tx. Cost: one TransactWriteItems (two write units
 // per item), replacing the dedup middleware's separate Complete.
 func (s *Store) TxMiddleware(h message.HandlerFunc) message.HandlerFunc {
-	return txrun.Middleware(h, s.RunInTx)
+	return storekit.TxMiddleware(h, s.RunInTx)
 }
 
 // RunInTx runs work, then sends the writes work added to its Tx
@@ -482,63 +477,62 @@ func (s *Store) TxMiddleware(h message.HandlerFunc) message.HandlerFunc {
 // dynamodb:UpdateItem on the records' table and the handler's actions on
 // its own tables (TransactWriteItems is authorised per item).
 func (s *Store) RunInTx(ctx context.Context, work func(ctx context.Context) ([]byte, error)) ([]byte, error) {
-	hc, ok := claimctx.From(ctx)
-	if _, shadow := claimctx.ShadowFrom(ctx); !ok && !shadow {
-		return nil, ErrNoClaim
-	}
+	return storekit.RunInTx(ctx, txFinishTimeout, s.beginTx, work)
+}
+
+// beginTx opens the Tx of a RunInTx (storekit.RunInTx) for claim (nil: a
+// run without a claim, whose writes are sent alone).
+func (s *Store) beginTx(ctx context.Context, claim *dedup.Claim) (context.Context, storekit.Tx, error) {
 	tc, canTx := s.client.(TransactClient)
 	if !canTx {
-		return nil, fmt.Errorf("%w: Config.Client (%T) has no TransactWriteItems method", ErrNoTransactions, s.client)
+		return nil, nil, fmt.Errorf("%w: Config.Client (%T) has no TransactWriteItems method", ErrNoTransactions, s.client)
 	}
 	tx := &Tx{table: s.table, pkAttr: s.attr.PartitionKey}
-	var pk string
-	if ok {
-		var err error
-		if pk, err = PartitionKey(hc.Key); err != nil {
-			return nil, err
-		}
-		if err := storekit.CheckDuration("retention", hc.Retention()); err != nil {
-			return nil, err
+	if claim != nil {
+		pk, err := PartitionKey(claim.Key)
+		if err != nil {
+			return nil, nil, err
 		}
 		tx.pk = pk
-		// A nested RunInTx would complete the record first, and this one,
-		// finding it completed by its token, would take that for its own
-		// earlier attempt and drop its writes.
-		if !hc.BeginTx() {
-			return nil, ErrNestedTx
-		}
-		defer hc.EndTx()
 	}
-	result, err := work(context.WithValue(ctx, txKey{}, tx))
-	if err != nil {
-		return nil, err
-	}
-	tx.mu.Lock()
-	items := tx.items
-	tx.mu.Unlock()
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), txFinishTimeout)
-	defer cancel()
-	if !ok { // a shadow run without a claim: the writes alone
-		if len(items) == 0 {
-			return result, nil
-		}
-		_, err := s.transact(fctx, tc, "", nil, items)
-		return result, err
-	}
-	// No extension may run after the completion and find the record
-	// completed (a spurious claim_lost).
-	hc.StopHeartbeat()
-	claim := dedup.Claim{Key: hc.Key, Token: hc.Token}
-	stored := result
-	if len(stored) > s.maxResult {
-		stored = nil
-	}
-	if _, err := s.transact(fctx, tc, claim.Token, func() types.TransactWriteItem { return s.completion(pk, claim, stored, hc.Retention()) }, items); err != nil {
-		return nil, err
-	}
-	hc.MarkCompleted()
-	return result, nil
+	return context.WithValue(ctx, txKey{}, tx), txRun{s: s, tc: tc, tx: tx}, nil
 }
+
+// txRun ends a Tx for storekit.RunInTx: its writes and the completion in
+// one TransactWriteItems, or its writes alone; nothing was sent before,
+// so nothing to undo.
+type txRun struct {
+	s  *Store
+	tc TransactClient
+	tx *Tx
+}
+
+func (r txRun) Complete(ctx context.Context, claim dedup.Claim, result []byte, retention time.Duration) (bool, error) {
+	r.tx.mu.Lock()
+	items := r.tx.items
+	r.tx.mu.Unlock()
+	if len(result) > r.s.maxResult {
+		result = nil // not stored, as the engine does after ErrResultTooLarge
+	}
+	completion := func() types.TransactWriteItem { return r.s.completion(r.tx.pk, claim, result, retention) }
+	if _, err := r.s.transact(ctx, r.tc, claim.Token, completion, items); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+func (r txRun) Commit(ctx context.Context) error {
+	r.tx.mu.Lock()
+	items := r.tx.items
+	r.tx.mu.Unlock()
+	if len(items) == 0 {
+		return nil
+	}
+	_, err := r.s.transact(ctx, r.tc, "", nil, items)
+	return err
+}
+
+func (txRun) Abort(context.Context) {}
 
 // completion is the record's completing write: Complete's UpdateItem as a
 // transaction item, asking for the old item when its condition fails.

@@ -21,7 +21,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/httpdedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
+	"github.com/watermill-dedup/watermill-dedup/internal/keys"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
 )
@@ -137,10 +137,10 @@ func TestRunInTxMoto(t *testing.T) {
 			return s.RunInTx(ctx, func(ctx context.Context) ([]byte, error) {
 				tx, _ := dynamo.TxFromContext(ctx)
 				// Another consumer takes the record over meanwhile.
-				if _, err := s.Evict(ctx, scopedkey.Of("tx", "lost")); err != nil {
+				if _, err := s.Evict(ctx, keys.Scoped("tx", "lost")); err != nil {
 					return nil, err
 				}
-				if r, err := s.Claim(ctx, scopedkey.Of("tx", "lost"), "", time.Minute); err != nil || r.Outcome != dedup.Acquired {
+				if r, err := s.Claim(ctx, keys.Scoped("tx", "lost"), "", time.Minute); err != nil || r.Outcome != dedup.Acquired {
 					return nil, fmt.Errorf("the other claim: %v, %v", r.Outcome, err)
 				}
 				return nil, tx.Add(charge("lost", 7))
@@ -351,7 +351,7 @@ func testTxLimits(t *testing.T, e *dedup.Engine, s *dynamo.Store) {
 		},
 		"record-item": func(tx *dynamo.Tx) error {
 			return tx.Add(types.TransactWriteItem{Delete: &types.Delete{TableName: aws.String(testTable),
-				Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: scopedkey.Of("tx-limits", "record-item")}}}})
+				Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: keys.Scoped("tx-limits", "record-item")}}}})
 		},
 		"too-large": func(tx *dynamo.Tx) error {
 			w := charge("large", 1)

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
-	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
+	"github.com/watermill-dedup/watermill-dedup/dedup/storekit"
 )
 
 var _ admin.Interface = (*Store)(nil)

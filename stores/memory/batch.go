@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
+	"github.com/watermill-dedup/watermill-dedup/dedup/storekit"
 )
 
 var _ dedup.BatchStore = (*Store)(nil)

@@ -10,9 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/originctx"
-	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
-	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
+	"github.com/watermill-dedup/watermill-dedup/dedup/storekit"
 )
 
 var _ dedup.BatchStore = (*Store)(nil)
@@ -47,7 +46,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []dedup.ClaimRequest) ([]de
 	sender, ok := s.db.(batchSender)
 	if !ok {
 		for i, r := range reqs {
-			res[i], errs[i] = s.Claim(originctx.With(ctx, r.Origin.TransportID, r.Origin.MessageID), r.Key, r.Fingerprint, r.Lease)
+			res[i], errs[i] = s.Claim(dedup.WithOrigin(ctx, r.Origin), r.Key, r.Fingerprint, r.Lease)
 		}
 		return res, errs
 	}
@@ -65,7 +64,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []dedup.ClaimRequest) ([]de
 			continue
 		}
 		c := &rec{i: i, token: storekit.NewToken(), fingerprint: storedFingerprint(r.Fingerprint)}
-		scope, business := scopedkey.Split(r.Key)
+		scope, business := admin.SplitScopedKey(r.Key)
 		c.args = []any{keyHash(r.Key), r.Key, c.token, c.fingerprint, micros(r.Lease), scope, business, nullText(r.Origin.TransportID), nullText(r.Origin.MessageID)}
 		recs = append(recs, c)
 	}

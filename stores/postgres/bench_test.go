@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
+	"github.com/watermill-dedup/watermill-dedup/dedup/storekit"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
 )
 

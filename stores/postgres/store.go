@@ -13,10 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/keywatch"
-	"github.com/watermill-dedup/watermill-dedup/internal/recordinfo"
-	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
-	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
+	"github.com/watermill-dedup/watermill-dedup/dedup/storekit"
 )
 
 // Store is a dedup.Store in a PostgreSQL table (see Migrate and SchemaSQL
@@ -39,7 +37,7 @@ type Store struct {
 	fallbacks atomic.Int64 // claims that needed claimLockedSQL, for tests and benchmarks
 
 	// watch keeps the key watches of WatchKey (Config.Notify); nil: none.
-	watch *keywatch.Hub
+	watch *storekit.WatchHub
 }
 
 type statements struct {
@@ -71,7 +69,7 @@ func New(ctx context.Context, config Config) (*Store, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.watch = keywatch.New(listen.run, watchLinger)
+		s.watch = storekit.NewWatchHub(listen.run, watchLinger)
 	}
 	return s, nil
 }
@@ -273,7 +271,7 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 	}
 	token := storekit.NewToken()
 	fingerprint = storedFingerprint(fingerprint)
-	scope, business := scopedkey.Split(key)
+	scope, business := admin.SplitScopedKey(key)
 	origin, _ := dedup.OriginFromContext(ctx)
 	args := []any{keyHash(key), key, token, fingerprint, micros(lease), scope, business, nullText(origin.TransportID), nullText(origin.MessageID)}
 	var (
@@ -359,7 +357,7 @@ func (s *Store) Extend(ctx context.Context, claim dedup.Claim, lease time.Durati
 // responseStatus is the response_status column's value for a completion
 // within ctx: the status an entry point reported, or NULL.
 func responseStatus(ctx context.Context) any {
-	if info, ok := recordinfo.From(ctx); ok && info.ResponseStatus > 0 && info.ResponseStatus <= math.MaxInt16 {
+	if info, ok := dedup.RecordDetailsFromContext(ctx); ok && info.ResponseStatus > 0 && info.ResponseStatus <= math.MaxInt16 {
 		return int16(info.ResponseStatus)
 	}
 	return nil

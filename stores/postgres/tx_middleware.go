@@ -4,36 +4,32 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
-	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
-	"github.com/watermill-dedup/watermill-dedup/internal/txrun"
+	"github.com/watermill-dedup/watermill-dedup/dedup/storekit"
 )
 
-// ErrNoClaim is returned by TxMiddleware for a message that reaches it
-// without a dedup claim in its context, and by RunInTx for such a context:
-// TxMiddleware was added before (that is, outside) the dedup middleware,
-// or RunInTx was called outside the work of dedup.Engine.Do. A run the
-// engine marks as unclaimed (dedup.Config.Shadow, or Config.FailOpen while
-// the store could not be reached) is not refused: see RunInTx. Nothing was
-// written. It is a configuration error, not a message error:
-// every message will fail the same way until the wiring is fixed.
-var ErrNoClaim = errors.New("postgres: no dedup claim in the message context; add TxMiddleware after the dedup middleware")
+// ErrNoClaim is dedup.ErrNoClaim: TxMiddleware got a message without a
+// dedup claim in its context (it was added before, that is outside, the
+// dedup middleware), or RunInTx was called outside the work of
+// dedup.Engine.Do. A run the engine marks as unclaimed (dedup.Config.Shadow,
+// or Config.FailOpen while the store could not be reached) is not refused:
+// see RunInTx. Nothing was written.
+var ErrNoClaim = dedup.ErrNoClaim
 
-// ErrNestedTx: RunInTx (or TxMiddleware) was called for a claim whose
-// RunInTx still runs, as when a helper that opens its own RunInTx is called
-// from a handler TxMiddleware already wraps, or after a RunInTx of the
-// claim completed the record. Its work did not run and no transaction was
-// begun. The enclosing RunInTx goes on: if its work returns the error, it
-// rolls back and the claim is released; if it swallows it, its own writes
-// commit with the completion. A programming error: every message fails the
-// same way. Write through the transaction already open instead: call
-// RunInTx only when TxFromContext finds none.
-var ErrNestedTx = errors.New("postgres: RunInTx inside a RunInTx of the same claim, or after it completed the record; write through the open transaction (TxFromContext) instead")
+// ErrNestedTx is dedup.ErrNestedTx: RunInTx (or TxMiddleware) was called
+// for a claim whose RunInTx still runs, as when a helper that opens its own
+// RunInTx is called from a handler TxMiddleware already wraps, or after a
+// RunInTx of the claim completed the record. Its work did not run and no
+// transaction was begun. The enclosing RunInTx goes on: if its work returns
+// the error, it rolls back and the claim is released; if it swallows it,
+// its own writes commit with the completion. Write through the transaction
+// already open instead: call RunInTx only when TxFromContext finds none.
+var ErrNestedTx = dedup.ErrNestedTx
 
 type txKey struct{}
 
@@ -84,7 +80,7 @@ func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 // claims and heartbeats), and adds BEGIN, the completion UPDATE and COMMIT:
 // three round trips, replacing the dedup middleware's separate Complete.
 func (s *Store) TxMiddleware(h message.HandlerFunc) message.HandlerFunc {
-	return txrun.Middleware(h, s.RunInTx)
+	return storekit.TxMiddleware(h, s.RunInTx)
 }
 
 // RunInTx runs work in a database transaction that also completes the
@@ -129,86 +125,49 @@ func (s *Store) TxMiddleware(h message.HandlerFunc) message.HandlerFunc {
 // COMMIT (or ROLLBACK) run within Config.FinishTimeout even if ctx was
 // cancelled meanwhile.
 func (s *Store) RunInTx(ctx context.Context, work func(ctx context.Context) ([]byte, error)) ([]byte, error) {
-	hc, ok := claimctx.From(ctx)
-	if _, shadow := claimctx.ShadowFrom(ctx); !ok && !shadow {
-		return nil, ErrNoClaim
-	}
-	if ok {
-		// A nested RunInTx would commit its writes and the completion on
-		// a second connection, and this one then roll its writes back.
-		if !hc.BeginTx() {
-			return nil, ErrNestedTx
-		}
-		defer hc.EndTx()
-	}
+	return storekit.RunInTx(ctx, s.cfg.FinishTimeout, s.beginTx, work)
+}
+
+// beginTx begins the transaction of a RunInTx (storekit.RunInTx).
+func (s *Store) beginTx(ctx context.Context, _ *dedup.Claim) (context.Context, storekit.Tx, error) {
 	tx, err := s.db.BeginTx(ctx, s.cfg.TxOptions)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: begin: %w", err)
+		return nil, nil, fmt.Errorf("postgres: begin: %w", err)
 	}
-	finished := false
-	defer func() {
-		if !finished { // work panicked (or called runtime.Goexit)
-			s.rollback(ctx, tx)
-		}
-	}()
-	result, err := work(context.WithValue(ctx, txKey{}, tx))
-	finished = true
-	if err != nil {
-		s.rollback(ctx, tx)
-		return nil, err
-	}
-	if !ok { // a shadow run without a claim: nothing to complete
-		return result, s.commit(ctx, tx)
-	}
-	// No extension may wait behind the completion's row lock and then
-	// find the record completed (a spurious claim_lost).
-	hc.StopHeartbeat()
-	if err := s.completeInTx(ctx, tx, hc, result); err != nil {
-		s.rollback(ctx, tx)
-		return nil, err
-	}
-	hc.MarkCompleted()
-	return result, nil
+	return context.WithValue(ctx, txKey{}, tx), txRun{s: s, tx: tx}, nil
 }
 
-// completeInTx runs the completion UPDATE and COMMIT, within FinishTimeout
-// even if ctx was cancelled: the UPDATE holds the record's row lock after
-// checking the token and the lease on the server's clock, so a claim that
-// wants to take the record over waits for the COMMIT and then finds it
-// completed.
-func (s *Store) completeInTx(ctx context.Context, tx pgx.Tx, hc *claimctx.Claim, result []byte) error {
-	if err := storekit.CheckDuration("retention", hc.Retention()); err != nil {
-		return err
-	}
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.FinishTimeout)
-	defer cancel()
-	err := s.complete(fctx, tx, dedup.Claim{Key: hc.Key, Token: hc.Token}, result, hc.Retention(), "complete in transaction")
-	if err != nil {
+// txRun ends the transaction of a RunInTx for storekit.RunInTx.
+type txRun struct {
+	s  *Store
+	tx pgx.Tx
+}
+
+// Complete runs the completion UPDATE and COMMIT: the UPDATE holds the
+// record's row lock after checking the token and the lease on the
+// server's clock, so a claim that wants to take the record over waits for
+// the COMMIT and then finds it completed.
+func (r txRun) Complete(ctx context.Context, claim dedup.Claim, result []byte, retention time.Duration) (bool, error) {
+	if err := r.s.complete(ctx, r.tx, claim, result, retention, "complete in transaction"); err != nil {
 		if errors.Is(err, dedup.ErrClaimLost) {
-			return fmt.Errorf("business writes rolled back: %w", err)
+			return false, fmt.Errorf("business writes rolled back: %w", err)
 		}
-		return err
+		return false, err
 	}
-	if err := tx.Commit(fctx); err != nil {
+	if err := r.tx.Commit(ctx); err != nil {
+		return false, fmt.Errorf("postgres: commit: %w", err)
+	}
+	return true, nil
+}
+
+func (r txRun) Commit(ctx context.Context) error {
+	if err := r.tx.Commit(ctx); err != nil {
 		return fmt.Errorf("postgres: commit: %w", err)
 	}
 	return nil
 }
 
-// commit commits tx within FinishTimeout, even if ctx was cancelled.
-func (s *Store) commit(ctx context.Context, tx pgx.Tx) error {
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.FinishTimeout)
-	defer cancel()
-	if err := tx.Commit(fctx); err != nil {
-		return fmt.Errorf("postgres: commit: %w", err)
-	}
-	return nil
-}
-
-func (s *Store) rollback(ctx context.Context, tx pgx.Tx) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.FinishTimeout)
-	defer cancel()
-	// An error here means the connection is gone or broken; pgx then closes
-	// it and the server rolls the transaction back on its own.
-	_ = tx.Rollback(rctx)
-}
+// Abort rolls the transaction back. An error here means the connection is
+// gone or broken; pgx then closes it and the server rolls the transaction
+// back on its own.
+func (r txRun) Abort(ctx context.Context) { _ = r.tx.Rollback(ctx) }

@@ -18,7 +18,6 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
-	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
 )
 
@@ -537,8 +536,8 @@ func TestTxRepeatableReadAndHeartbeat(t *testing.T) {
 				if err := o.insert(msg); err != nil { // takes the snapshot
 					return nil, err
 				}
-				hc, _ := claimctx.From(msg.Context())
-				return nil, s.Extend(msg.Context(), dedup.Claim{Key: hc.Key, Token: hc.Token}, time.Minute) // a heartbeat
+				hc, _ := dedup.HeldClaimFromContext(msg.Context())
+				return nil, s.Extend(msg.Context(), hc.Claim(), time.Minute) // a heartbeat
 			})
 			_, err := h(delivery(ctx, "ORDER-1"))
 			var pgErr interface{ SQLState() string }

@@ -12,7 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/keywatch"
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/storekit"
 )
 
 // announceSQL is what the completing and releasing statements return per
@@ -38,7 +39,7 @@ var ErrNotifyOff = errors.New("postgres: Config.Notify is off: waiters poll")
 // watched.
 const watchLinger = 30 * time.Second
 
-var _ keywatch.Watcher = (*Store)(nil)
+var _ dedup.KeyWatcher = (*Store)(nil)
 
 // WatchKey lets the engine wake waiters, with Config.Notify (ErrNotifyOff
 // without): a waiter of dedup.Config.InProgressWait is woken when the
@@ -96,7 +97,7 @@ func newListener(db DB) (*listener, error) {
 const connectTimeout = 10 * time.Second
 
 // run keeps a listening connection while h wants channels.
-func (l *listener) run(ctx context.Context, h *keywatch.Hub) {
+func (l *listener) run(ctx context.Context, h *storekit.WatchHub) {
 	for attempt := 0; ; attempt++ {
 		cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 		conn, err := pgx.ConnectConfig(cctx, l.config)
@@ -111,7 +112,7 @@ func (l *listener) run(ctx context.Context, h *keywatch.Hub) {
 				return
 			}
 		}
-		if !keywatch.Sleep(ctx, keywatch.Backoff(attempt)) || (len(h.Wanted()) == 0 && h.ExitIfIdle()) {
+		if !storekit.SleepCtx(ctx, storekit.WatchBackoff(attempt)) || (len(h.Wanted()) == 0 && h.ExitIfIdle()) {
 			return
 		}
 	}
@@ -119,7 +120,7 @@ func (l *listener) run(ctx context.Context, h *keywatch.Hub) {
 
 // serve listens on conn until it breaks (true: connect again) or the run
 // must end (false).
-func (l *listener) serve(ctx context.Context, h *keywatch.Hub, conn *pgx.Conn) bool {
+func (l *listener) serve(ctx context.Context, h *storekit.WatchHub, conn *pgx.Conn) bool {
 	listening := map[string]bool{}
 	defer func() {
 		for name := range listening {
@@ -175,7 +176,7 @@ func (l *listener) serve(ctx context.Context, h *keywatch.Hub, conn *pgx.Conn) b
 
 // reconcile LISTENs to the channels h wants and UNLISTENs the others, in
 // one round trip each way.
-func (l *listener) reconcile(ctx context.Context, h *keywatch.Hub, conn *pgx.Conn, listening map[string]bool) error {
+func (l *listener) reconcile(ctx context.Context, h *storekit.WatchHub, conn *pgx.Conn, listening map[string]bool) error {
 	want := map[string]bool{}
 	for _, name := range h.Wanted() {
 		want[name] = true

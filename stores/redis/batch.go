@@ -9,9 +9,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/fanout"
-	"github.com/watermill-dedup/watermill-dedup/internal/originctx"
-	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
+	"github.com/watermill-dedup/watermill-dedup/dedup/storekit"
 )
 
 var _ dedup.BatchStore = (*Store)(nil)
@@ -40,9 +38,9 @@ const waitReplicasConcurrency = 16
 func (s *Store) ClaimBatch(ctx context.Context, reqs []dedup.ClaimRequest) ([]dedup.ClaimResult, []error) {
 	res, errs := make([]dedup.ClaimResult, len(reqs)), make([]error, len(reqs))
 	if s.waitReplicas > 0 {
-		fanout.Each(len(reqs), waitReplicasConcurrency, func(i int) {
+		storekit.Each(len(reqs), waitReplicasConcurrency, func(i int) {
 			r := reqs[i]
-			res[i], errs[i] = s.Claim(originctx.With(ctx, r.Origin.TransportID, r.Origin.MessageID), r.Key, r.Fingerprint, r.Lease)
+			res[i], errs[i] = s.Claim(dedup.WithOrigin(ctx, r.Origin), r.Key, r.Fingerprint, r.Lease)
 		})
 		return res, errs
 	}
@@ -176,7 +174,7 @@ func takeoverValue(old []byte, raw *[tokenLen]byte, fp []byte, origin dedup.Orig
 func (s *Store) CompleteBatch(ctx context.Context, reqs []dedup.CompleteRequest) []error {
 	errs := make([]error, len(reqs))
 	if s.waitReplicas > 0 {
-		fanout.Each(len(reqs), waitReplicasConcurrency, func(i int) {
+		storekit.Each(len(reqs), waitReplicasConcurrency, func(i int) {
 			errs[i] = s.Complete(ctx, reqs[i].Claim, reqs[i].Result, reqs[i].Retention)
 		})
 		return errs

@@ -12,7 +12,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
@@ -146,11 +145,11 @@ func TestEngineSendsTheCompletedRecord(t *testing.T) {
 		var key, inProgress string
 		_, err = e.Do(ctx, dedup.Call{Scope: "orders", Key: "order-1", MessageUUID: "1b4e28ba-2fa1-11d2-883f-0016d3cca427", Fingerprint: "fp"},
 			func(ctx context.Context) ([]byte, error) {
-				hc, ok := claimctx.From(ctx)
+				hc, ok := dedup.HeldClaimFromContext(ctx)
 				if !ok {
 					return nil, fmt.Errorf("no claim in the work's context")
 				}
-				key = store.RedisKey(hc.Key)
+				key = store.RedisKey(hc.Claim().Key)
 				inProgress, err = client.Get(ctx, key).Result()
 				return nil, err
 			})

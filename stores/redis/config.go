@@ -9,7 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
+	"github.com/watermill-dedup/watermill-dedup/dedup/storekit"
 )
 
 // DefaultKeyPrefix is the prefix New uses when Config.KeyPrefix is empty.

@@ -9,7 +9,6 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
-	"github.com/watermill-dedup/watermill-dedup/internal/originctx"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
@@ -104,7 +103,7 @@ func TestCompletedRecordIsAnInteger(t *testing.T) {
 	client := newClient(t)
 	store := newStore(t, client, redis.Config{KeyPrefix: "compact:", OmitProvenance: true})
 	key := admin.ScopedKey("s", "k")
-	res, err := store.Claim(originctx.With(ctx, uuidOrigin.TransportID, uuidOrigin.MessageID), key, "", time.Minute)
+	res, err := store.Claim(dedup.WithOrigin(ctx, uuidOrigin), key, "", time.Minute)
 	if err != nil || res.Outcome != dedup.Acquired {
 		t.Fatalf("claim: %+v %v", res, err)
 	}
@@ -151,7 +150,7 @@ func TestCompletedRecordIsEmbedded(t *testing.T) {
 	store := newStore(t, client, redis.Config{KeyPrefix: "embstr:"})
 	for _, o := range []dedup.Origin{uuidOrigin, {TransportID: uuidOrigin.TransportID, MessageID: uuidOrigin.TransportID}} {
 		key := admin.ScopedKey("s", o.MessageID+"k")
-		res, err := store.Claim(originctx.With(ctx, o.TransportID, o.MessageID), key, "", time.Minute)
+		res, err := store.Claim(dedup.WithOrigin(ctx, o), key, "", time.Minute)
 		if err != nil || res.Outcome != dedup.Acquired {
 			t.Fatalf("claim: %+v %v", res, err)
 		}

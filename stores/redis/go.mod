@@ -6,7 +6,6 @@ require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/watermill-dedup/watermill-dedup v0.0.0-00010101000000-000000000000
-	github.com/watermill-dedup/watermill-dedup/internal/redisbatch v0.0.0-00010101000000-000000000000
 )
 
 require (
@@ -25,7 +24,4 @@ require (
 )
 
 // The modules of this repository, from this checkout.
-replace (
-	github.com/watermill-dedup/watermill-dedup => ../..
-	github.com/watermill-dedup/watermill-dedup/internal/redisbatch => ../../internal/redisbatch
-)
+replace github.com/watermill-dedup/watermill-dedup => ../..

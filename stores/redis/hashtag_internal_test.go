@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 )
 
 // trickyRecordKeys returns Redis keys of records (prefix + scope + ":" +
@@ -22,7 +22,7 @@ func trickyRecordKeys() []string {
 	for _, p := range prefixes {
 		for _, s := range scopes {
 			for _, k := range keys {
-				out = append(out, p+scopedkey.Of(s, k))
+				out = append(out, p+admin.ScopedKey(s, k))
 			}
 		}
 	}

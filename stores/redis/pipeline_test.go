@@ -16,8 +16,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/dedup/storetest"
-	"github.com/watermill-dedup/watermill-dedup/internal/admit"
-	"github.com/watermill-dedup/watermill-dedup/internal/redisbatch"
+	"github.com/watermill-dedup/watermill-dedup/stores/redis/redisbatch"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 
@@ -223,7 +222,7 @@ func TestAutoPipelineClaimAdmission(t *testing.T) {
 		want         int
 	}{{true, redisbatch.DefaultMaxBatch}, {false, 0}} {
 		store := newStore(t, client, redis.Config{KeyPrefix: "dedup-admit:", AutoPipeline: tc.autoPipeline})
-		if got := admit.Of(store); got != tc.want {
+		if got := store.ClaimAdmission(); got != tc.want {
 			t.Errorf("AutoPipeline %v: claim admission default %d, want %d", tc.autoPipeline, got, tc.want)
 		}
 	}

@@ -8,7 +8,6 @@ import (
 	"strconv"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/originctx"
 )
 
 // Record encoding. Every record is one Redis string, in one of three forms
@@ -112,8 +111,8 @@ const (
 	idSame byte = 3
 
 	// maxProvenance is the longest provenance field, tag and length
-	// included: ids are at most originctx.MaxIDLength (100) bytes.
-	maxProvenance = 2 + 6 + binary.MaxVarintLen64 + 1 + 2*(1+originctx.MaxIDLength)
+	// included: ids are at most dedup.MaxOriginIDLength (100) bytes.
+	maxProvenance = 2 + 6 + binary.MaxVarintLen64 + 1 + 2*(1+dedup.MaxOriginIDLength)
 )
 
 // record is a decoded value.
@@ -197,7 +196,7 @@ func appendID(b []byte, id string) ([]byte, byte) {
 	case parseUUID(id, &u):
 		return append(b, u[:]...), idUUID
 	}
-	id = id[:min(len(id), originctx.MaxIDLength)]
+	id = id[:min(len(id), dedup.MaxOriginIDLength)]
 	b = binary.AppendUvarint(b, uint64(len(id)))
 	return append(b, id...), idText
 }

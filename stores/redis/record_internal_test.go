@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/originctx"
 )
 
 func testToken() *[tokenLen]byte {
@@ -191,7 +190,7 @@ func FuzzDecodeRecord(f *testing.F) {
 // leaves room in the 255 bytes of fields for the fingerprint and the
 // completed-at field the Complete script adds.
 func TestProvenanceRoundTrip(t *testing.T) {
-	long := strings.Repeat("é", originctx.MaxIDLength/2) // 100 bytes
+	long := strings.Repeat("é", dedup.MaxOriginIDLength/2) // 100 bytes
 	uuid, sqs := "0b9f8e3c-4d1a-4e2b-9c3d-5e6f7a8b9c0d", "73fca7ac-78e9-4ea4-a1bf-71a92e2fbda8"
 	for _, p := range []provenance{
 		{},

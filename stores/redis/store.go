@@ -14,11 +14,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/admit"
-	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
-	"github.com/watermill-dedup/watermill-dedup/internal/keywatch"
-	"github.com/watermill-dedup/watermill-dedup/internal/redisbatch"
-	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
+	"github.com/watermill-dedup/watermill-dedup/dedup/storekit"
+	"github.com/watermill-dedup/watermill-dedup/stores/redis/redisbatch"
 )
 
 // Store is a dedup.Store on Redis 7.0 or newer: a single server, a Sentinel
@@ -62,7 +59,7 @@ type Store struct {
 	omitProvenance string
 	// watch keeps the key watches of WatchKey; nil for a client whose
 	// shard channels cannot be followed (a Ring).
-	watch *keywatch.Hub
+	watch *storekit.WatchHub
 }
 
 // claimAdmission is the number of claims the engine admits at once by
@@ -103,7 +100,7 @@ func (s *Store) process(ctx context.Context, cmd goredis.Cmder, p *redisbatch.Pe
 
 var _ dedup.Store = (*Store)(nil)
 
-var _ admit.Store = (*Store)(nil)
+var _ dedup.ClaimAdmitter = (*Store)(nil)
 
 // New checks that every server the client writes to runs Redis 7.0 or newer
 // (INFO server on each Cluster master or Ring shard, on the one server or
@@ -248,11 +245,12 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 }
 
 // keepNote keeps key, the claim's Redis key (with the store's prefix), on
-// the claim's context when the engine made that context (claimctx): the
+// the claim's context when the engine made that context
+// (dedup.HeldClaimFromContext): the
 // engine's Complete of the claim finds it there (noteKey) rather than
 // making the string again.
 func keepNote(ctx context.Context, key string) {
-	if hc, ok := claimctx.From(ctx); ok && hc.Token == "" {
+	if hc, ok := dedup.HeldClaimFromContext(ctx); ok && hc.Claim().Token == "" {
 		hc.SetNote(key)
 	}
 }
@@ -260,8 +258,8 @@ func keepNote(ctx context.Context, key string) {
 // noteKey returns the Redis key that keepNote kept for claim, if ctx is
 // the engine's context of that claim.
 func (s *Store) noteKey(ctx context.Context, claim dedup.Claim) (string, bool) {
-	hc, ok := claimctx.From(ctx)
-	if !ok || hc.Key != claim.Key || hc.Token != claim.Token {
+	hc, ok := dedup.HeldClaimFromContext(ctx)
+	if !ok || hc.Claim() != claim {
 		return "", false
 	}
 	key := hc.Note()

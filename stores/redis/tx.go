@@ -12,9 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/claimctx"
-	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
-	"github.com/watermill-dedup/watermill-dedup/internal/txrun"
+	"github.com/watermill-dedup/watermill-dedup/dedup/storekit"
 )
 
 // Why one script and not WATCH + MULTI/EXEC: the token is checked by the
@@ -61,25 +59,22 @@ var txCompleteScript = goredis.NewScript(txCompleteSrc)
 const txArgBase = 8
 
 var (
-	// ErrNoClaim is returned by TxMiddleware for a message that reaches it
-	// without a dedup claim in its context, and by RunInTx for such a
-	// context: TxMiddleware was added before (outside) the dedup
-	// middleware, or RunInTx was called outside the work of
-	// dedup.Engine.Do. Nothing was run. A configuration error: every
-	// message fails the same way until the wiring is fixed.
-	ErrNoClaim = errors.New("dedup/redis: no dedup claim in the context; add TxMiddleware after the dedup middleware, or call RunInTx inside Engine.Do's work")
+	// ErrNoClaim is dedup.ErrNoClaim: TxMiddleware got a message without
+	// a dedup claim in its context (it was added before, outside, the
+	// dedup middleware), or RunInTx was called outside the work of
+	// dedup.Engine.Do. Nothing was run.
+	ErrNoClaim = dedup.ErrNoClaim
 
-	// ErrNestedTx: RunInTx (or TxMiddleware) was called for a claim whose
-	// RunInTx still runs, as when a helper that opens its own RunInTx is
-	// called from a handler TxMiddleware already wraps, or after a
-	// RunInTx of the claim completed the record. Its work did not run and
-	// nothing was queued or sent. The enclosing RunInTx goes on: if its
-	// work returns the error, nothing is written and the claim is
-	// released; if it swallows it, its own commands are written with the
-	// completion. A programming error: every message fails the same way.
-	// Queue on the Tx already open instead: call RunInTx only when
-	// TxFromContext finds none.
-	ErrNestedTx = errors.New("dedup/redis: RunInTx inside a RunInTx of the same claim, or after it completed the record; queue on the open Tx (TxFromContext) instead")
+	// ErrNestedTx is dedup.ErrNestedTx: RunInTx (or TxMiddleware) was
+	// called for a claim whose RunInTx still runs, as when a helper that
+	// opens its own RunInTx is called from a handler TxMiddleware already
+	// wraps, or after a RunInTx of the claim completed the record. Its
+	// work did not run and nothing was queued or sent. The enclosing
+	// RunInTx goes on: if its work returns the error, nothing is written
+	// and the claim is released; if it swallows it, its own commands are
+	// written with the completion. Queue on the Tx already open instead:
+	// call RunInTx only when TxFromContext finds none.
+	ErrNestedTx = dedup.ErrNestedTx
 
 	// ErrCrossSlot: on a Redis Cluster, Tx.Queue was given a key that
 	// does not hash to the slot of the claim's record, so the command
@@ -212,7 +207,7 @@ var errNotRun = errors.New("dedup/redis: the queued command has not run: RunInTx
 // on the middleware's Tx. Cost: one script run (EVALSHA), replacing the
 // dedup middleware's separate Complete.
 func (s *Store) TxMiddleware(h message.HandlerFunc) message.HandlerFunc {
-	return txrun.Middleware(h, s.RunInTx)
+	return storekit.TxMiddleware(h, s.RunInTx)
 }
 
 // RunInTx runs work, then runs the commands work queued on its Tx
@@ -259,62 +254,56 @@ func (s *Store) TxMiddleware(h message.HandlerFunc) message.HandlerFunc {
 // EVAL when the server lost its script cache), replacing the engine's
 // Complete. Not on a go-redis Ring (ErrTxUnsupported).
 func (s *Store) RunInTx(ctx context.Context, work func(ctx context.Context) ([]byte, error)) ([]byte, error) {
-	hc, ok := claimctx.From(ctx)
-	if _, shadow := claimctx.ShadowFrom(ctx); !ok && !shadow {
-		return nil, ErrNoClaim
-	}
+	return storekit.RunInTx(ctx, txFinishTimeout, s.beginTx, work)
+}
+
+// beginTx opens the Tx of a RunInTx (storekit.RunInTx) for claim (nil: a
+// run without a claim, whose commands run alone).
+func (s *Store) beginTx(ctx context.Context, claim *dedup.Claim) (context.Context, storekit.Tx, error) {
 	if _, ring := s.client.(*goredis.Ring); ring {
-		return nil, ErrTxUnsupported
+		return nil, nil, ErrTxUnsupported
 	}
 	tx := &Tx{ctx: ctx}
-	if ok {
-		if err := storekit.CheckDuration("retention", hc.Retention()); err != nil {
-			return nil, err
-		}
-		tx.recordKey = s.prefix + hc.Key
-	}
-	if _, cluster := s.client.(*goredis.ClusterClient); cluster && ok {
-		slot := keySlot(tx.recordKey)
-		tx.check = func(key string) error {
-			if keySlot(key) != slot {
-				return fmt.Errorf("%w: key %.200q is in slot %d, the record %.200q in slot %d; begin the key with %s",
-					ErrCrossSlot, key, keySlot(key), tx.recordKey, slot, tx.HashTag())
+	if claim != nil {
+		tx.recordKey = s.prefix + claim.Key
+		if _, cluster := s.client.(*goredis.ClusterClient); cluster {
+			slot := keySlot(tx.recordKey)
+			tx.check = func(key string) error {
+				if keySlot(key) != slot {
+					return fmt.Errorf("%w: key %.200q is in slot %d, the record %.200q in slot %d; begin the key with %s",
+						ErrCrossSlot, key, keySlot(key), tx.recordKey, slot, tx.HashTag())
+				}
+				return nil
 			}
-			return nil
 		}
 	}
-	if ok {
-		// A nested RunInTx would complete the record first, and this one,
-		// finding it completed by its token, would take that for its own
-		// lost reply and drop its commands.
-		if !hc.BeginTx() {
-			return nil, ErrNestedTx
-		}
-		defer hc.EndTx()
-	}
-	result, err := work(context.WithValue(ctx, txKey{}, tx))
-	if err != nil {
-		return nil, err
-	}
-	tx.mu.Lock()
-	defer tx.mu.Unlock()
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), txFinishTimeout)
-	defer cancel()
-	if !ok { // a shadow run without a claim: the commands alone
-		return result, s.runAlone(fctx, tx)
-	}
-	// No extension may run after the completion and find the record
-	// completed (a spurious claim_lost).
-	hc.StopHeartbeat()
-	if err := s.completeWith(fctx, tx, dedup.Claim{Key: hc.Key, Token: hc.Token}, result, hc.Retention()); err != nil {
-		if errors.Is(err, ErrCommandFailed) {
-			hc.MarkCompleted()
-		}
-		return nil, err
-	}
-	hc.MarkCompleted()
-	return result, nil
+	return context.WithValue(ctx, txKey{}, tx), txRun{s: s, tx: tx}, nil
 }
+
+// txRun ends a Tx for storekit.RunInTx: its commands and the completion
+// in one script, or its commands alone; nothing was sent before, so
+// nothing to undo.
+type txRun struct {
+	s  *Store
+	tx *Tx
+}
+
+func (r txRun) Complete(ctx context.Context, claim dedup.Claim, result []byte, retention time.Duration) (bool, error) {
+	r.tx.mu.Lock()
+	defer r.tx.mu.Unlock()
+	err := r.s.completeWith(ctx, r.tx, claim, result, retention)
+	// A command Redis refused ran after the token check: the completion
+	// ran too.
+	return err == nil || errors.Is(err, ErrCommandFailed), err
+}
+
+func (r txRun) Commit(ctx context.Context) error {
+	r.tx.mu.Lock()
+	defer r.tx.mu.Unlock()
+	return r.s.runAlone(ctx, r.tx)
+}
+
+func (txRun) Abort(context.Context) {}
 
 // txFinishTimeout bounds the completing script once work has returned,
 // even if ctx was cancelled meanwhile.

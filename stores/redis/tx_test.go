@@ -14,7 +14,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
-	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
+	"github.com/watermill-dedup/watermill-dedup/internal/keys"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
@@ -130,7 +130,7 @@ func TestRunInTx(t *testing.T) {
 	t.Run("claim-lost", func(t *testing.T) {
 		cmd, _, err := charge(ctx, e, s, "lost", "tx-test-charge:lost", 7, func(ctx context.Context) error {
 			// Another consumer takes the record over meanwhile.
-			key := scopedkey.Of("tx", "lost")
+			key := keys.Scoped("tx", "lost")
 			if _, err := s.Evict(ctx, key); err != nil {
 				return err
 			}
@@ -186,7 +186,7 @@ func TestRunInTx(t *testing.T) {
 				if _, err := tx.Queue(nil); !errors.Is(err, redis.ErrTxKey) {
 					return nil, fmt.Errorf("an empty command: %v; want ErrTxKey", err)
 				}
-				k := s.RedisKey(scopedkey.Of("tx", "record"))
+				k := s.RedisKey(keys.Scoped("tx", "record"))
 				_, err := tx.Queue([]string{k}, "del", k)
 				return nil, err
 			})
@@ -266,7 +266,7 @@ func TestRunInTxCluster(t *testing.T) {
 		t.Fatalf("the key of another slot was written")
 	}
 	var slots []int64
-	for _, k := range []string{"{account-7}:charge", s.RedisKey(scopedkey.Of("tx", "{account-7}:payment-9"))} {
+	for _, k := range []string{"{account-7}:charge", s.RedisKey(keys.Scoped("tx", "{account-7}:payment-9"))} {
 		n, err := client.ClusterKeySlot(ctx, k).Result()
 		if err != nil {
 			t.Fatal(err)
@@ -351,7 +351,7 @@ func testHashTagsOnCluster(t *testing.T, cluster *testserver.RedisCluster, clien
 		if v, err := client.Get(ctx, written).Result(); v != "done" || err != nil {
 			t.Fatalf("prefix %q: %q = %q, %v; want done", prefix, written, v, err)
 		}
-		r, err := s.Inspect(ctx, scopedkey.Of("mw", "{}a}b{"))
+		r, err := s.Inspect(ctx, keys.Scoped("mw", "{}a}b{"))
 		if err != nil || r.State != admin.StateCompleted {
 			t.Fatalf("prefix %q: the record: %+v, %v; want completed", prefix, r, err)
 		}

@@ -10,7 +10,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/keywatch"
+	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/storekit"
 )
 
 // ErrWatchUnsupported is WatchKey's error for a client whose shard channels
@@ -27,7 +28,7 @@ const watchLinger = 30 * time.Second
 // it is pinged; a ping unanswered that long ends the connection.
 const watchPing = 30 * time.Second
 
-var _ keywatch.Watcher = (*Store)(nil)
+var _ dedup.KeyWatcher = (*Store)(nil)
 
 // WatchKey lets the engine wake a waiter of dedup.Config.InProgressWait:
 // the waiter is woken when the record of key is completed or released, which the
@@ -65,7 +66,7 @@ func (s *Store) Close() error {
 
 // newWatchHub returns the hub of a store's watches on client, or nil when
 // the client's shard channels cannot be followed.
-func newWatchHub(client goredis.UniversalClient, linger time.Duration) *keywatch.Hub {
+func newWatchHub(client goredis.UniversalClient, linger time.Duration) *storekit.WatchHub {
 	t := &subscriber{client: client}
 	switch c := client.(type) {
 	case *goredis.Client:
@@ -74,7 +75,7 @@ func newWatchHub(client goredis.UniversalClient, linger time.Duration) *keywatch
 	default:
 		return nil
 	}
-	return keywatch.New(t.run, linger)
+	return storekit.NewWatchHub(t.run, linger)
 }
 
 // subscriber is the transport of a store's watches: one PubSub (one
@@ -114,7 +115,7 @@ func (t *subscriber) reloadSlots(ctx context.Context) {
 }
 
 // run subscribes to what h wants, on one subscription group per master.
-func (t *subscriber) run(ctx context.Context, h *keywatch.Hub) {
+func (t *subscriber) run(ctx context.Context, h *storekit.WatchHub) {
 	groups := map[string]*subGroup{} // by master address
 	of := map[string]*subGroup{}     // by channel
 	// moved holds, for a while, the server a channel's slot moved away
@@ -176,7 +177,7 @@ func (t *subscriber) run(ctx context.Context, h *keywatch.Hub) {
 			of[name] = g
 		}
 		if failed {
-			retry.Reset(keywatch.Backoff(attempt))
+			retry.Reset(storekit.WatchBackoff(attempt))
 			attempt++
 		}
 		select {
@@ -202,7 +203,7 @@ func (t *subscriber) run(ctx context.Context, h *keywatch.Hub) {
 				}
 			}
 			t.reloadSlots(ctx)
-			retry.Reset(keywatch.Backoff(attempt))
+			retry.Reset(storekit.WatchBackoff(attempt))
 			attempt++
 		case <-retry.C:
 		case <-idle.C:
@@ -255,7 +256,7 @@ type subGroup struct {
 	done    chan struct{} // the reading goroutine ended
 }
 
-func newSubGroup(ctx context.Context, addr string, ps *goredis.PubSub, reload func(), h *keywatch.Hub, broken chan<- brokenGroup) *subGroup {
+func newSubGroup(ctx context.Context, addr string, ps *goredis.PubSub, reload func(), h *storekit.WatchHub, broken chan<- brokenGroup) *subGroup {
 	g := &subGroup{addr: addr, ps: ps, reload: reload, names: map[string]bool{}, unsub: map[string]int{},
 		closing: make(chan struct{}), done: make(chan struct{})}
 	go g.read(ctx, h, broken)
@@ -326,7 +327,7 @@ func (g *subGroup) close() []string {
 
 // read turns what the connection receives into the hub's events until the
 // group is closed or broken.
-func (g *subGroup) read(ctx context.Context, h *keywatch.Hub, broken chan<- brokenGroup) {
+func (g *subGroup) read(ctx context.Context, h *storekit.WatchHub, broken chan<- brokenGroup) {
 	defer close(g.done)
 	report := func(moved bool) {
 		select {
@@ -374,7 +375,7 @@ func (g *subGroup) read(ctx context.Context, h *keywatch.Hub, broken chan<- brok
 			select {
 			case <-g.closing:
 				return
-			case <-time.After(keywatch.Backoff(attempt)):
+			case <-time.After(storekit.WatchBackoff(attempt)):
 			}
 			attempt++
 			continue

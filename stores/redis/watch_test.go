@@ -20,7 +20,7 @@ import (
 )
 
 // countedStore counts claims; embedding keeps the store's WatchKey, so the
-// engine still sees a store that wakes waiters (keywatch.Watcher).
+// engine still sees a store that wakes waiters (dedup.KeyWatcher).
 type countedStore struct {
 	*redis.Store
 	claims atomic.Int64

@@ -11,7 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/aws/aws-sdk-go-v2/aws"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/cmdenv/awsenv"
+	"github.com/watermill-dedup/watermill-dedup/cmd/dedupctl/env/awsenv"
 	"github.com/watermill-dedup/watermill-dedup/internal/harness/awsbroker"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 )

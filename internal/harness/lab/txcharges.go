@@ -14,7 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
+	"github.com/watermill-dedup/watermill-dedup/internal/keys"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
 	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
@@ -65,7 +65,7 @@ func (c *redisCharges) Charge(msg *message.Message, _, _ string) error {
 // key is the charge key of order: what Tx.HashTag gives for a record key
 // without braces.
 func (c *redisCharges) key(scope, order string) string {
-	return "{" + c.store.RedisKey(scopedkey.Of(scope, order)) + "}:charged"
+	return "{" + c.store.RedisKey(keys.Scoped(scope, order)) + "}:charged"
 }
 
 func (c *redisCharges) Table(ctx context.Context, scope string, orders []string) (map[string]int, error) {

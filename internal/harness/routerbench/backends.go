@@ -26,7 +26,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
-	"github.com/watermill-dedup/watermill-dedup/internal/redisbatch"
+	"github.com/watermill-dedup/watermill-dedup/stores/redis/redisbatch"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"

@@ -25,7 +25,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/fanout"
+	"github.com/watermill-dedup/watermill-dedup/dedup/storekit"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
@@ -461,7 +461,7 @@ func openBatchDynamo(ctx context.Context, id string) (*batchBackend, error) {
 	}
 	b.floor = func(ctx context.Context, keys []string) error {
 		errs := make([]error, len(keys))
-		fanout.Each(len(keys), dynamo.BatchConcurrency, func(i int) {
+		storekit.Each(len(keys), dynamo.BatchConcurrency, func(i int) {
 			pk := &types.AttributeValueMemberS{Value: "raw#" + id + "#" + keys[i]}
 			_, errs[i] = client.PutItem(ctx, &dynamodb.PutItemInput{
 				TableName: aws.String(table),
@@ -476,7 +476,7 @@ func openBatchDynamo(ctx context.Context, id string) (*batchBackend, error) {
 		if err := errors.Join(errs...); err != nil {
 			return err
 		}
-		fanout.Each(len(keys), dynamo.BatchConcurrency, func(i int) {
+		storekit.Each(len(keys), dynamo.BatchConcurrency, func(i int) {
 			_, errs[i] = client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 				TableName:           aws.String(table),
 				Key:                 map[string]types.AttributeValue{dynamo.DefaultPartitionKey: &types.AttributeValueMemberS{Value: "raw#" + id + "#" + keys[i]}},

@@ -19,7 +19,7 @@ import (
 
 // LibraryModules are the directories (relative to the repository root) of
 // the modules users depend on; each keeps its api.txt.
-var LibraryModules = []string{".", "stores/redis", "stores/dynamo", "stores/postgres", "lambdadedup", "oteldedup", "metrics"}
+var LibraryModules = []string{".", "stores/redis", "stores/dynamo", "stores/postgres", "lambdadedup", "oteldedup", "metrics", "cmd/dedupctl"}
 
 // rootModule is the first line of the repository root's go.mod.
 const rootModule = "module github.com/watermill-dedup/watermill-dedup\n"

@@ -1,11 +1,11 @@
-// Package keyrule is the engine's rule for business keys, stated once:
-// valid UTF-8 without control characters, not blank, at most
-// dedup.Config.MaxKeyLength bytes (1024 by default). Package dedup refuses
-// a key that breaks it with a *dedup.KeyError (ErrNoKey); package
-// producerkey checks a key it stamps with it, so that a message its
+package keys
+
+// The rule for business keys: valid UTF-8 without control characters, not
+// blank, at most dedup.Config.MaxKeyLength bytes (1024 by default). Package
+// dedup refuses a key that breaks it with a *dedup.KeyError (ErrNoKey);
+// package producerkey checks a key it stamps with it, so that a message its
 // consumers would refuse for good is refused at publish time instead,
 // while it can still be fixed.
-package keyrule
 
 import (
 	"fmt"

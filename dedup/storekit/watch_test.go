@@ -1,4 +1,4 @@
-package keywatch_test
+package storekit_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/keywatch"
+	"github.com/watermill-dedup/watermill-dedup/dedup/storekit"
 )
 
 // transport is a test transport: it records what it was asked and
@@ -15,11 +15,11 @@ import (
 type transport struct {
 	mu    sync.Mutex
 	runs  int
-	h     chan *keywatch.Hub
+	h     chan *storekit.WatchHub
 	ended chan struct{}
 }
 
-func (tr *transport) run(ctx context.Context, h *keywatch.Hub) {
+func (tr *transport) run(ctx context.Context, h *storekit.WatchHub) {
 	tr.mu.Lock()
 	tr.runs++
 	tr.mu.Unlock()
@@ -43,9 +43,9 @@ func (tr *transport) run(ctx context.Context, h *keywatch.Hub) {
 	}
 }
 
-func newHub(linger time.Duration) (*keywatch.Hub, *transport) {
-	tr := &transport{h: make(chan *keywatch.Hub, 10), ended: make(chan struct{}, 10)}
-	return keywatch.New(tr.run, linger), tr
+func newHub(linger time.Duration) (*storekit.WatchHub, *transport) {
+	tr := &transport{h: make(chan *storekit.WatchHub, 10), ended: make(chan struct{}, 10)}
+	return storekit.NewWatchHub(tr.run, linger), tr
 }
 
 func woken(c <-chan struct{}) bool {
@@ -149,7 +149,7 @@ func TestLifecycle(t *testing.T) {
 	if _, ok := <-c; ok {
 		t.Fatal("a watch still open was not closed by Close")
 	}
-	if _, _, err := h.Watch("k", time.Now()); !errors.Is(err, keywatch.ErrClosed) {
+	if _, _, err := h.Watch("k", time.Now()); !errors.Is(err, storekit.ErrWatchesClosed) {
 		t.Fatalf("Watch after Close: %v, want ErrClosed", err)
 	}
 	tr.mu.Lock()

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
-	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
+	"github.com/watermill-dedup/watermill-dedup/dedup/storekit"
 )
 
 func TestCheckListLimit(t *testing.T) {

@@ -1,7 +1,7 @@
-// Package redisaddr turns the one Redis address format the commands of this
-// module accept (REDIS_ADDR, -redis-addr) into a go-redis client. dedupctl
-// and the lab both parse with it, so an address that works for one works for
-// the other.
+// Package redisaddr turns the one Redis address format dedupctl accepts
+// (REDIS_ADDR, -redis-addr) into a go-redis client. Other commands that
+// open the same stores (the repository's lab) parse with it too, so that an
+// address that works for one works for the other.
 package redisaddr
 
 import (

@@ -1,5 +1,19 @@
-// Package storekit holds what the stores of this module share and users do
-// not need: owner tokens, duration and list-limit checks, the wall clock.
+// Package storekit is what a dedup.Store is built with: the pieces every
+// store of this repository shares, exported so that a store outside it can
+// do all they do. The contract itself (dedup.Store, the optional
+// capabilities, the held claim) is in package dedup; this package holds
+// helpers on top of it:
+//
+//   - owner tokens (NewToken, RawToken) and the checks every store makes
+//     (CheckDuration, CheckListLimit, IsNil), the wall clock (WallClock);
+//   - concurrent requests for a store's batch methods (Each,
+//     EachInKeyOrder);
+//   - the key watches of a dedup.KeyWatcher (WatchHub);
+//   - the completion of a claim inside the work's own transaction
+//     (RunInTx, with the store's Tx, and TxMiddleware for Watermill).
+//
+// Nothing here is needed to use a store: applications import package
+// dedup and a store.
 package storekit
 
 import (

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/cmdenv/awsenv"
+	"github.com/watermill-dedup/watermill-dedup/cmd/dedupctl/env/awsenv"
 )
 
 // TestCredentialsFailureIsNotUnreachable: with a region but no

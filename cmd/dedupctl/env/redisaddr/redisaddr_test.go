@@ -7,7 +7,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/cmdenv/redisaddr"
+	"github.com/watermill-dedup/watermill-dedup/cmd/dedupctl/env/redisaddr"
 )
 
 func TestClientForms(t *testing.T) {

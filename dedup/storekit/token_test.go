@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/storekit"
+	"github.com/watermill-dedup/watermill-dedup/dedup/storekit"
 )
 
 // TestTokensAreDistinct draws tokens from several goroutines, across many

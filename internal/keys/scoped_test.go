@@ -1,9 +1,9 @@
-package scopedkey_test
+package keys_test
 
 import (
 	"testing"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/scopedkey"
+	"github.com/watermill-dedup/watermill-dedup/internal/keys"
 )
 
 func TestSplitInvertsOf(t *testing.T) {
@@ -15,12 +15,12 @@ func TestSplitInvertsOf(t *testing.T) {
 		{"", "k"},
 		{"acct_42 POST /payments", ""},
 	} {
-		scope, key := scopedkey.Split(scopedkey.Of(c.scope, c.key))
+		scope, key := keys.Split(keys.Scoped(c.scope, c.key))
 		if scope != c.scope || key != c.key {
 			t.Errorf("Split(Of(%q, %q)) = %q, %q", c.scope, c.key, scope, key)
 		}
 	}
-	if scope, key := scopedkey.Split("no-colon"); scope != "" || key != "no-colon" {
+	if scope, key := keys.Split("no-colon"); scope != "" || key != "no-colon" {
 		t.Errorf("Split(no-colon) = %q, %q", scope, key)
 	}
 }

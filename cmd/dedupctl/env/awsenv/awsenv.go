@@ -1,10 +1,10 @@
-// Package awsenv loads the AWS SDK configuration of the commands of this
-// module from the standard environment (AWS_REGION, credentials,
-// AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_<SERVICE>, shared files), with two
-// conveniences for local emulators, and says how to start an emulator when
-// an endpoint does not answer. It builds DynamoDB clients; the SQS and SNS
-// wiring lives with the broker (internal/awsbroker), so a program that only
-// opens a DynamoDB store links no broker.
+// Package awsenv loads the AWS SDK configuration of dedupctl (and of other
+// commands that open the same stores, such as the repository's lab) from
+// the standard environment (AWS_REGION, credentials, AWS_ENDPOINT_URL,
+// AWS_ENDPOINT_URL_<SERVICE>, shared files), with two conveniences for
+// local emulators, and says how to start an emulator when an endpoint does
+// not answer. It builds DynamoDB clients; a command that also talks to SQS
+// or SNS builds those clients from AWS.Config itself.
 package awsenv
 
 import (
