@@ -27,14 +27,10 @@ import (
 // that is a map and a channel per message, spared when nothing waits on
 // the work's context.
 //
-// It pays in bytes, not in instructions: with a plain WithCancelCause
-// (made in init) the router path allocates 5 times and 450-460 bytes more
-// per message on Redis with AutoPipeline and on the memory store (c=16,
-// `go run ./cmd/dedup-bench -stores memory,redis,redis-ap -c 16
-// -alloc-messages 2000`, 2026-12-03), and on Redis without it since the
-// claim's context has a channel of its own; in instructions per message
-// (scripts/paired.sh -m callgrind, 3 pairs) 1.6-2.7 % on Redis, 0.3 % on
-// the memory store with GOGC=off.
+// It pays in bytes more than in instructions: a plain WithCancelCause
+// made for every call costs the router path several allocations per
+// message (dedup-bench -alloc-messages), and a little in instructions
+// (scripts/paired.sh -m callgrind); see docs/dev/decisions.md.
 type workCtx struct {
 	parent context.Context
 	f      *flight // its hc is the claim; its call the Origin
@@ -190,11 +186,10 @@ func (s *keySpy) Value(key any) any           { s.key = key; return nil }
 // A store should not use an operation's context after the operation
 // returned: it is cancelled then (context.Canceled).
 //
-// It pays: paired builds (scripts/paired.sh -m callgrind, 3 pairs,
-// 2026-12-03) with context.WithTimeout instead (of WithoutCancel for the
-// detached ones) cost 12.6 % more instructions per message on Redis at
-// c=16 (129 k against 115 k), 2.4 % more with AutoPipeline at c=64 and
-// 37 % more on the memory store (GOGC=off: 76 k against 56 k).
+// It pays: paired builds with context.WithTimeout instead (of
+// WithoutCancel for the detached ones) cost more instructions per message
+// on every store (scripts/paired.sh -m callgrind; see
+// docs/dev/decisions.md).
 type opCtx struct {
 	// parent is, attached, the work's context (a *workCtx).
 	parent   context.Context

@@ -140,11 +140,9 @@ func (f *flight) nameUnkeyed() {
 }
 
 // The cold paths of do are functions of their own. The compiler may
-// inline them: forbidding it (//go:noinline, to keep do's frame small)
-// did not pay in paired builds (scripts/paired.sh -m callgrind, 3 pairs,
-// 2026-12-03: without the 7 directives of this package, 4 % more
-// instructions per message on Redis at c=16, 12 % fewer with AutoPipeline
-// at c=64, 7 % fewer on the memory store with GOGC=off).
+// inline them: forbidding it (//go:noinline, to keep do's frame small) did
+// not pay in paired builds (scripts/paired.sh -m callgrind; see
+// docs/dev/decisions.md).
 
 // keyMissing decides a key that cannot be claimed; with Config.Shadow the
 // work runs anyway.

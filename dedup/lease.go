@@ -26,13 +26,9 @@ import (
 // goroutine exists only while an extension runs. An extension's request is
 // bounded by the deadline too.
 //
-// On the wall clock the timer is a pooled timerSlot: it pays in bytes,
-// not in instructions. With Clock.AfterFunc instead the router path
-// allocates about 140 bytes (2-3 allocations) more per message on every
-// store (`go run ./cmd/dedup-bench -stores memory,redis,redis-ap -c 16
-// -alloc-messages 2000`, 2026-12-03); in instructions per message
-// (scripts/paired.sh -m callgrind, 3 pairs) it saves 2.3 % on Redis at
-// c=16, 0.3 % with AutoPipeline at c=64, 0.2 % on the memory store.
+// On the wall clock the timer is a pooled timerSlot: it pays in bytes
+// (allocations per message of the router path, dedup-bench
+// -alloc-messages), not in instructions (scripts/paired.sh -m callgrind).
 //
 // Its timers run on goroutines of their own, where no Watermill Recoverer
 // catches a panic: a panicking Store.Extend is an extension that failed (see

@@ -127,10 +127,9 @@ type Config struct {
 	// v9.23, the version this module requires, marks it experimental):
 	// measured side by side on Claim+Complete (BenchmarkAutoPipeline;
 	// figures in README.md), go-redis' hands every command to its flushing
-	// goroutine, even a lone one, and with 1 caller took about twice the
-	// time and twice the CPU per call; with 16 to 256 callers this batcher
-	// did 17 to 33 % more calls per second. go-redis' full-duplex mode came
-	// closest, and matched it only on a Cluster at 16 callers.
+	// goroutine, even a lone one, and took more time and CPU per call with
+	// one caller and fewer calls per second with many. go-redis'
+	// full-duplex mode came closest.
 	AutoPipeline bool
 
 	// OmitProvenance leaves the provenance out of completed records: the

@@ -16,8 +16,8 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/dedup/storetest"
-	"github.com/watermill-dedup/watermill-dedup/stores/redis/redisbatch"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
+	"github.com/watermill-dedup/watermill-dedup/stores/redis/redisbatch"
 )
 
 // The conformance suite with Config.AutoPipeline: its subtests run in

@@ -699,12 +699,10 @@ func decodeHexToken(token string, raw *[tokenLen]byte) (string, bool) {
 // the caller's (pooled too), where Script.Run would build both for every
 // call.
 //
-// It pays in bytes: Script.Run costs 6 more allocations and about 350
-// more bytes per Claim+Complete (17 allocations, 528 B against 11 and
-// 176 B at c=1, `go test -run '^$' -bench ClaimComplete -benchmem
-// ./stores/redis/`, 2026-12-03), about a sixth of what the middleware adds
-// per message on Redis; in time, paired builds found no consistent
-// difference of 5 % (docs/dev/redis-autopipeline.md).
+// It pays in bytes: Script.Run costs more allocations per Claim+Complete
+// (`go test -run '^$' -bench ClaimComplete -benchmem ./stores/redis/`); in
+// time, paired builds found no consistent difference
+// (docs/dev/redis-autopipeline.md).
 func (s *Store) evalOwned(ctx context.Context, script *ownedScript, args []any, p *redisbatch.Pending) (int64, error) {
 	cmd := cmds.Get().(*goredis.Cmd)
 	*cmd = *goredis.NewCmd(ctx, args...)
