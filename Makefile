@@ -44,8 +44,13 @@ deps:
 vet:
 	$(GO) vet $(ALL)
 
-# Each module stands alone: its go.mod is tidy and it builds outside the
-# workspace, as it does in a user's module graph.
+# Each module's go.mod and go.sum are tidy (GOWORK=off go mod tidy -diff,
+# the siblings resolved through the replace directives they keep between
+# releases). A user's module graph, which ignores go.work and replace, is
+# not checked here: dev/release's TestUserBuild, run by `go test` below,
+# packs every module a release would tag into a file-system module proxy
+# and builds the README's Quick start, a DynamoDB consumer, a Lambda
+# handler and `go install …/cmd/dedupctl@version` against it.
 modules:
 	bash scripts/check-modules.sh
 

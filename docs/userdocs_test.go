@@ -404,13 +404,14 @@ func TestDynamoDBGuideRuns(t *testing.T) {
 }
 
 // The README's install table names every library module of the workspace
-// (go.work's modules but the tooling ones: cmd, docs, examples, ops, internal/…,
-// reliability), so a user knows what to go get for each store and adapter.
+// (go.work's modules but the tooling ones: cmd, dev, docs, examples, ops,
+// internal/…, reliability; dev/release's libraryModules is the list a
+// release tags), so a user knows what to go get for each store and adapter.
 func TestReadmeNamesEveryLibraryModule(t *testing.T) {
 	root := repoRoot(t)
 	work := readRepoFile(t, root, "go.work")
 	readme := readRepoFile(t, root, "README.md")
-	tooling := regexp.MustCompile(`^(cmd|docs|examples|ops|reliability|internal/.*)$`)
+	tooling := regexp.MustCompile(`^(cmd|dev|docs|examples|ops|reliability|internal/.*)$`)
 	found := 0
 	for _, m := range regexp.MustCompile(`(?m)^\s+\./?(\S*)\s*$`).FindAllStringSubmatch(work, -1) {
 		dir := m[1]
