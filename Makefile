@@ -5,7 +5,11 @@
 #             middleware on every store, against raw store writes, interleaved,
 #             with medians and ratios, allocations and Redis used_memory per record
 #             (BENCHFLAGS passes flags, e.g. BENCHFLAGS='-stores redis,redis-ap -reps 3'
-#             or '-redis-records none')
+#             or '-redis-records none'); then a Kafka batch consumer (kfake, each
+#             poll one Engine.DoBatch on Redis) against the same consumer without
+#             dedup and against two raw pipelines per poll (-kafka-batch;
+#             KAFKABENCHFLAGS passes flags, e.g. '-reps 3 -kafka-records 5000');
+#             then the Redis store's WaitReplicas go test benchmark
 # make bench-batch  batch claims: per-record Engine.Do against Engine.DoBatch and
 #             the raw floor, for batches of 1, 10, 100 new keys on every store
 # make bench-stores  the older per-store go test benchmarks
@@ -63,8 +67,10 @@ lab:
 	$(GO) run ./cmd/dedup-lab
 
 BENCHFLAGS ?=
+KAFKABENCHFLAGS ?=
 bench: deps
 	$(GO) run ./cmd/dedup-bench $(BENCHFLAGS)
+	$(GO) run ./cmd/dedup-bench -kafka-batch $(KAFKABENCHFLAGS)
 	$(GO) test -run '^$$' -bench WaitReplicas -benchtime 3000x ./stores/redis/
 
 bench-batch: deps

@@ -38,3 +38,30 @@ func runBatch(ctx context.Context, sizes, stores string, reps int, stdout, stder
 	}
 	return 0
 }
+
+// runKafkaBatch is -kafka-batch: the Kafka batch consumer benchmark
+// (routerbench.RunKafkaBatch), on Redis.
+func runKafkaBatch(ctx context.Context, withBatch bool, records, partitions, reps int, stdout, stderr io.Writer, quiet bool) int {
+	var err error
+	switch {
+	case withBatch:
+		err = fmt.Errorf("-kafka-batch and -batch are two benchmarks: run one at a time")
+	case records < 1:
+		err = fmt.Errorf("-kafka-records must be at least 1, got %d", records)
+	case partitions < 1:
+		err = fmt.Errorf("-kafka-partitions must be at least 1, got %d", partitions)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "dedup-bench:", err)
+		return 2
+	}
+	opts := routerbench.KafkaBatchOptions{Records: records, Partitions: partitions, Repetitions: reps, Out: stdout, Progress: stderr}
+	if quiet {
+		opts.Progress = nil
+	}
+	if err := routerbench.RunKafkaBatch(ctx, opts); err != nil {
+		fmt.Fprintln(stderr, "dedup-bench:", err)
+		return 1
+	}
+	return 0
+}

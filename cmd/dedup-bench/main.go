@@ -12,6 +12,7 @@
 //	go run ./cmd/dedup-bench -cpuprofile redis-happy.pprof
 //	go run ./cmd/dedup-bench -memprofile redis-allocs.pprof -profile-store memory
 //	go run ./cmd/dedup-bench -batch 1,10,100                # batch claims (make bench-batch)
+//	go run ./cmd/dedup-bench -kafka-batch                    # a Kafka batch consumer on Redis (make bench)
 //
 // Exit status 1 when a run fails (a server does not start, a handler errs
 // or a path does not deduplicate), 2 on bad flags.
@@ -65,6 +66,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		lines       = fs.Bool("lines", false, "print tab-separated lines per repetition after the tables (rate, cpu, allocs), for scripts/paired.sh")
 		quiet       = fs.Bool("q", false, "no progress lines on stderr")
 		batch       = fs.String("batch", "", "measure batch claims instead, for these batch sizes, comma-separated (e.g. 1,10,100): per-record Engine.Do against Engine.DoBatch and the raw floor, per store of -stores (default memory,redis,postgres,dynamo)")
+		kafkaBatch  = fs.Bool("kafka-batch", false, "measure a Kafka batch consumer instead (kfake, each poll one Engine.DoBatch on Redis) against the same consumer without dedup and against the raw floor, with -reps repetitions")
+		kafkaRecs   = fs.Int("kafka-records", 20000, "records in the topic of -kafka-batch, copies included")
+		kafkaParts  = fs.Int("kafka-partitions", 8, "partitions of the topic of -kafka-batch")
 	)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -78,6 +82,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if *reps < 1 { // Options would take 0 for its default
 		return usage(fmt.Errorf("-reps must be at least 1, got %d", *reps))
+	}
+	if *kafkaBatch {
+		return runKafkaBatch(ctx, *batch != "", *kafkaRecs, *kafkaParts, *reps, stdout, stderr, *quiet)
 	}
 	if *batch != "" {
 		return runBatch(ctx, *batch, *stores, *reps, stdout, stderr, *quiet, fs)

@@ -14,6 +14,9 @@ func TestBadFlags(t *testing.T) {
 		{"-reps", "0"},
 		{"-redis-records", "ten"},
 		{"-no-such-flag"},
+		{"-kafka-batch", "-kafka-records", "0"},
+		{"-kafka-batch", "-kafka-partitions", "0"},
+		{"-kafka-batch", "-batch", "10"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(context.Background(), args, &stdout, &stderr); code != 2 {
