@@ -1,7 +1,7 @@
 # make lab    runs the ORDER-003 lab on embedded defaults (no server needed)
 # make test   installs and starts every server the tests need, then vets and
 #             runs the whole suite with the race detector
-# make bench  runs cmd/dedup-bench: a Watermill router with and without the
+# make bench  runs dev/bench: a Watermill router with and without the
 #             middleware on every store, against raw store writes, interleaved,
 #             with medians and ratios, allocations and Redis used_memory per record
 #             (BENCHFLAGS passes flags, e.g. BENCHFLAGS='-stores redis,redis-ap -reps 3'
@@ -61,20 +61,20 @@ modules:
 # Rewrites each library module's api.txt from the code (the API test fails
 # while the two differ).
 api:
-	$(GO) run ./internal/harness/apidump -write
+	$(GO) run ./dev/apidump -write
 
 lab:
-	$(GO) run ./cmd/dedup-lab
+	$(GO) run ./dev/lab
 
 BENCHFLAGS ?=
 KAFKABENCHFLAGS ?=
 bench: deps
-	$(GO) run ./cmd/dedup-bench $(BENCHFLAGS)
-	$(GO) run ./cmd/dedup-bench -kafka-batch $(KAFKABENCHFLAGS)
+	$(GO) run ./dev/bench $(BENCHFLAGS)
+	$(GO) run ./dev/bench -kafka-batch $(KAFKABENCHFLAGS)
 	$(GO) test -run '^$$' -bench WaitReplicas -benchtime 3000x ./stores/redis/
 
 bench-batch: deps
-	$(GO) run ./cmd/dedup-bench -batch 1,10,100 $(BENCHFLAGS)
+	$(GO) run ./dev/bench -batch 1,10,100 $(BENCHFLAGS)
 
 bench-stores: deps
 	$(GO) test -run '^$$' -bench Store -benchtime 2s ./stores/redis/

@@ -28,12 +28,12 @@ import (
 // addresses, so a command line gets as far as the store's name and reaches
 // no server. `make lab` lines may pass only the variables the Makefile's
 // lab recipe hands to the lab. The lab's flag table (the code block under
-// "Flags" in cmd/dedup-lab/README.md) lists every flag, and every value
+// "Flags" in dev/lab/README.md) lists every flag, and every value
 // of the flags that take one of a set.
 func TestQuotedCommandLinesParse(t *testing.T) {
 	root := repoRoot(t)
 	docs := loadRepository(t, root).markdownFiles(t)
-	res := checkCommandLines(t, buildFlagCheckers(t, root), docs, labMakeVars(t, root), "cmd/dedup-lab/README.md")
+	res := checkCommandLines(t, buildFlagCheckers(t, root), docs, labMakeVars(t, root), "dev/lab/README.md")
 	for _, p := range res.problems {
 		t.Error(p)
 	}
@@ -41,7 +41,7 @@ func TestQuotedCommandLinesParse(t *testing.T) {
 		res.labLines, res.labRuns, res.labFlags, res.ctlLines, res.ctlFlags, res.synopses, res.tableFlags)
 }
 
-// labHook is added to cmd/dedup-lab: with DOCS_FLAGCHECK naming a JSON file
+// labHook is added to dev/lab: with DOCS_FLAGCHECK naming a JSON file
 // of argument lists, it parses each with parseFlags, prints the first line
 // of each refusal ("" for accepted) and the usage as JSON, and exits.
 const labHook = `package main
@@ -219,7 +219,7 @@ func buildFlagCheckers(t *testing.T, root string) flagCheckers {
 			}
 		}
 		overlay := map[string]map[string]string{"Replace": {
-			filepath.Join(root, "cmd", "dedup-lab", "zz_docs_flagcheck.go"): filepath.Join(dir, "lab-hook.go"),
+			filepath.Join(root, "dev", "lab", "zz_docs_flagcheck.go"): filepath.Join(dir, "lab-hook.go"),
 			filepath.Join(root, "cmd", "dedupctl", "zz_docs_flagcheck.go"):  filepath.Join(dir, "ctl-hook.go"),
 			filepath.Join(root, "cmd", "dedupctl", "stores.go"):             filepath.Join(dir, "ctl-stores.go"),
 		}}
@@ -229,9 +229,9 @@ func buildFlagCheckers(t *testing.T, root string) flagCheckers {
 			checkersErr = err
 			return
 		}
-		c := flagCheckers{lab: filepath.Join(dir, "dedup-lab"), ctl: filepath.Join(dir, "dedupctl")}
-		if out, err := goCommand(t, root, "build", "-ldflags=-s -w", "-overlay", overlayFile, "-o", dir+string(filepath.Separator), "./cmd/dedup-lab", "./cmd/dedupctl"); err != nil {
-			checkersErr = fmt.Errorf("go build ./cmd/dedup-lab ./cmd/dedupctl with the flag-check hooks: %v\n%s", err, out)
+		c := flagCheckers{lab: filepath.Join(dir, "lab"), ctl: filepath.Join(dir, "dedupctl")}
+		if out, err := goCommand(t, root, "build", "-ldflags=-s -w", "-overlay", overlayFile, "-o", dir+string(filepath.Separator), "./dev/lab", "./cmd/dedupctl"); err != nil {
+			checkersErr = fmt.Errorf("go build ./dev/lab ./cmd/dedupctl with the flag-check hooks: %v\n%s", err, out)
 			return
 		}
 		checkers = c
@@ -286,7 +286,7 @@ var (
 // quotedCommands finds the command lines of m: the lines of its code
 // blocks (only the "$ " ones in a block that shows a prompt), continued
 // with a trailing backslash and without their # comments, and its code
-// spans. A command is `go run ./cmd/dedup-lab`, `make lab`, `dedupctl` or
+// spans. A command is `go run ./dev/lab`, `make lab`, `dedupctl` or
 // `go run ./cmd/dedupctl` at the start of a command (after NAME=value
 // assignments, or after && ; |); its arguments run to the next shell
 // operator or "...". makeVars are the variables `make lab` passes on to
@@ -338,7 +338,7 @@ func quotedCommands(m *markdown, makeVars map[string]bool) (cmds []commandLine, 
 			}
 			tool, n := "", 0
 			switch rest := tokens[i:]; {
-			case len(rest) >= 3 && rest[0] == "go" && rest[1] == "run" && strings.TrimSuffix(rest[2], "/") == "./cmd/dedup-lab":
+			case len(rest) >= 3 && rest[0] == "go" && rest[1] == "run" && strings.TrimSuffix(rest[2], "/") == "./dev/lab":
 				tool, n = "dedup-lab", 3
 			case len(rest) >= 3 && rest[0] == "go" && rest[1] == "run" && strings.TrimSuffix(rest[2], "/") == "./cmd/dedupctl":
 				tool, n = "dedupctl", 3
@@ -462,7 +462,7 @@ func alternatives(args []string) [][]string {
 var makeVarRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
 
 // labMakeVars returns the Makefile variables the lab recipe puts after
-// ./cmd/dedup-lab: what `make lab NAME=...` passes to the lab.
+// ./dev/lab: what `make lab NAME=...` passes to the lab.
 func labMakeVars(t *testing.T, root string) map[string]bool {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(root, "Makefile"))
@@ -476,7 +476,7 @@ func labMakeVars(t *testing.T, root string) map[string]bool {
 		case strings.HasPrefix(line, "lab:"):
 			found, inLab = true, true
 		case inLab && strings.HasPrefix(line, "\t"):
-			if _, after, ok := strings.Cut(line, "./cmd/dedup-lab"); ok {
+			if _, after, ok := strings.Cut(line, "./dev/lab"); ok {
 				for _, sm := range makeVarRef.FindAllStringSubmatch(after, -1) {
 					vars[sm[1]] = true
 				}
@@ -735,18 +735,18 @@ func TestCommandLineCheckerFails(t *testing.T) {
 	const page = "# Lab\n" + // 1
 		"\n" + // 2
 		"```sh\n" + // 3
-		"go run ./cmd/dedup-lab -broker rabbit          # unknown broker\n" + // 4
-		"go run ./cmd/dedup-lab -idempotency maybe -store redis\n" + // 5
-		"go run ./cmd/dedup-lab -runtime lambda -broker kafka\n" + // 6: not together
-		"go run ./cmd/dedup-lab -nosuch 3\n" + // 7
-		"AWS_REGION=x go run ./cmd/dedup-lab -broker sqs \\\n" + // 8: fine
+		"go run ./dev/lab -broker rabbit          # unknown broker\n" + // 4
+		"go run ./dev/lab -idempotency maybe -store redis\n" + // 5
+		"go run ./dev/lab -runtime lambda -broker kafka\n" + // 6: not together
+		"go run ./dev/lab -nosuch 3\n" + // 7
+		"AWS_REGION=x go run ./dev/lab -broker sqs \\\n" + // 8: fine
 		"  -store dynamo\n" + // 9
 		"make lab -broker kafka\n" + // 10: make's flag, not the lab's
 		"make lab LABFLAGS='-copies ten'\n" + // 11
-		"go run ./cmd/dedup-lab -v | tee out.txt && go run ./cmd/dedup-lab -h\n" + // 12: fine
+		"go run ./dev/lab -v | tee out.txt && go run ./dev/lab -h\n" + // 12: fine
 		"```\n" + // 13
 		"\n" + // 14
-		"Also `go run ./cmd/dedup-lab -broker sqs|sns -store redis|mongo` and `dedupctl inspect -nosuch`.\n" + // 15
+		"Also `go run ./dev/lab -broker sqs|sns -store redis|mongo` and `dedupctl inspect -nosuch`.\n" + // 15
 		"\n" + // 16
 		"```\n" + // 17
 		"$ dedupctl -store mongo list\n" + // 18
@@ -771,14 +771,14 @@ func TestCommandLineCheckerFails(t *testing.T) {
 	res := checkCommandLines(t, buildFlagCheckers(t, repoRoot(t)), []*markdown{m}, map[string]bool{"LABFLAGS": true}, "lab.md")
 	all := strings.Join(res.problems, "\n")
 	for _, want := range []string{
-		`lab.md:4: "go run ./cmd/dedup-lab -broker rabbit": dedup-lab -broker rabbit: unknown -broker "rabbit"`,
-		`lab.md:5: "go run ./cmd/dedup-lab -idempotency maybe -store redis": dedup-lab -idempotency maybe -store redis: -idempotency must be`,
-		`lab.md:6: "go run ./cmd/dedup-lab -runtime lambda -broker kafka": dedup-lab -runtime lambda -broker kafka: -runtime lambda`,
-		`lab.md:7: "go run ./cmd/dedup-lab -nosuch 3": dedup-lab -nosuch 3: flag provided but not defined: -nosuch`,
+		`lab.md:4: "go run ./dev/lab -broker rabbit": dedup-lab -broker rabbit: unknown -broker "rabbit"`,
+		`lab.md:5: "go run ./dev/lab -idempotency maybe -store redis": dedup-lab -idempotency maybe -store redis: -idempotency must be`,
+		`lab.md:6: "go run ./dev/lab -runtime lambda -broker kafka": dedup-lab -runtime lambda -broker kafka: -runtime lambda`,
+		`lab.md:7: "go run ./dev/lab -nosuch 3": dedup-lab -nosuch 3: flag provided but not defined: -nosuch`,
 		"lab.md:10: \"make lab -broker kafka\": `make lab` passes -broker kafka to nothing",
 		`lab.md:11: "make lab LABFLAGS=-copies ten": dedup-lab -copies ten: invalid value "ten"`,
-		`lab.md:15: "go run ./cmd/dedup-lab -broker sqs|sns -store redis|mongo": dedup-lab -broker sqs -store mongo: unknown -store "mongo"`,
-		`lab.md:15: "go run ./cmd/dedup-lab -broker sqs|sns -store redis|mongo": dedup-lab -broker sns -store mongo: unknown -store "mongo"`,
+		`lab.md:15: "go run ./dev/lab -broker sqs|sns -store redis|mongo": dedup-lab -broker sqs -store mongo: unknown -store "mongo"`,
+		`lab.md:15: "go run ./dev/lab -broker sqs|sns -store redis|mongo": dedup-lab -broker sns -store mongo: unknown -store "mongo"`,
 		`lab.md:15: "dedupctl inspect -nosuch": dedupctl inspect -nosuch -h: exit status 2: flag provided but not defined: -nosuch`,
 		`lab.md:18: "dedupctl -store mongo list": dedupctl -store mongo list: exit status 2: dedupctl: unknown -store "mongo"`,
 		`lab.md:20: "dedupctl frobnicate KEY": dedupctl frobnicate KEY: exit status 2: dedupctl: unknown command "frobnicate"`,

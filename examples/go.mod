@@ -83,7 +83,6 @@ require (
 // The modules of this repository, from this checkout.
 replace (
 	github.com/watermill-dedup/watermill-dedup => ..
-	github.com/watermill-dedup/watermill-dedup/internal/harness => ../internal/harness
 	github.com/watermill-dedup/watermill-dedup/lambdadedup => ../lambdadedup
 	github.com/watermill-dedup/watermill-dedup/stores/dynamo => ../stores/dynamo
 	github.com/watermill-dedup/watermill-dedup/stores/redis => ../stores/redis

@@ -19,7 +19,6 @@ require (
 	github.com/rs/zerolog v1.28.0
 	github.com/watermill-dedup/watermill-dedup v0.0.0-00010101000000-000000000000
 	github.com/watermill-dedup/watermill-dedup/examples v0.0.0-00010101000000-000000000000
-	github.com/watermill-dedup/watermill-dedup/internal/harness v0.0.0-00010101000000-000000000000
 	github.com/watermill-dedup/watermill-dedup/lambdadedup v0.0.0-00010101000000-000000000000
 	github.com/watermill-dedup/watermill-dedup/metrics v0.0.0-00010101000000-000000000000
 	github.com/watermill-dedup/watermill-dedup/oteldedup v0.0.0-00010101000000-000000000000
@@ -95,6 +94,7 @@ require (
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
 	github.com/vmihailenco/msgpack v4.0.4+incompatible // indirect
+	github.com/watermill-dedup/watermill-dedup/dev v0.0.0-00010101000000-000000000000
 	github.com/yuin/gopher-lua v1.1.1 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
@@ -115,7 +115,6 @@ require (
 replace (
 	github.com/watermill-dedup/watermill-dedup => ..
 	github.com/watermill-dedup/watermill-dedup/examples => ../examples
-	github.com/watermill-dedup/watermill-dedup/internal/harness => ../internal/harness
 	github.com/watermill-dedup/watermill-dedup/lambdadedup => ../lambdadedup
 	github.com/watermill-dedup/watermill-dedup/metrics => ../metrics
 	github.com/watermill-dedup/watermill-dedup/oteldedup => ../oteldedup
@@ -123,3 +122,7 @@ replace (
 	github.com/watermill-dedup/watermill-dedup/stores/postgres => ../stores/postgres
 	github.com/watermill-dedup/watermill-dedup/stores/redis => ../stores/redis
 )
+
+replace github.com/watermill-dedup/watermill-dedup/dev => ../dev
+
+replace github.com/watermill-dedup/watermill-dedup/cmd/dedupctl => ../cmd/dedupctl

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# paired.sh: paired builds of cmd/dedup-bench, run alternately, medians.
+# paired.sh: paired builds of dev/bench, run alternately, medians.
 #
 # Measures whether a change (a speed trick, or its removal) pays: builds
-# cmd/dedup-bench from two sources, A and B, and runs them alternately
+# dev/bench from two sources, A and B, and runs them alternately
 # (A B A B ...) so that load from other processes weighs on both alike.
 #
 #   scripts/paired.sh [-n PAIRS] [-m time|callgrind] A B [-- dedup-bench flags]
@@ -69,7 +69,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# build SRC NAME: $work/NAME is cmd/dedup-bench built from SRC.
+# build SRC NAME: $work/NAME is dev/bench built from SRC (cmd/dedup-bench
+# in revisions from before the tooling moved to dev/).
 build() {
 	local src=$1 name=$2 dir
 	if [ "$src" = "." ]; then
@@ -81,7 +82,9 @@ build() {
 		mkdir -p "$dir"
 		git -C "$root" archive "$src" | tar -x -C "$dir"
 	fi
-	(cd "$dir" && go build -buildvcs=false -o "$work/$name" ./cmd/dedup-bench)
+	local pkg=./dev/bench
+	[ -d "$dir/dev/bench" ] || pkg=./cmd/dedup-bench
+	(cd "$dir" && go build -buildvcs=false -o "$work/$name" "$pkg")
 	echo "built $name from $src ($(cd "$root" && git rev-parse --short "$src" 2>/dev/null || echo 'working tree'))" >&2
 }
 build "$srcA" A

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"github.com/watermill-dedup/watermill-dedup/dev/apidump/api"
 	"io"
 	"os"
 	"path"
@@ -16,22 +17,14 @@ import (
 )
 
 // libraryModules are the directories, relative to the repository root, of
-// the modules users depend on: the only list of them. A release tags these
-// and every repository module they require (found in their go.mod files,
-// transitively); the user-build test packs the same set. Every other module
-// of go.work (docs, examples, reliability, ops, cmd, internal/harness, dev,
-// …) is tooling: never released, free to keep its replace directives, and
-// required by no library module.
-var libraryModules = []string{
-	".",
-	"stores/redis",
-	"stores/dynamo",
-	"stores/postgres",
-	"lambdadedup",
-	"oteldedup",
-	"metrics",
-	"cmd/dedupctl",
-}
+// the modules users depend on: api.LibraryModules, the only list of them,
+// which the API check (dev/apidump) reads too. A release tags these and
+// every repository module they require (found in their go.mod files,
+// transitively); the user-build test packs the same set. Every other
+// module of go.work (docs, examples, reliability, ops, dev, …) is tooling:
+// never released, free to keep its replace directives, and required by no
+// library module.
+var libraryModules = api.LibraryModules
 
 // toolingDir is the folder of this command's own module; a release that
 // would include it (a library module requiring it) is refused.
