@@ -158,9 +158,10 @@ type batchRun struct {
 	b     Batch
 	fn    func(ctx context.Context, i int) ([]byte, error)
 	slots []batchSlot
-	// units are the batch's turns: the calls of a group in batch order, a
-	// call without a group alone; in the order of their first call.
-	units [][]int
+	// order and start are the batch's turns (see unitsOf): the calls of a
+	// group in batch order, a call without a group alone; in the order of
+	// their first call.
+	order, start []int
 
 	mu         sync.Mutex
 	panicked   bool
@@ -244,24 +245,54 @@ func (r *batchRun) halted() bool {
 
 // unitsOf is the turns of calls: the calls of a group one after the other
 // in batch order, a call without a group alone, in the order of each
-// unit's first call.
-func unitsOf(calls []BatchCall) [][]int {
-	var units [][]int
-	group := map[string]int{}
+// unit's first call. Unit u is order[start[u]:start[u+1]]: two
+// allocations for the batch, none per call.
+func unitsOf(calls []BatchCall) (order, start []int) {
+	unit := make([]int, len(calls)) // the unit of each call
+	start = make([]int, 0, len(calls)+1)
+	var group map[string]int
 	for i, c := range calls {
 		if c.Group == "" {
-			units = append(units, []int{i})
+			unit[i] = len(start)
+			start = append(start, 0)
 			continue
 		}
-		if u, ok := group[c.Group]; ok {
-			units[u] = append(units[u], i)
-			continue
+		if group == nil {
+			group = make(map[string]int)
 		}
-		group[c.Group] = len(units)
-		units = append(units, []int{i})
+		u, ok := group[c.Group]
+		if !ok {
+			u = len(start)
+			group[c.Group] = u
+			start = append(start, 0)
+		}
+		unit[i] = u
 	}
-	return units
+	// Count each unit's calls, then place them: a counting sort that keeps
+	// batch order within a unit.
+	n := len(start)
+	for _, u := range unit {
+		start[u]++
+	}
+	at := 0
+	for u := range n {
+		count := start[u]
+		start[u] = at
+		at += count
+	}
+	start = append(start, at)
+	order = make([]int, len(calls))
+	next := make([]int, n)
+	copy(next, start[:n])
+	for i, u := range unit {
+		order[next[u]] = i
+		next[u]++
+	}
+	return order, start
 }
+
+// unit returns the calls of unit u.
+func (r *batchRun) unit(u int) []int { return r.order[r.start[u]:r.start[u+1]] }
 
 // prepare checks every call and makes its flight, as Do does before its
 // claim, and chooses the call that sends each key's claim: the key's first
@@ -304,11 +335,11 @@ func (r *batchRun) prepare() {
 			s.f.hc.key = keys.Scoped(call.Scope, call.Key)
 		}
 	}
-	r.units = unitsOf(r.b.Calls)
+	r.order, r.start = unitsOf(r.b.Calls)
 	byKey := make(map[string]*batchKey, len(r.slots))
 	batchKeys := make([]batchKey, 0, len(r.slots)) // one allocation
-	for _, unit := range r.units {
-		for _, i := range unit {
+	for u := range len(r.start) - 1 {
+		for _, i := range r.unit(u) {
 			s := &r.slots[i]
 			if s.preset != nil || s.keyErr != nil {
 				continue
@@ -466,8 +497,9 @@ func (r *batchRun) turns(results []ClaimResult, errs []error) {
 		}
 		return
 	}
-	fanout.Each(len(r.units), r.b.Concurrency, func(u int) {
-		for k, i := range r.units[u] {
+	fanout.Each(len(r.start)-1, r.b.Concurrency, func(u int) {
+		unit := r.unit(u)
+		for k, i := range unit {
 			s := &r.slots[i]
 			if r.halted() {
 				errs[i] = r.notStarted(s, true)
@@ -476,7 +508,7 @@ func (r *batchRun) turns(results []ClaimResult, errs []error) {
 			res, err, stops := r.takeTurn(s)
 			results[i], errs[i] = res, err
 			if stops {
-				for _, j := range r.units[u][k+1:] {
+				for _, j := range unit[k+1:] {
 					errs[j] = r.notStarted(&r.slots[j], false)
 				}
 				return
