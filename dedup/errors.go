@@ -47,7 +47,7 @@ var (
 	// is empty and the message context carries no Watermill handler name
 	// (the middleware runs outside a router). A configuration error: set
 	// Config.Scope. Nothing was claimed; the message is nacked.
-	ErrNoScope = errors.New("dedup: no scope: set Config.Scope, or run the middleware inside a Watermill router (the handler name is the default scope)")
+	ErrNoScope = errors.New("dedup: no scope: set Config.Scope (or Engine.Do's Call.Scope); the Watermill middleware inside a router defaults it to the handler's name")
 
 	// ErrInvalidDuration: a lease, retention or interval of zero or less was
 	// given. In Redis a zero TTL means "never expires", so it is refused

@@ -67,14 +67,38 @@ if ! have prometheus || ! have promtool; then
 	pkgs+=(prometheus)
 fi
 
+# apt_locked runs apt-get with its arguments; while another process (an
+# unattended upgrade, another apt-get) holds the package manager's lock it
+# says so once and tries again every 5 s, for at most APT_LOCK_WAIT seconds
+# (default 600), instead of failing at once.
+apt_locked() {
+	local waited=0 limit=${APT_LOCK_WAIT:-600} out status
+	while :; do
+		status=0
+		out=$("${SUDO[@]}" apt-get -o DPkg::Lock::Timeout=5 "$@" 2>&1) || status=$?
+		if ((status == 0)); then
+			return 0
+		fi
+		if ! grep -q -e 'Could not get lock' -e 'Unable to acquire the dpkg frontend lock' -e 'Unable to lock directory' <<<"$out" || ((waited >= limit)); then
+			printf '%s\n' "$out" >&2
+			return "$status"
+		fi
+		if ((waited == 0)); then
+			say "waiting for the package manager's lock, held by another apt-get or dpkg process (at most ${limit}s; APT_LOCK_WAIT sets it)"
+		fi
+		sleep 5
+		waited=$((waited + 5))
+	done
+}
+
 if ((${#pkgs[@]})); then
 	export DEBIAN_FRONTEND=noninteractive
 	say "apt-get update (to install: ${pkgs[*]})"
-	"${SUDO[@]}" apt-get update -qq
+	apt_locked update -qq
 	for p in "${pkgs[@]}"; do
 		say "apt-get install $p"
 	done
-	"${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+	apt_locked install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
 	did=1
 fi
 
