@@ -15,7 +15,9 @@ import (
 // PostgreSQL refuses NUL as a retryable error, so the message came back
 // forever) and keys equal to a transport id other than the Watermill UUID
 // (the SQS or SNS MessageId, the Kafka partition/offset) are refused before
-// the store is touched, the same way on every store.
+// the store is touched, the same way on every store. The rules of
+// transport ids (the default metadata entries, Config.TransportIDs) are
+// TestTakeKey's.
 func TestUnusableAndTransportKeysAreRefused(t *testing.T) {
 	withMeta := func(uuid, payload string, meta map[string]string) *message.Message {
 		m := message.NewMessage(uuid, []byte(payload))
@@ -24,36 +26,26 @@ func TestUnusableAndTransportKeysAreRefused(t *testing.T) {
 		}
 		return m
 	}
-	kafkaOffset := func(msg *message.Message) []string {
-		return []string{msg.Metadata.Get("partition") + "/" + msg.Metadata.Get("offset")}
-	}
 	cases := []struct {
-		name         string
-		key          keyfuncs.Func
-		transportIDs func(*message.Message) []string // nil: the default
-		msg          *message.Message
-		want         error
+		name string
+		key  keyfuncs.Func
+		msg  *message.Message
+		want error
 	}{
-		{"NUL in the key", keyfuncs.JSON("order_id"), nil, withMeta("u1", `{"order_id":"ORDER\u0000-1"}`, nil), dedup.ErrNoKey},
-		{"newline in the key", keyfuncs.JSON("order_id"), nil, withMeta("u2", `{"order_id":"ORDER\n1"}`, nil), dedup.ErrNoKey},
-		{"DEL in the key", keyfuncs.JSON("order_id"), nil, withMeta("u3", `{"order_id":"ORDER\u007f1"}`, nil), dedup.ErrNoKey},
-		{"C1 control in the key", keyfuncs.JSON("order_id"), nil, withMeta("u4", `{"order_id":"ORDER\u00851"}`, nil), dedup.ErrNoKey},
-		{"key is the SQS MessageId", keyfuncs.Metadata("sqs_message_id"), nil,
+		{"NUL in the key", keyfuncs.JSON("order_id"), withMeta("u1", `{"order_id":"ORDER\u0000-1"}`, nil), dedup.ErrNoKey},
+		{"newline in the key", keyfuncs.JSON("order_id"), withMeta("u2", `{"order_id":"ORDER\n1"}`, nil), dedup.ErrNoKey},
+		{"DEL in the key", keyfuncs.JSON("order_id"), withMeta("u3", `{"order_id":"ORDER\u007f1"}`, nil), dedup.ErrNoKey},
+		{"C1 control in the key", keyfuncs.JSON("order_id"), withMeta("u4", `{"order_id":"ORDER\u00851"}`, nil), dedup.ErrNoKey},
+		{"key is the SQS MessageId", keyfuncs.Metadata("sqs_message_id"),
 			withMeta("u5", `{}`, map[string]string{"sqs_message_id": "0f3c-sqs-id"}), dedup.ErrTransportKey},
-		{"key is a MessageId attribute", keyfuncs.JSON("id"), nil,
-			withMeta("u6", `{"id":"5d1e-sns-id"}`, map[string]string{"MessageId": "5d1e-sns-id"}), dedup.ErrTransportKey},
-		{"key is the SNS envelope's MessageId", keyfuncs.SNSEnvelope(keyfuncs.JSON("event_id")), nil,
+		{"key is the SNS envelope's MessageId", keyfuncs.SNSEnvelope(keyfuncs.JSON("event_id")),
 			withMeta("u7", `{"Type":"Notification","MessageId":"9a8b-sns","TopicArn":"arn:aws:sns:us-east-1:1:orders","Message":"{\"event_id\":\"9a8b-sns\"}"}`, nil), dedup.ErrTransportKey},
-		{"key is the Kafka partition/offset (TransportIDs)", func(m *message.Message) (string, error) { return "3/42", nil }, kafkaOffset,
-			withMeta("u8", `{}`, map[string]string{"partition": "3", "offset": "42"}), dedup.ErrTransportKey},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			store := memstore.New(nil)
 			called := false
-			cfg := dedup.Config{Store: store, Key: tc.key}
-			cfg.TransportIDs = tc.transportIDs
-			d := newDedup(t, cfg)
+			d := newDedup(t, dedup.Config{Store: store, Key: tc.key})
 			_, err := d.Middleware(func(*message.Message) ([]*message.Message, error) { called = true; return nil, nil })(tc.msg)
 			if !errors.Is(err, tc.want) || !dedup.IsPermanent(err) {
 				t.Fatalf("got %v, want a permanent %v", err, tc.want)

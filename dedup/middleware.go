@@ -2,7 +2,6 @@ package dedup
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -44,8 +43,8 @@ func New(config Config) (*Deduplicator, error) {
 //     With Config.InProgressWait it first waits for the holder: then a
 //     duplicate (ack, replay), or the key is won and the handler runs.
 //   - Conflict: returns ErrKeyReuse (permanent).
-//   - no usable key: returns ErrNoKey or ErrTransportKey (permanent); the
-//     store is not touched.
+//   - no usable key or fingerprint (see Config.TakeKey): returns ErrNoKey or
+//     ErrTransportKey (permanent); the store is not touched.
 //   - store failure: returns a *StoreError (nack), unless Config.FailOpen.
 //
 // With Config.Shadow the handler runs for every message whatever the
@@ -136,18 +135,16 @@ func (d *Deduplicator) handle(h message.HandlerFunc, msg *message.Message) ([]*m
 	if call.Scope == "" {
 		call.Scope = call.Handler
 	}
-	var err error
-	if call.Key, err = d.businessKey(msg, &call.MessageID); err != nil {
-		return d.keyMissing(h, msg, call, "", err)
-	}
-	if d.cfg.Fingerprint != nil {
-		if call.Fingerprint, err = d.cfg.Fingerprint(msg); err != nil {
-			err = &KeyError{Field: "fingerprint", Reason: "fingerprint failed", MessageUUID: msg.UUID, Err: err}
-			return d.keyMissing(h, msg, call, keys.Scoped(call.Scope, call.Key), err)
+	if err := d.cfg.TakeKey(call, msg); err != nil {
+		key := "" // the record, when only the fingerprint failed
+		if call.Key != "" {
+			key = keys.Scoped(call.Scope, call.Key)
 		}
+		return d.keyMissing(h, msg, call, key, err)
 	}
 
 	var res ClaimResult
+	var err error
 	if d.engine.cfg.Tracer != nil {
 		res, err = m.traced(ctx)
 	} else {
@@ -164,50 +161,4 @@ func (d *Deduplicator) handle(h message.HandlerFunc, msg *message.Message) ([]*m
 		return nil, fmt.Errorf("%w: replaying %q: %v", ErrCorruptResult, keys.Scoped(call.Scope, call.Key), err)
 	}
 	return replayed, nil
-}
-
-// businessKey runs the key function. A panicking key function counts as a
-// malformed message. Engine.Do checks the key it returns. messageID gets
-// the message's broker id (see checkTransportIDs).
-func (d *Deduplicator) businessKey(msg *message.Message, messageID *string) (key string, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			key, err = "", &KeyError{Reason: fmt.Sprintf("key function panicked: %v", p), MessageUUID: msg.UUID}
-		}
-	}()
-	key, err = d.cfg.Key(msg)
-	if err != nil && !errors.Is(err, ErrNoKey) && !errors.Is(err, ErrTransportKey) {
-		err = &KeyError{Reason: "key function failed", MessageUUID: msg.UUID, Err: err}
-	}
-	if err != nil {
-		return "", err
-	}
-	return key, d.checkTransportIDs(msg, key, messageID)
-}
-
-// checkTransportIDs refuses a key equal to one of the transport's ids for
-// this copy of the message (the UUID is checked by the Engine), and puts
-// the first non-empty one into messageID (Call.MessageID).
-func (d *Deduplicator) checkTransportIDs(msg *message.Message, key string, messageID *string) error {
-	found := false
-	if d.cfg.TransportIDs != nil {
-		for _, id := range d.cfg.TransportIDs(msg) {
-			found = found || id == key
-			if *messageID == "" {
-				*messageID = id
-			}
-		}
-	} else {
-		for _, name := range transportIDMetadata {
-			id, ok := msg.Metadata[name]
-			found = found || ok && id == key
-			if *messageID == "" {
-				*messageID = id
-			}
-		}
-	}
-	if found {
-		return fmt.Errorf("%w: key %q is a transport id of this copy of the message; take the key from the business payload", ErrTransportKey, key)
-	}
-	return nil
 }

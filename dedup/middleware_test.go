@@ -125,6 +125,9 @@ func TestDuplicateIsAckedWithoutHandler(t *testing.T) {
 	}
 }
 
+// TestKeyProblemsAreTypedAndTouchNothing: a message without a usable key
+// is refused, permanently, before the store is touched. The rules of the
+// key function's errors and panics and of transport ids are TestTakeKey's.
 func TestKeyProblemsAreTypedAndTouchNothing(t *testing.T) {
 	store := memstore.New(nil)
 	called := false
@@ -145,8 +148,6 @@ func TestKeyProblemsAreTypedAndTouchNothing(t *testing.T) {
 		{"invalid UTF-8 from a custom func", func(*message.Message) (string, error) { return "a\xffb", nil }, message.NewMessage("u6", nil), dedup.ErrNoKey},
 		{"10 KB key", func(*message.Message) (string, error) { return strings.Repeat("k", 10*1024), nil }, message.NewMessage("u7", nil), dedup.ErrNoKey},
 		{"key equals UUID", keyfuncs.JSON("order_id"), uuidMsg, dedup.ErrTransportKey},
-		{"custom func error", func(*message.Message) (string, error) { return "", errors.New("boom") }, message.NewMessage("u8", nil), dedup.ErrNoKey},
-		{"custom func panic", func(*message.Message) (string, error) { panic("nil map") }, message.NewMessage("u9", nil), dedup.ErrNoKey},
 		{"number with fraction", keyfuncs.JSON("order_id"), message.NewMessage("u10", []byte(`{"order_id":1.5}`)), dedup.ErrNoKey},
 	}
 	for _, tc := range cases {

@@ -163,8 +163,8 @@ var harnesses = map[blockKey]harness{
 		results: "error",
 		after:   "return nil",
 	},
-	{"httpdedup/README.md", "idem, err := httpdedup.New(httpdedup.Config{\n\tStore:         store,          // *postgres.Store"}: {
-		imports: []string{"net/http", "github.com/watermill-dedup/watermill-dedup/httpdedup", "github.com/watermill-dedup/watermill-dedup/stores/postgres"},
+	{"httpdedup/README.md", "idem, err := httpdedup.New(httpdedup.Config{\n\tDedup:         dedup.Config{Store: store}, // *postgres.Store"}: {
+		imports: []string{"net/http", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/httpdedup", "github.com/watermill-dedup/watermill-dedup/stores/postgres"},
 		names:   "store *postgres.Store\naccountOf func(*http.Request) (string, error)\nmux *http.ServeMux\nparsePayment func(*http.Request) (id string, amount int)",
 		after:   "_ = err",
 	},

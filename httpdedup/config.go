@@ -12,7 +12,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/dedup/storekit"
 )
 
 // IdentityFunc returns who is calling: the authenticated account, API key
@@ -52,7 +51,7 @@ type BodyFunc func() ([]byte, error)
 // the request body; a KeyFunc that looks only at headers never calls it, so
 // requests without a key on Optional routes pass through with their body
 // unread. The middleware checks every key it returns by the rule of
-// CheckKey (printable ASCII, at most Config.MaxKeyLength bytes). The
+// CheckKey (printable ASCII, at most Config.Dedup.MaxKeyLength bytes). The
 // client's 400 names what was wrong only for a *dedup.KeyError whose Err
 // is ErrKeyMissing or ErrKeyInvalid (its Field and Reason, as HeaderKey's);
 // the text of any other error stays in the logs.
@@ -73,8 +72,8 @@ const (
 	// DefaultReplayedHeader is the response header marking a replay
 	// (Stripe's name); its value is "true".
 	DefaultReplayedHeader = "Idempotent-Replayed"
-	// DefaultMaxKeyLength bounds keys: 255 bytes (Stripe's bound); a UUID
-	// takes 36.
+	// DefaultMaxKeyLength bounds keys (Config.Dedup.MaxKeyLength): 255
+	// bytes (Stripe's bound); a UUID takes 36.
 	DefaultMaxKeyLength = 255
 	// DefaultMaxBodyBytes bounds the request body read for the key and the
 	// fingerprint: 1 MiB.
@@ -84,14 +83,9 @@ const (
 	// DynamoDB item is 400 KB): the record is then completed without the
 	// response, and a retry gets 409 response-not-stored.
 	DefaultMaxResponseBytes = 256 << 10
-	DefaultLease            = 30 * time.Second
-	// DefaultRetention is how long a completed key is replayed: 24h, like
-	// Stripe.
-	DefaultRetention       = 24 * time.Hour
-	DefaultStoreTimeout    = 5 * time.Second
-	DefaultRetryAfter      = time.Second
-	DefaultCompleteRetries = 2
-	DefaultCompleteBackoff = 50 * time.Millisecond
+	// DefaultRetryAfter is the Retry-After of 409 (request-in-progress) and
+	// 503 (store-unavailable): 1s.
+	DefaultRetryAfter = time.Second
 	// DefaultProblemTypeBase prefixes the problem type names (key-missing,
 	// request-in-progress, ...) to form the "type" URI of problem+json
 	// bodies: the README section of each problem.
@@ -142,14 +136,56 @@ func DefaultStoreResponse(status int) bool {
 }
 
 // Config configures a Middleware. It is passed by value; New never writes
-// to the caller's copy. Durations left at zero take their defaults;
-// negative durations are configuration errors, never "forever".
+// to the caller's copy. Its claim configuration is a dedup.Config (Dedup),
+// as lambdadedup's is; the other fields are HTTP's. Zero values take their
+// defaults; negative durations are configuration errors, never "forever".
 type Config struct {
-	// Store keeps the records. Required. Share it (and the key prefix) with
-	// every replica of the API; the same Redis, DynamoDB table or
-	// PostgreSQL table can serve message consumers too: scopes keep them
-	// apart.
-	Store dedup.Store
+	// Dedup is the claim configuration, the same as the Watermill
+	// middleware's and lambdadedup's: the engine's own fields, defaults and
+	// rules (see dedup.Config; New checks it with dedup.NewEngine). Store is
+	// required: share it (and its key prefix) with every replica of the
+	// API; the same store can serve message consumers too, scopes keep them
+	// apart. Lease is how long a crashed instance's claim holds a key before
+	// a retry may run the handler again, Retention how long a completed key
+	// is replayed; Complete, Release and Extend run within StoreTimeout even
+	// after the client went away, and when Complete still fails after
+	// CompleteRetries the response is sent anyway and the record stays in
+	// progress until its lease ends (retries get 409). Decisions go to
+	// Logger (a client's key reuse at info level, not as an error) and
+	// Observer with Handler "METHOD route" and Topic "http"; Tracer's spans
+	// are parented by the request's span when otelhttp runs first. For HTTP:
+	//
+	//   - Scope must be empty (New refuses one): the scope of each record
+	//     is its request's caller, method and route (see Scope).
+	//   - Key, Fingerprint and TransportIDs take a message's key; New
+	//     refuses them: a request's are Config.Key (BodyKey adapts a
+	//     message key function) and Config.Fingerprint. Replay is not used:
+	//     a completed key's response is always stored and replayed.
+	//   - MaxKeyLength defaults to 255 (DefaultMaxKeyLength), not 1024:
+	//     a longer key gets 400 (key-invalid), as does one outside the
+	//     rule of CheckKey.
+	//   - InProgressWait makes a request whose key is in flight wait for
+	//     the first request instead of getting 409 at once: it then gets
+	//     that request's stored response (a replay), or runs the handler
+	//     itself if the first request's claim was released (its handler
+	//     failed); after the wait, or when the client goes away, 409. The
+	//     waiting request holds its connection. See docs/waiting.md.
+	//   - Shadow runs the handler for every request, as if the middleware
+	//     were not there, while claiming, completing and releasing records
+	//     as usual: a team turns Idempotency-Key on in production and sees
+	//     what it would do (would_skip, would_reject decisions) before
+	//     clients see it. A retry of a completed key runs the handler again
+	//     and gets its fresh response (never a replay); a request the
+	//     middleware would refuse (key missing on a Require route, key
+	//     malformed, caller not identified, fingerprint failed, key in
+	//     flight or reused) runs too. A body over MaxBodyBytes (or
+	//     unreadable) is still refused, and a response the middleware
+	//     cannot buffer (streamed, hijacked, over MaxResponseBytes) still
+	//     fails.
+	//   - FailOpen runs the handler unclaimed when the store cannot be
+	//     reached for the claim: its response is sent and nothing is
+	//     stored, where the request would get 503 (store-unavailable).
+	Dedup dedup.Config
 
 	// Identity says who is calling. Required; see IdentityFunc and
 	// StaticIdentity.
@@ -162,18 +198,18 @@ type Config struct {
 	// COMMIT leaves neither (the retry runs the handler once the lease
 	// ends), and a response that is not stored (5xx, a status StoreResponse
 	// refuses, too large, streamed) rolls the handler's rows back with the
-	// released key. Pass the method of the PostgreSQL store given as Store:
-	// InTransaction: store.RunInTx (stores/postgres); the handler finds the
-	// transaction with postgres.TxFromContext(r.Context()) and writes
-	// through it. If the transaction cannot be committed the client gets
-	// 503 (not-committed) and the key is released; when COMMIT's outcome is
-	// unknown (the connection broke during it) and it went through, the key
-	// is completed and the client's retry gets the stored response. With
-	// Shadow, a request the middleware would refuse (no key, caller not
-	// identified) also runs in a transaction, committed without completing
-	// anything. Cost: one pooled
-	// connection held while the handler runs, and BEGIN and COMMIT around
-	// the completion. Defaults to nil: the response is stored by a separate
+	// released key. Pass the method of the PostgreSQL store given as
+	// Dedup.Store: InTransaction: store.RunInTx (stores/postgres); the
+	// handler finds the transaction with postgres.TxFromContext(r.Context())
+	// and writes through it. If the transaction cannot be committed the
+	// client gets 503 (not-committed) and the key is released; when
+	// COMMIT's outcome is unknown (the connection broke during it) and it
+	// went through, the key is completed and the client's retry gets the
+	// stored response. With Dedup.Shadow, a request the middleware would
+	// refuse (no key, caller not identified) also runs in a transaction,
+	// committed without completing anything. Cost: one pooled connection
+	// held while the handler runs, and BEGIN and COMMIT around the
+	// completion. Defaults to nil: the response is stored by a separate
 	// Complete after the handler, and a crash between the handler's effect
 	// and that Complete lets the retry run the effect again.
 	InTransaction func(ctx context.Context, work func(ctx context.Context) ([]byte, error)) ([]byte, error)
@@ -210,10 +246,6 @@ type Config struct {
 	// "Idempotent-Replayed".
 	ReplayedHeader string
 
-	// MaxKeyLength bounds keys in bytes; longer keys get 400 (key-invalid).
-	// Defaults to 255 (DefaultMaxKeyLength, the bound of CheckKey).
-	MaxKeyLength int
-
 	// MaxBodyBytes bounds the request body, read into memory once for the
 	// key and the fingerprint and handed to the handler from there. A
 	// longer body gets 413 (body-too-large). Defaults to 1 MiB.
@@ -228,67 +260,9 @@ type Config struct {
 	// (DynamoDB: 400 KB).
 	MaxResponseBytes int
 
-	// Lease is how long a claim holds a key before it counts as abandoned
-	// (the instance serving it crashed) and a retry may run the handler
-	// again. Defaults to 30s; at least 1s (as dedup.Config.Lease). With the
-	// heartbeat on, a handler may run longer.
-	Lease time.Duration
-
-	// Retention is how long a completed key is replayed. Defaults to 24h;
-	// must not be shorter than Lease. After it, the same key runs the
-	// handler again.
-	Retention time.Duration
-
-	// Heartbeat is how often the lease is extended while the handler runs.
-	// Defaults to Lease/3; must be shorter than Lease less min(Lease/10,
-	// 1s) (the deadline margin), and left at zero with DisableHeartbeat.
-	// When an extension
-	// finds the claim lost, or the lease passes without a successful
-	// extension, the handler's context is cancelled with dedup.ErrClaimLost
-	// as its cause.
-	Heartbeat time.Duration
-
-	// DisableHeartbeat turns the heartbeat off: a handler running longer
-	// than Lease lets a retry run concurrently.
-	DisableHeartbeat bool
-
-	// StoreTimeout bounds each store operation. Complete, Release and
-	// Extend run even after the client went away, within this timeout.
-	// Defaults to 5s.
-	StoreTimeout time.Duration
-
-	// CompleteRetries is how many times Complete is retried after a store
-	// error. Defaults to 2. If it still fails, the response is sent anyway
-	// and the error logged; the record stays in progress until its lease
-	// ends (retries get 409), then a retry runs the handler again.
-	CompleteRetries int
-
-	// CompleteBackoff is the wait before the first Complete retry, doubled
-	// for each further retry. Defaults to 50ms.
-	CompleteBackoff time.Duration
-
 	// RetryAfter is the Retry-After sent with 409 (request-in-progress) and
 	// 503 (store-unavailable), rounded up to whole seconds. Defaults to 1s.
 	RetryAfter time.Duration
-
-	// InProgressWait, when positive, makes a request whose key is in flight
-	// wait up to this long for the first request to finish instead of
-	// getting 409 at once: it then gets the first request's stored response
-	// (a replay, Idempotent-Replayed: true), or runs the handler itself if
-	// the first request's claim was released (its handler failed). After
-	// the wait, or when the client goes away, 409 as without the option.
-	// The wait claims the key again after InProgressPoll, doubling the pause
-	// (up to 1s): one store round trip per pause, and the waiting request
-	// holds its connection. A store that wakes waiters (stores/redis,
-	// stores/postgres with Notify) makes it claim when the first request
-	// completes or releases the key instead, and once per second as the
-	// safety net (see docs/waiting.md). See dedup.Config.InProgressWait.
-	// Defaults to 0: no wait.
-	InProgressWait time.Duration
-
-	// InProgressPoll is the first pause of an InProgressWait. Defaults to
-	// 20ms.
-	InProgressPoll time.Duration
 
 	// RequestID names the request for its record: the record of a key
 	// keeps its first claim's request id (dedup.Origin.TransportID) beside
@@ -297,46 +271,18 @@ type Config struct {
 	// the X-Request-Id header.
 	RequestID func(r *http.Request) string
 
-	// Shadow runs the handler for every request, as if the middleware were
-	// not there, while claiming, completing and releasing records as usual
-	// (see dedup.Config.Shadow): a team turns Idempotency-Key on in
-	// production and sees what it would do, in the would_skip and
-	// would_reject decisions (logs, Observer), before clients see it. A
-	// retry of a completed key runs the handler again and gets its fresh
-	// response (never a replay); a request the middleware would refuse
-	// (key missing on a Require route, key malformed, caller not
-	// identified, fingerprint failed, key in flight or reused) runs too.
-	// A body over MaxBodyBytes (or unreadable) is still refused, and a
-	// response the middleware cannot buffer (streamed, hijacked, over
-	// MaxResponseBytes) still fails: the middleware reads the body whole
-	// and buffers the response either way. Defaults to false.
-	Shadow bool
-
-	// Tracer, when set, follows each request's claim decision with its
-	// context (see dedup.Config.Tracer; package oteldedup makes spans,
-	// parented by the request's span when otelhttp runs before the
-	// middleware). Defaults to nil.
-	Tracer dedup.Tracer
-
 	// ProblemTypeBase prefixes the problem names to form the "type" member
 	// of problem+json bodies. Defaults to DefaultProblemTypeBase.
 	ProblemTypeBase string
-
-	// Logger receives one event per decision, with the names of
-	// package dedup/event. Defaults to watermill.NopLogger.
-	Logger watermill.LoggerAdapter
-
-	// Observer, when set, is told of every decision (Handler holds "METHOD
-	// route", Topic "http") and every store operation's latency; the
-	// metrics package's Observer works unchanged. Defaults to nil.
-	Observer dedup.Observer
-
-	// Clock drives heartbeats and Complete retries. Defaults to the wall
-	// clock; tests pass a fakeclock.
-	Clock dedup.Clock
 }
 
 func (c *Config) setDefaults() {
+	if c.Dedup.MaxKeyLength == 0 {
+		c.Dedup.MaxKeyLength = DefaultMaxKeyLength // HTTP's bound, not the engine's 1024
+	}
+	if c.Dedup.Logger == nil {
+		c.Dedup.Logger = watermill.NopLogger{} // the middleware logs decisions of its own
+	}
 	if c.Key == nil {
 		c.Key = HeaderKey(DefaultHeader)
 	}
@@ -361,29 +307,11 @@ func (c *Config) setDefaults() {
 		c.ReplayedHeader = DefaultReplayedHeader
 	}
 	c.ReplayedHeader = textproto.CanonicalMIMEHeaderKey(c.ReplayedHeader)
-	if c.MaxKeyLength == 0 {
-		c.MaxKeyLength = DefaultMaxKeyLength
-	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	if c.MaxResponseBytes == 0 {
 		c.MaxResponseBytes = DefaultMaxResponseBytes
-	}
-	if c.Lease == 0 {
-		c.Lease = DefaultLease
-	}
-	if c.Retention == 0 {
-		c.Retention = DefaultRetention
-	}
-	if c.StoreTimeout == 0 {
-		c.StoreTimeout = DefaultStoreTimeout
-	}
-	if c.CompleteRetries == 0 {
-		c.CompleteRetries = DefaultCompleteRetries
-	}
-	if c.CompleteBackoff == 0 {
-		c.CompleteBackoff = DefaultCompleteBackoff
 	}
 	if c.RetryAfter == 0 {
 		c.RetryAfter = DefaultRetryAfter
@@ -393,12 +321,6 @@ func (c *Config) setDefaults() {
 	}
 	if c.ProblemTypeBase == "" {
 		c.ProblemTypeBase = DefaultProblemTypeBase
-	}
-	if c.Logger == nil {
-		c.Logger = watermill.NopLogger{}
-	}
-	if c.Clock == nil {
-		c.Clock = storekit.WallClock{}
 	}
 }
 
@@ -412,9 +334,24 @@ func (c Config) Validate() error {
 	// durations) are the engine's, stated once in package dedup.
 	if _, err := dedup.NewEngine(c.engineConfig()); err != nil {
 		if joined, ok := err.(interface{ Unwrap() []error }); ok {
-			errs = append(errs, joined.Unwrap()...)
+			errs = append(errs, joined.Unwrap()...) // one list of problems
 		} else {
 			errs = append(errs, err)
+		}
+	}
+	if c.Dedup.Scope != "" {
+		errs = append(errs, fmt.Errorf("httpdedup: Config.Dedup.Scope must be empty, got %q: the scope of each record is its request's caller, method and route (httpdedup.Scope)", c.Dedup.Scope))
+	}
+	for _, f := range []struct {
+		name, instead string
+		set           bool
+	}{
+		{"Key", "Config.Key, a KeyFunc (HeaderKey; BodyKey adapts a message key function)", c.Dedup.Key != nil},
+		{"Fingerprint", "Config.Fingerprint, a FingerprintFunc", c.Dedup.Fingerprint != nil},
+		{"TransportIDs", "Config.RequestID to name the request in its record (a request id is never part of the key)", c.Dedup.TransportIDs != nil},
+	} {
+		if f.set {
+			errs = append(errs, fmt.Errorf("httpdedup: Config.Dedup.%s takes a message's key and is not used for requests: leave it nil and set %s", f.name, f.instead))
 		}
 	}
 	if c.Identity == nil {
@@ -448,17 +385,12 @@ func (c Config) Validate() error {
 }
 
 // engineConfig is the configuration of the middleware's engine (after
-// setDefaults).
+// setDefaults): Dedup, with a Logger that logs a client's key reuse at
+// info level.
 func (c Config) engineConfig() dedup.Config {
-	return dedup.Config{
-		Store: c.Store, Lease: c.Lease, Retention: c.Retention,
-		Heartbeat: c.Heartbeat, DisableHeartbeat: c.DisableHeartbeat,
-		StoreTimeout: c.StoreTimeout, CompleteRetries: c.CompleteRetries,
-		CompleteBackoff: c.CompleteBackoff, MaxKeyLength: c.MaxKeyLength,
-		Logger: engineLogger(c.Logger), Observer: c.Observer, Clock: c.Clock,
-		InProgressWait: c.InProgressWait, InProgressPoll: c.InProgressPoll,
-		Shadow: c.Shadow, Tracer: c.Tracer,
-	}
+	ec := c.Dedup
+	ec.Logger = engineLogger(c.Dedup.Logger)
+	return ec
 }
 
 // validHeaderName reports whether s is an RFC 9110 token.

@@ -29,25 +29,25 @@ func (m *Middleware) decide(info requestInfo, d dedup.Decision) {
 	msg := "httpdedup: " + string(d.Event)
 	switch d.Event {
 	case event.ClaimWon, event.Completed:
-		m.cfg.Logger.Debug(msg, fields)
+		m.cfg.Dedup.Logger.Debug(msg, fields)
 	case event.SkipDuplicate, event.InProgress, event.Released, event.KeyMissing, event.KeyReuse,
 		event.WouldSkip, event.WouldReject:
 		// Client-side problems are not server errors.
 		if d.Err != nil {
 			fields["err"] = d.Err.Error()
 		}
-		m.cfg.Logger.Info(msg, fields)
+		m.cfg.Dedup.Logger.Info(msg, fields)
 	default:
-		m.cfg.Logger.Error(msg, d.Err, fields)
+		m.cfg.Dedup.Logger.Error(msg, d.Err, fields)
 	}
-	if m.cfg.Observer != nil {
-		m.cfg.Observer.ObserveDecision(d)
+	if m.cfg.Dedup.Observer != nil {
+		m.cfg.Dedup.Observer.ObserveDecision(d)
 	}
 }
 
 func (m *Middleware) observeOp(op string, elapsed time.Duration, err error) {
-	if m.cfg.Observer != nil {
-		m.cfg.Observer.ObserveStoreOp(op, elapsed, err)
+	if m.cfg.Dedup.Observer != nil {
+		m.cfg.Dedup.Observer.ObserveStoreOp(op, elapsed, err)
 	}
 }
 

@@ -5,8 +5,8 @@
 // store serves message consumers, APIs and webhook receivers.
 //
 //	idem, err := httpdedup.New(httpdedup.Config{
-//		Store:    store,                  // e.g. stores/redis
-//		Identity: accountFromContext,     // who is calling: part of every record's scope
+//		Dedup:    dedup.Config{Store: store}, // e.g. stores/redis; the engine's settings
+//		Identity: accountFromContext,         // who is calling: part of every record's scope
 //	})
 //	mux.Handle("POST /payments", idem.Require(payments))
 //

@@ -20,10 +20,11 @@ var (
 	ErrKeyMissing error = &sentinel{"httpdedup: no idempotency key"}
 
 	// ErrKeyInvalid: a key is present but malformed (empty, longer than
-	// Config.MaxKeyLength, not printable ASCII, a broken structured-field
-	// string, the header sent twice). The client gets 400 (key-invalid),
-	// on every route: a client that sent a key wants protection, so the
-	// request is never run without it. It matches dedup.ErrNoKey.
+	// Config.Dedup.MaxKeyLength, not printable ASCII, a broken
+	// structured-field string, the header sent twice). The client gets 400
+	// (key-invalid), on every route: a client that sent a key wants
+	// protection, so the request is never run without it. It matches
+	// dedup.ErrNoKey.
 	ErrKeyInvalid error = &sentinel{"httpdedup: malformed idempotency key"}
 
 	// ErrBodyTooLarge: the request body is longer than Config.MaxBodyBytes.

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 
+	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/httpdedup"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
@@ -19,7 +20,7 @@ func ExampleMiddleware_Require() {
 		panic(err)
 	}
 	idem, err := httpdedup.New(httpdedup.Config{
-		Store: store, // a shared store (stores/redis, ...) in production
+		Dedup: dedup.Config{Store: store}, // a shared store (stores/redis, ...) in production
 		Identity: func(r *http.Request) (string, error) {
 			// Whatever the authentication middleware established.
 			if acct := r.Header.Get("X-Account"); acct != "" {
@@ -72,7 +73,7 @@ func ExampleBodyKey() {
 		panic(err)
 	}
 	idem, err := httpdedup.New(httpdedup.Config{
-		Store:    store,
+		Dedup:    dedup.Config{Store: store},
 		Identity: httpdedup.StaticIdentity("provider"),
 		Key:      httpdedup.BodyKey(keyfuncs.JSON("id")),
 	})

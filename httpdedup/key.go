@@ -101,7 +101,7 @@ func invalid(format string, args ...any) error {
 
 func printable(c byte) bool { return c >= 0x20 && c <= 0x7e }
 
-// CheckKey reports whether a Middleware with the default MaxKeyLength
+// CheckKey reports whether a Middleware with the default Dedup.MaxKeyLength
 // accepts key as a client sends it, the bare value of its Idempotency-Key
 // header: nil, or a *dedup.KeyError (matching ErrKeyInvalid and dedup.ErrNoKey)
 // saying why not. This is the HTTP key rule, stated once: 1 to 255 bytes
@@ -127,7 +127,7 @@ func CheckKey(key string) error {
 }
 
 // checkKey applies the rules every key must pass, whatever KeyFunc made it
-// (see CheckKey), with the Middleware's MaxKeyLength.
+// (see CheckKey), with the Middleware's Dedup.MaxKeyLength.
 func checkKey(key string, maxLen int) error {
 	if strings.Trim(key, " ") == "" {
 		return invalid("empty or blank key")

@@ -61,11 +61,12 @@ func (m *Middleware) Require(next http.Handler) http.Handler {
 //     replayed (status, stored headers, body byte for byte) with
 //     Idempotent-Replayed: true, without calling next;
 //   - key in flight: 409 (request-in-progress) with Retry-After; with
-//     Config.InProgressWait, first a wait for the request in flight to
-//     finish, then its replay (or the handler runs, if it failed);
+//     Config.Dedup.InProgressWait, first a wait for the request in flight
+//     to finish, then its replay (or the handler runs, if it failed);
 //   - key used with a different fingerprint: 422 (key-reused);
 //   - store unreachable: 503 (store-unavailable) with Retry-After; next
-//     does not run (fail closed).
+//     does not run (fail closed). With Config.Dedup.FailOpen, next runs
+//     unclaimed and its response is sent, not stored.
 //
 // Cost: two store round trips for a first request (claim, complete), one for
 // a replay or a refusal, plus one per heartbeat interval while next runs. The
@@ -155,12 +156,12 @@ type request struct {
 }
 
 // shadowed runs next for a request the middleware would refuse with dec
-// (logged would_reject), when Config.Shadow is on, and reports whether it
-// did. With Config.InTransaction it runs as the engine's shadow runs do:
-// in a transaction of its own, committed without completing anything, its
-// response sent once the transaction is over.
+// (logged would_reject), when Config.Dedup.Shadow is on, and reports
+// whether it did. With Config.InTransaction it runs as the engine's shadow
+// runs do: in a transaction of its own, committed without completing
+// anything, its response sent once the transaction is over.
 func (m *Middleware) shadowed(req *request, dec dedup.Decision) bool {
-	if !m.cfg.Shadow {
+	if !m.cfg.Dedup.Shadow {
 		return false
 	}
 	dec.Event = event.WouldReject
@@ -192,7 +193,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	req := &request{w: w, r: r, next: next, body: &requestBody{w: w, r: r, limit: m.cfg.MaxBodyBytes}, info: requestInfo{handler: decisionHandler(r)}}
 	key, err := m.cfg.Key(r, req.body.get)
 	if err == nil {
-		err = checkKey(key, m.cfg.MaxKeyLength)
+		err = checkKey(key, m.cfg.Dedup.MaxKeyLength)
 	}
 	if errors.Is(err, ErrKeyMissing) && !required && !errors.Is(err, ErrBodyTooLarge) {
 		req.body.restore(r)

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/httpdedup"
 	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 )
@@ -41,7 +42,7 @@ func problemType(t *testing.T, w *httptest.ResponseRecorder) string {
 // every retry get 409 response-not-stored.
 func TestResponseOverMaxResponseBytesCompletesWithoutIt(t *testing.T) {
 	const limit = 1024
-	m, err := httpdedup.New(httpdedup.Config{Store: memstore.New(nil), Identity: httpdedup.StaticIdentity("acct"), MaxResponseBytes: limit})
+	m, err := httpdedup.New(httpdedup.Config{Dedup: dedup.Config{Store: memstore.New(nil)}, Identity: httpdedup.StaticIdentity("acct"), MaxResponseBytes: limit})
 	if err != nil {
 		t.Fatal(err)
 	}

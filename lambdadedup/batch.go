@@ -19,18 +19,15 @@ import (
 type item struct {
 	topic string // queue, stream, table or event source: Decision.Topic
 	// uuid is the record's transport id: the message's UUID,
-	// Call.MessageUUID and Decision.MessageUUID, refused as a key by the
-	// engine.
+	// Call.MessageUUID and Decision.MessageUUID, refused as a key.
 	uuid string
 	// messageID is Call.MessageID: the SQS MessageId, the event id
 	// (Kinesis), the sequence number (DynamoDB).
 	messageID string
-	// keyID is the id a key must not equal (the SQS MessageId, a stream
-	// record's uuid), named in a *dedup.KeyError.
-	keyID string
-	// others are further transport ids (a sequence number, an event id)
-	// refused as a key.
-	others []string
+	// ids are the record's other transport ids (the SQS MessageId, a
+	// stream record's event id or sequence number), refused as a key
+	// (dedup.Config.TakeKey).
+	ids []string
 	// group orders records: a FIFO message group, a stream's batch.
 	group string
 	// fifoGroup names the FIFO message group in the group_skipped
@@ -82,7 +79,7 @@ func (h *Handler) batch(ctx context.Context, items []item, concurrency int) []er
 			msgs[i] = msg
 			// The engine decides a key that cannot be taken (key_missing,
 			// transport_key; would_reject and a run in shadow mode).
-			c.Key, c.Fingerprint, c.KeyErr = h.identify(msg, it.keyID, it.others)
+			c.KeyErr = h.cfg.Dedup.TakeKey(&c.Call, msg, it.ids...)
 		}
 		calls[i] = c
 	}

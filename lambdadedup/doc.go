@@ -56,10 +56,12 @@
 // With Dedup.Shadow the handler runs for every record, as without the
 // adapter (a record without a usable key or with a failing fingerprint
 // runs unclaimed, logged would_reject), and only its own error fails the
-// record. Dedup.TransportIDs names further transport ids of a record, as
-// on the router: a key equal to one is refused (ErrTransportKey). A
-// panicking key function, Fingerprint or TransportIDs is a permanent error
-// of its record, not a handler panic.
+// record. The key is taken as on the router, by the same function
+// (dedup.Config.TakeKey): Dedup.TransportIDs names further transport ids of
+// a record (by default the message attributes sqs_message_id, MessageId,
+// message_id and sns_message_id), and a key equal to one is refused
+// (ErrTransportKey). A panicking key function, Fingerprint or TransportIDs
+// is a permanent error of its record, not a handler panic.
 //
 // Each claim's lease ends at the invocation's deadline at the latest
 // (heartbeats included), so a timed-out invocation leaves no record in

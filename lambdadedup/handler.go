@@ -134,7 +134,7 @@ func (h *Handler) Handle(ctx context.Context, event events.SQSEvent) (events.SQS
 		// sqs_message_id): a record reads the same whichever entry point
 		// claimed it.
 		items[i] = item{
-			topic: queueName(rec.EventSourceARN), uuid: messageUUID(rec), messageID: rec.MessageId, keyID: rec.MessageId,
+			topic: queueName(rec.EventSourceARN), uuid: messageUUID(rec), messageID: rec.MessageId, ids: []string{rec.MessageId},
 			message: func() (*message.Message, error) { return Message(*rec), nil },
 			with:    func(ctx context.Context) context.Context { return context.WithValue(ctx, recordKey{}, rec) },
 		}
@@ -152,59 +152,6 @@ func (h *Handler) Handle(ctx context.Context, event events.SQSEvent) (events.SQS
 		return resp, fmt.Errorf("%w: %d records", ErrBatchFailed, len(records))
 	}
 	return resp, nil
-}
-
-// identify takes the record's key (see businessKey), refuses one equal to
-// another of the record's ids (others: a sequence number, an event id) or
-// to one of Dedup.TransportIDs, and takes its fingerprint: what the record
-// is claimed under. A panicking TransportIDs or Fingerprint is a
-// *dedup.KeyError of the record (permanent), as a panicking key function
-// is.
-func (h *Handler) identify(msg *message.Message, messageID string, others []string) (key, fingerprint string, err error) {
-	if key, err = h.businessKey(msg, messageID); err != nil {
-		return "", "", err
-	}
-	defer func() {
-		if p := recover(); p != nil {
-			key, fingerprint, err = "", "", &dedup.KeyError{Field: "fingerprint", Reason: fmt.Sprintf("Fingerprint or TransportIDs panicked: %v", p), MessageUUID: messageID}
-		}
-	}()
-	if ids := h.cfg.Dedup.TransportIDs; ids != nil {
-		others = append(others[:len(others):len(others)], ids(msg)...)
-	}
-	for _, id := range others {
-		if id != "" && key == id {
-			return "", "", fmt.Errorf("%w: key %q is a transport id of the record (its sequence number, event id or one of Dedup.TransportIDs); take the key from the business payload", dedup.ErrTransportKey, key)
-		}
-	}
-	if h.cfg.Dedup.Fingerprint != nil {
-		if fingerprint, err = h.cfg.Dedup.Fingerprint(msg); err != nil {
-			return "", "", &dedup.KeyError{Field: "fingerprint", Reason: "fingerprint failed", MessageUUID: messageID, Err: err}
-		}
-	}
-	return key, fingerprint, nil
-}
-
-// businessKey runs the key function as the Watermill middleware does (a
-// panic or a plain error is a *dedup.KeyError), and also refuses the SQS
-// MessageId: the engine compares the key with the message's UUID only (the
-// Watermill UUID of a message Watermill published).
-func (h *Handler) businessKey(msg *message.Message, messageID string) (key string, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			key, err = "", &dedup.KeyError{Reason: fmt.Sprintf("key function panicked: %v", p), MessageUUID: messageID}
-		}
-	}()
-	key, err = h.cfg.Dedup.Key(msg)
-	switch {
-	case err != nil && !errors.Is(err, dedup.ErrNoKey) && !errors.Is(err, dedup.ErrTransportKey):
-		return "", &dedup.KeyError{Reason: "key function failed", MessageUUID: messageID, Err: err}
-	case err != nil:
-		return "", err
-	case key != "" && key == messageID:
-		return "", fmt.Errorf("%w: key %q is the record's SQS MessageId; take the key from the business payload", dedup.ErrTransportKey, key)
-	}
-	return key, nil
 }
 
 // functionName names the handler in decisions: the Lambda function's name

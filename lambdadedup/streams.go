@@ -35,8 +35,8 @@ func (h *Handler) HandleKinesis(ctx context.Context, event events.KinesisEvent) 
 	for i := range event.Records {
 		r := &event.Records[i]
 		items[i] = item{
-			topic: streamName(r.EventSourceArn), uuid: r.Kinesis.SequenceNumber, messageID: r.EventID, keyID: r.Kinesis.SequenceNumber,
-			others: []string{r.EventID}, group: "shard",
+			topic: streamName(r.EventSourceArn), uuid: r.Kinesis.SequenceNumber, messageID: r.EventID,
+			ids: []string{r.EventID}, group: "shard",
 			message: func() (*message.Message, error) { return KinesisMessage(*r), nil },
 			with:    func(ctx context.Context) context.Context { return context.WithValue(ctx, kinesisKey{}, r) },
 		}
@@ -88,8 +88,8 @@ func (h *Handler) HandleDynamoDB(ctx context.Context, event events.DynamoDBEvent
 	for i := range event.Records {
 		r := &event.Records[i]
 		items[i] = item{
-			topic: streamName(r.EventSourceArn), uuid: r.EventID, messageID: r.Change.SequenceNumber, keyID: r.EventID,
-			others: []string{r.Change.SequenceNumber}, group: "shard",
+			topic: streamName(r.EventSourceArn), uuid: r.EventID, messageID: r.Change.SequenceNumber,
+			ids: []string{r.Change.SequenceNumber}, group: "shard",
 			message: func() (*message.Message, error) { return DynamoDBMessage(*r) },
 			with:    func(ctx context.Context) context.Context { return context.WithValue(ctx, dynamoDBKey{}, r) },
 		}
@@ -115,7 +115,7 @@ func (h *Handler) HandleDynamoDB(ctx context.Context, event events.DynamoDBEvent
 // A key equal to the event id is refused (dedup.ErrTransportKey).
 func (h *Handler) HandleEventBridge(ctx context.Context, event events.EventBridgeEvent) error {
 	return h.batch(ctx, []item{{
-		topic: event.Source, uuid: event.ID, keyID: event.ID,
+		topic: event.Source, uuid: event.ID,
 		message: func() (*message.Message, error) { return EventBridgeMessage(event), nil },
 		with:    func(ctx context.Context) context.Context { return context.WithValue(ctx, eventBridgeKey{}, &event) },
 	}}, 1)[0]

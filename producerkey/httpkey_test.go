@@ -22,7 +22,7 @@ import (
 // key was sent, and every attempt got 400.) A key httpdedup accepts
 // reaches it whole.
 func TestWithKeyRefusesWhatHTTPDedupRefuses(t *testing.T) {
-	m, err := httpdedup.New(httpdedup.Config{Store: memstore.New(nil), Identity: httpdedup.StaticIdentity("shop")})
+	m, err := httpdedup.New(httpdedup.Config{Dedup: dedup.Config{Store: memstore.New(nil)}, Identity: httpdedup.StaticIdentity("shop")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -93,10 +93,8 @@ func newApp(ctx context.Context, client goredis.UniversalClient, logger watermil
 
 	// The API: Idempotency-Key required, scoped by account.
 	api, err := httpdedup.New(httpdedup.Config{
-		Store:     store,
-		Identity:  accountIdentity,
-		Retention: 24 * time.Hour,
-		Logger:    logger,
+		Dedup:    dedup.Config{Store: store, Retention: 24 * time.Hour, Logger: logger},
+		Identity: accountIdentity,
 	})
 	if err != nil {
 		return nil, err
@@ -107,10 +105,9 @@ func newApp(ctx context.Context, client goredis.UniversalClient, logger watermil
 	// one provider calls this route, so its identity is constant. (A real
 	// receiver verifies the provider's signature before this middleware.)
 	hooks, err := httpdedup.New(httpdedup.Config{
-		Store:    store,
+		Dedup:    dedup.Config{Store: store, Logger: logger},
 		Identity: httpdedup.StaticIdentity("payments-provider"),
 		Key:      httpdedup.BodyKey(keyfuncs.JSON("id")),
-		Logger:   logger,
 	})
 	if err != nil {
 		return nil, err

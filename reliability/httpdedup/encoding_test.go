@@ -201,12 +201,10 @@ func TestScopeEscaping(t *testing.T) {
 
 func TestConfigValidate(t *testing.T) {
 	err := httpdedup.Config{
-		Lease:            -time.Second,
-		Retention:        -1,
+		Dedup:            dedup.Config{Lease: -time.Second, Retention: -1, MaxKeyLength: -1},
 		RetryAfter:       -1,
 		MaxBodyBytes:     -1,
 		MaxResponseBytes: -1,
-		MaxKeyLength:     -1,
 		StoredHeaders:    []string{"Content-Type", "Bad Header", "content-length"},
 		ReplayedHeader:   "no:colons",
 	}.Validate()
@@ -228,15 +226,15 @@ func TestConfigValidate(t *testing.T) {
 		t.Error("New accepted a config without Store and Identity")
 	}
 
-	err = httpdedup.Config{Store: memstore.New(nil), Identity: httpdedup.StaticIdentity("x"), Lease: time.Second, Heartbeat: time.Second}.Validate()
+	err = httpdedup.Config{Dedup: dedup.Config{Store: memstore.New(nil), Lease: time.Second, Heartbeat: time.Second}, Identity: httpdedup.StaticIdentity("x")}.Validate()
 	if !errors.Is(err, dedup.ErrInvalidDuration) {
 		t.Errorf("Heartbeat == Lease: %v", err)
 	}
-	err = httpdedup.Config{Store: memstore.New(nil), Identity: httpdedup.StaticIdentity("x"), Lease: 2}.Validate()
+	err = httpdedup.Config{Dedup: dedup.Config{Store: memstore.New(nil), Lease: 2}, Identity: httpdedup.StaticIdentity("x")}.Validate()
 	if !errors.Is(err, dedup.ErrInvalidDuration) {
 		t.Errorf("Lease of 2ns (a heartbeat of 0): %v", err)
 	}
-	both := httpdedup.Config{Store: memstore.New(nil), Identity: httpdedup.StaticIdentity("x"), Lease: time.Second, Heartbeat: time.Second, DisableHeartbeat: true}
+	both := httpdedup.Config{Dedup: dedup.Config{Store: memstore.New(nil), Lease: time.Second, Heartbeat: time.Second, DisableHeartbeat: true}, Identity: httpdedup.StaticIdentity("x")}
 	if err := both.Validate(); !errors.Is(err, dedup.ErrInvalidDuration) {
 		t.Errorf("Heartbeat with DisableHeartbeat: %v", err)
 	}
@@ -244,11 +242,11 @@ func TestConfigValidate(t *testing.T) {
 
 func TestNewDoesNotWriteTheCallersConfig(t *testing.T) {
 	headers := []string{"content-type", "location"}
-	cfg := httpdedup.Config{Store: memstore.New(nil), Identity: httpdedup.StaticIdentity("x"), StoredHeaders: headers}
+	cfg := httpdedup.Config{Dedup: dedup.Config{Store: memstore.New(nil)}, Identity: httpdedup.StaticIdentity("x"), StoredHeaders: headers}
 	if _, err := httpdedup.New(cfg); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Lease != 0 || cfg.Key != nil || headers[0] != "content-type" {
+	if cfg.Dedup.Lease != 0 || cfg.Key != nil || headers[0] != "content-type" {
 		t.Fatalf("New changed the caller's config: %+v %q", cfg, headers)
 	}
 }
@@ -321,8 +319,8 @@ func TestKeyErrorsAreDedupKeyErrors(t *testing.T) {
 // *dedup.KeyError: the reason, preceded by the field unless the reason
 // names it.
 func TestKeyErrorDetails(t *testing.T) {
-	header := newMiddleware(t, httpdedup.Config{Store: memstore.New(nil)}).Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("the handler ran") }))
-	body := newMiddleware(t, httpdedup.Config{Store: memstore.New(nil), Key: httpdedup.BodyKey(keyfuncs.JSON("id"))}).Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("the handler ran") }))
+	header := newMiddleware(t, httpdedup.Config{Dedup: dedup.Config{Store: memstore.New(nil)}}).Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("the handler ran") }))
+	body := newMiddleware(t, httpdedup.Config{Dedup: dedup.Config{Store: memstore.New(nil)}, Key: httpdedup.BodyKey(keyfuncs.JSON("id"))}).Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("the handler ran") }))
 	for _, tc := range []struct {
 		name    string
 		h       http.Handler

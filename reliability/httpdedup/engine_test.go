@@ -40,7 +40,7 @@ func (s *lostReplyStore) Complete(ctx context.Context, c dedup.Claim, result []b
 func TestLostCompleteReplyCountsAsCompleted(t *testing.T) {
 	store, _ := backends[0].new(t, nil) // redis
 	rec := &recorder{}
-	a := newAPI(t, &lostReplyStore{Store: store}, httpdedup.Config{Observer: rec, CompleteBackoff: time.Millisecond})
+	a := newAPI(t, &lostReplyStore{Store: store}, httpdedup.Config{Dedup: dedup.Config{Observer: rec, CompleteBackoff: time.Millisecond}})
 	if r := mustSend(t, a.srv, req{key: "k-lost-reply", body: "x"}); r.status != http.StatusCreated {
 		t.Fatalf("first: %d %s", r.status, r.body)
 	}
@@ -64,7 +64,7 @@ func TestLostCompleteReplyCountsAsCompleted(t *testing.T) {
 // happened. A response the handler never wrote releases the claim.
 func TestUnwrittenResponseIsNotStored(t *testing.T) {
 	forEachStore(t, func(t *testing.T, store dedup.Store) {
-		m := newMiddleware(t, httpdedup.Config{Store: store})
+		m := newMiddleware(t, httpdedup.Config{Dedup: dedup.Config{Store: store}})
 		var runs atomic.Int64
 		h := m.Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if runs.Add(1) == 1 {
@@ -88,7 +88,7 @@ func TestUnwrittenResponseIsNotStored(t *testing.T) {
 // bounded now: the method and the pattern, or "*".
 func TestDecisionHandlerLabelIsBounded(t *testing.T) {
 	rec := &recorder{}
-	m := newMiddleware(t, httpdedup.Config{Store: memstore.New(nil), Observer: rec})
+	m := newMiddleware(t, httpdedup.Config{Dedup: dedup.Config{Store: memstore.New(nil), Observer: rec}})
 	mux := http.NewServeMux()
 	mux.Handle("POST /payments/{id}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }))
 	h := m.Require(mux)

@@ -28,10 +28,10 @@ func TestIdentityFailureGets401(t *testing.T) {
 		a := newAPI(t, store, httpdedup.Config{})
 		wantProblem(t, mustSend(t, a.srv, req{key: "k", account: "-"}), http.StatusUnauthorized, httpdedup.ProblemUnidentifiedCaller)
 
-		m := newMiddleware(t, httpdedup.Config{Store: store, Identity: func(*http.Request) (string, error) { return "", nil }})
+		m := newMiddleware(t, httpdedup.Config{Dedup: dedup.Config{Store: store}, Identity: func(*http.Request) (string, error) { return "", nil }})
 		wantProblem(t, serve(t, m.Require(a.pay), req{key: "k"}), http.StatusUnauthorized, httpdedup.ProblemUnidentifiedCaller)
 
-		m = newMiddleware(t, httpdedup.Config{Store: store, Identity: httpdedup.StaticIdentity("")})
+		m = newMiddleware(t, httpdedup.Config{Dedup: dedup.Config{Store: store}, Identity: httpdedup.StaticIdentity("")})
 		wantProblem(t, serve(t, m.Require(a.pay), req{key: "k"}), http.StatusUnauthorized, httpdedup.ProblemUnidentifiedCaller)
 		if a.pay.runs.Load() != 0 {
 			t.Fatal("the handler ran")
@@ -72,12 +72,43 @@ func TestRedisDownGets503AndRunsNothing(t *testing.T) {
 	}
 }
 
+// TestFailOpenRunsTheHandlerUnclaimed: with Dedup.FailOpen, a request
+// whose claim the store cannot answer runs the handler without a claim
+// (decided fail_open) and gets its response, stored nowhere: a retry runs
+// it again. Without it, 503 and no run (TestRedisDownGets503AndRunsNothing).
+func TestFailOpenRunsTheHandlerUnclaimed(t *testing.T) {
+	store := &faultyStore{Store: memstore.New(nil), claimErr: errStoreDown}
+	rec := &recorder{}
+	a := newAPI(t, store, httpdedup.Config{Dedup: dedup.Config{FailOpen: true, Observer: rec}})
+	for i := 1; i <= 2; i++ {
+		r := mustSend(t, a.srv, req{key: "k", body: "x"})
+		if r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "" {
+			t.Fatalf("request %d: %d replayed=%q %s, want 201 from the handler", i, r.status, r.header.Get("Idempotent-Replayed"), r.body)
+		}
+	}
+	if n := a.pay.runs.Load(); n != 2 {
+		t.Fatalf("the handler ran %d times, want 2 (unclaimed, nothing stored)", n)
+	}
+	if n := store.completes.Load(); n != 0 {
+		t.Fatalf("%d completions of an unclaimed run", n)
+	}
+	failOpen := 0
+	for _, d := range rec.all() {
+		if d.Event == event.FailOpen {
+			failOpen++
+		}
+	}
+	if failOpen != 2 {
+		t.Fatalf("%d fail_open decisions, want 2", failOpen)
+	}
+}
+
 func TestCompleteFailureStillSendsTheResponse(t *testing.T) {
 	clock := newFakeClock()
 	store := &faultyStore{Store: memstore.New(clock), completeErr: errStoreDown}
 	store.completeFailures.Store(100)
 	rec := &recorder{}
-	a := newAPI(t, store, httpdedup.Config{Clock: clock, DisableHeartbeat: true, Observer: rec, CompleteRetries: 2, CompleteBackoff: time.Second})
+	a := newAPI(t, store, httpdedup.Config{Dedup: dedup.Config{Clock: clock, Lease: time.Minute, DisableHeartbeat: true, Observer: rec, CompleteRetries: 2, CompleteBackoff: time.Second}})
 
 	done := make(chan response, 1)
 	first := req{key: "k", body: "x"}.build(t, a.srv.URL)
@@ -108,7 +139,7 @@ func TestCompleteFailureStillSendsTheResponse(t *testing.T) {
 	}
 	// The record stays in progress until its lease ends.
 	wantProblem(t, mustSend(t, a.srv, req{key: "k", body: "x"}), http.StatusConflict, httpdedup.ProblemRequestInProgress)
-	clock.Advance(httpdedup.DefaultLease)
+	clock.Advance(time.Minute) // the lease
 	store.completeFailures.Store(0)
 	if r := mustSend(t, a.srv, req{key: "k", body: "x"}); r.status != http.StatusCreated || a.pay.runs.Load() != 2 {
 		t.Fatalf("after the lease: %d, runs %d", r.status, a.pay.runs.Load())
@@ -119,7 +150,7 @@ func TestCompleteRetrySucceeds(t *testing.T) {
 	clock := newFakeClock()
 	store := &faultyStore{Store: memstore.New(clock), completeErr: errStoreDown}
 	store.completeFailures.Store(1)
-	a := newAPI(t, store, httpdedup.Config{Clock: clock, DisableHeartbeat: true})
+	a := newAPI(t, store, httpdedup.Config{Dedup: dedup.Config{Clock: clock, DisableHeartbeat: true, CompleteBackoff: time.Second}})
 	done := make(chan int, 1)
 	first := req{key: "k", body: "x"}.build(t, a.srv.URL)
 	go func() {
@@ -128,7 +159,7 @@ func TestCompleteRetrySucceeds(t *testing.T) {
 	}()
 	waitCompletes(t, store, 1)
 	waitTimers(t, clock, 1)
-	clock.Advance(httpdedup.DefaultCompleteBackoff)
+	clock.Advance(time.Second) // the backoff
 	if s := recv(t, "the response after the Complete retry", done); s != http.StatusCreated {
 		t.Fatalf("status %d", s)
 	}
@@ -140,7 +171,7 @@ func TestCompleteRetrySucceeds(t *testing.T) {
 func TestReleaseFailureLeavesKeyInProgressUntilLease(t *testing.T) {
 	clock := newFakeClock()
 	store := &faultyStore{Store: memstore.New(clock), releaseErr: errStoreDown}
-	m := newMiddleware(t, httpdedup.Config{Store: store, Clock: clock, DisableHeartbeat: true, Lease: time.Minute})
+	m := newMiddleware(t, httpdedup.Config{Dedup: dedup.Config{Store: store, Clock: clock, DisableHeartbeat: true, Lease: time.Minute}})
 	h := m.Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusBadGateway) }))
 	if r := serve(t, h, req{key: "k"}); r.status != http.StatusBadGateway {
 		t.Fatalf("status %d", r.status)
@@ -156,7 +187,7 @@ func TestHeartbeatKeepsASlowHandlersClaim(t *testing.T) {
 	clock := newFakeClock()
 	store := memstore.New(clock)
 	blocking := newBlockingHandler(&payments{})
-	m := newMiddleware(t, httpdedup.Config{Store: store, Clock: clock, Lease: 30 * time.Second})
+	m := newMiddleware(t, httpdedup.Config{Dedup: dedup.Config{Store: store, Clock: clock, Lease: 30 * time.Second}})
 	srv := httptest.NewServer(m.Require(blocking))
 	t.Cleanup(srv.Close)
 	t.Cleanup(blocking.unblock)
@@ -190,7 +221,7 @@ func TestWithoutHeartbeatASlowHandlerIsTakenOver(t *testing.T) {
 	clock := newFakeClock()
 	store := memstore.New(clock)
 	blocking := newBlockingHandler(&payments{})
-	m := newMiddleware(t, httpdedup.Config{Store: store, Clock: clock, Lease: 30 * time.Second, DisableHeartbeat: true})
+	m := newMiddleware(t, httpdedup.Config{Dedup: dedup.Config{Store: store, Clock: clock, Lease: 30 * time.Second, DisableHeartbeat: true}})
 	h := m.Require(blocking)
 	done := make(chan struct{})
 	firstReq, secondReq := req{key: "k-slow", body: "x"}.build(t, "http://api.test"), req{key: "k-slow", body: "x"}.build(t, "http://api.test")
@@ -220,7 +251,7 @@ func TestHeartbeatExtendsTheRedisRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	blocking := newBlockingHandler(&payments{})
-	m := newMiddleware(t, httpdedup.Config{Store: store, Clock: clock, Lease: time.Hour, Heartbeat: 20 * time.Minute})
+	m := newMiddleware(t, httpdedup.Config{Dedup: dedup.Config{Store: store, Clock: clock, Lease: time.Hour, Heartbeat: 20 * time.Minute}})
 	done := make(chan struct{})
 	hbReq := req{key: "k-hb", body: "x"}.build(t, "http://api.test")
 	t.Cleanup(blocking.unblock)
@@ -258,12 +289,12 @@ func TestLostClaimCancelsTheHandler(t *testing.T) {
 		cause <- context.Cause(r.Context())
 		w.WriteHeader(http.StatusServiceUnavailable)
 	})
-	m := newMiddleware(t, httpdedup.Config{Store: store, Clock: clock, Observer: rec})
+	m := newMiddleware(t, httpdedup.Config{Dedup: dedup.Config{Store: store, Clock: clock, Lease: 30 * time.Second, Observer: rec}})
 	done := make(chan response, 1)
 	lostReq := req{key: "k"}.build(t, "http://api.test")
 	go func() { done <- serveRequest(m.Require(h), lostReq) }()
 	waitTimers(t, clock, 1)
-	clock.Advance(httpdedup.DefaultLease / 3)
+	clock.Advance(10 * time.Second) // the heartbeat: Lease/3
 	if err := recv(t, "the handler's context to be cancelled", cause); !errors.Is(err, dedup.ErrClaimLost) {
 		t.Fatalf("handler context cause %v, want ErrClaimLost", err)
 	}
@@ -317,7 +348,7 @@ func TestReplayIsByteForByte(t *testing.T) {
 			_, _ = w.Write(binary[:100])
 			_, _ = w.Write(binary[100:])
 		})
-		m := newMiddleware(t, httpdedup.Config{Store: store})
+		m := newMiddleware(t, httpdedup.Config{Dedup: dedup.Config{Store: store}})
 		srv := httptest.NewServer(m.Require(h))
 		t.Cleanup(srv.Close)
 		for _, q := range []req{{key: "k-bin"}, {key: "k-sniff", path: "/receipt?sniff=1"}} {
@@ -370,7 +401,7 @@ func TestWebhookKeys(t *testing.T) {
 					runs++
 					w.WriteHeader(http.StatusNoContent)
 				})
-				m := newMiddleware(t, httpdedup.Config{Store: store, Key: key, Identity: httpdedup.StaticIdentity("provider-" + name)})
+				m := newMiddleware(t, httpdedup.Config{Dedup: dedup.Config{Store: store}, Key: key, Identity: httpdedup.StaticIdentity("provider-" + name)})
 				hook := m.Require(h)
 				event := req{path: "/webhooks", account: "-", body: `{"id":"evt_1","type":"payment.succeeded"}`, header: http.Header{"Webhook-Id": {"evt_1"}}}
 				if r := serve(t, hook, event); r.status != http.StatusNoContent {
@@ -399,7 +430,7 @@ func TestCustomKeyErrorsAreNotShownToClients(t *testing.T) {
 		"missing": {fmt.Errorf("lookup in table tenant_keys: %w", httpdedup.ErrKeyMissing), httpdedup.ProblemKeyMissing},
 		"other":   {errors.New("lookup in table tenant_keys failed"), httpdedup.ProblemKeyInvalid},
 	} {
-		m := newMiddleware(t, httpdedup.Config{Store: memstore.New(nil), Key: func(*http.Request, httpdedup.BodyFunc) (string, error) {
+		m := newMiddleware(t, httpdedup.Config{Dedup: dedup.Config{Store: memstore.New(nil)}, Key: func(*http.Request, httpdedup.BodyFunc) (string, error) {
 			return "", c.err
 		}})
 		h := m.Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("the handler ran") }))
@@ -411,13 +442,13 @@ func TestCustomKeyErrorsAreNotShownToClients(t *testing.T) {
 }
 
 func TestBodyKeyOverTheLimitGets413(t *testing.T) {
-	m := newMiddleware(t, httpdedup.Config{Store: memstore.New(nil), Key: httpdedup.BodyKey(keyfuncs.JSON("id")), MaxBodyBytes: 8})
+	m := newMiddleware(t, httpdedup.Config{Dedup: dedup.Config{Store: memstore.New(nil)}, Key: httpdedup.BodyKey(keyfuncs.JSON("id")), MaxBodyBytes: 8})
 	h := m.Optional(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("the handler ran") }))
 	wantProblem(t, serve(t, h, req{body: `{"id":"evt_000001"}`}), http.StatusRequestEntityTooLarge, httpdedup.ProblemBodyTooLarge)
 }
 
 func TestFingerprintErrorGets400(t *testing.T) {
-	m := newMiddleware(t, httpdedup.Config{Store: memstore.New(nil), Fingerprint: func(*http.Request, []byte) (string, error) {
+	m := newMiddleware(t, httpdedup.Config{Dedup: dedup.Config{Store: memstore.New(nil)}, Fingerprint: func(*http.Request, []byte) (string, error) {
 		return "", errors.New("amount is not a number")
 	}})
 	h := m.Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("the handler ran") }))
@@ -427,7 +458,7 @@ func TestFingerprintErrorGets400(t *testing.T) {
 func TestDecisionsAreObserved(t *testing.T) {
 	rec := &recorder{}
 	clock := newFakeClock()
-	a := newAPI(t, memstore.New(clock), httpdedup.Config{Observer: rec, Clock: clock})
+	a := newAPI(t, memstore.New(clock), httpdedup.Config{Dedup: dedup.Config{Observer: rec, Clock: clock}})
 	mustSend(t, a.srv, req{key: "k", body: "x"})
 	mustSend(t, a.srv, req{key: "k", body: "x"})
 	mustSend(t, a.srv, req{key: "k", body: "y"})

@@ -24,8 +24,7 @@ func TestInFlightKeyWaitsAndGetsTheReplay(t *testing.T) {
 		rec := &recorder{}
 		// Polling: Redis would wake the waiting request at the first's
 		// completion (see TestInFlightKeyWokenByRedis).
-		m := newMiddleware(t, httpdedup.Config{Store: polling{store}, Clock: clock, Observer: rec,
-			InProgressWait: 10 * time.Second, InProgressPoll: 50 * time.Millisecond})
+		m := newMiddleware(t, httpdedup.Config{Dedup: dedup.Config{Store: polling{store}, Clock: clock, Observer: rec, InProgressWait: 10 * time.Second, InProgressPoll: 50 * time.Millisecond}})
 		srv := httptest.NewServer(m.Require(blocking))
 		t.Cleanup(srv.Close)
 		t.Cleanup(blocking.unblock)
@@ -80,8 +79,7 @@ func TestInFlightKeyWaitEndsIn409(t *testing.T) {
 	forEachStore(t, func(t *testing.T, store dedup.Store) {
 		clock := newFakeClock()
 		blocking := newBlockingHandler(&payments{})
-		m := newMiddleware(t, httpdedup.Config{Store: store, Clock: clock,
-			InProgressWait: 100 * time.Millisecond, InProgressPoll: 100 * time.Millisecond})
+		m := newMiddleware(t, httpdedup.Config{Dedup: dedup.Config{Store: store, Clock: clock, InProgressWait: 100 * time.Millisecond, InProgressPoll: 100 * time.Millisecond}})
 		srv := httptest.NewServer(m.Require(blocking))
 		t.Cleanup(srv.Close)
 		t.Cleanup(blocking.unblock)

@@ -24,7 +24,7 @@ type api struct {
 
 func newAPI(t *testing.T, store dedup.Store, cfg httpdedup.Config) *api {
 	t.Helper()
-	cfg.Store = store
+	cfg.Dedup.Store = store
 	m := newMiddleware(t, cfg)
 	a := &api{pay: &payments{}}
 	mux := http.NewServeMux()
@@ -100,7 +100,7 @@ func TestInFlightKeyGets409ThenReplay(t *testing.T) {
 	forEachStore(t, func(t *testing.T, store dedup.Store) {
 		pay := &payments{}
 		blocking := newBlockingHandler(pay)
-		m := newMiddleware(t, httpdedup.Config{Store: store})
+		m := newMiddleware(t, httpdedup.Config{Dedup: dedup.Config{Store: store}})
 		srv := httptest.NewServer(m.Require(blocking))
 		t.Cleanup(srv.Close)
 		t.Cleanup(blocking.unblock)
@@ -162,7 +162,7 @@ func TestKeyReusedWithAnotherRequestGets422(t *testing.T) {
 func TestKeyReusedWhileInFlightGets422(t *testing.T) {
 	forEachStore(t, func(t *testing.T, store dedup.Store) {
 		blocking := newBlockingHandler(&payments{})
-		m := newMiddleware(t, httpdedup.Config{Store: store})
+		m := newMiddleware(t, httpdedup.Config{Dedup: dedup.Config{Store: store}})
 		srv := httptest.NewServer(m.Require(blocking))
 		t.Cleanup(srv.Close)
 		t.Cleanup(blocking.unblock)
@@ -282,7 +282,7 @@ func TestResponsesStoredOrReleasedByStatus(t *testing.T) {
 			w.WriteHeader(status)
 			fmt.Fprintf(w, "status %d, run %d", status, runs[status])
 		})
-		m := newMiddleware(t, httpdedup.Config{Store: store})
+		m := newMiddleware(t, httpdedup.Config{Dedup: dedup.Config{Store: store}})
 		handler := m.Require(h)
 		for _, c := range []struct {
 			status int
@@ -318,7 +318,7 @@ func TestStoreResponseIsConfigurable(t *testing.T) {
 			runs++
 			http.Error(w, "invalid amount", http.StatusBadRequest)
 		})
-		m := newMiddleware(t, httpdedup.Config{Store: store, StoreResponse: func(status int) bool { return status < 300 }})
+		m := newMiddleware(t, httpdedup.Config{Dedup: dedup.Config{Store: store}, StoreResponse: func(status int) bool { return status < 300 }})
 		serve(t, m.Require(h), req{key: "k"})
 		r := serve(t, m.Require(h), req{key: "k"})
 		if r.status != http.StatusBadRequest || runs != 2 {
@@ -340,7 +340,7 @@ func TestPanicReleasesAndPanicsOn(t *testing.T) {
 			w.WriteHeader(http.StatusCreated)
 			_, _ = w.Write([]byte("done"))
 		})
-		m := newMiddleware(t, httpdedup.Config{Store: store})
+		m := newMiddleware(t, httpdedup.Config{Dedup: dedup.Config{Store: store}})
 		handler := m.Require(h)
 
 		rec := httptest.NewRecorder()
@@ -405,7 +405,7 @@ func TestStreamingAndHijackAreRefused(t *testing.T) {
 						handlerErr = act(w)
 					}
 				})
-				m := newMiddleware(t, httpdedup.Config{Store: store, MaxResponseBytes: 64})
+				m := newMiddleware(t, httpdedup.Config{Dedup: dedup.Config{Store: store}, MaxResponseBytes: 64})
 				srv := httptest.NewServer(m.Require(h))
 				t.Cleanup(srv.Close)
 
@@ -435,7 +435,7 @@ func TestSwitchingProtocolsIsRefused(t *testing.T) {
 			w.WriteHeader(http.StatusSwitchingProtocols)
 			_, writeErr = w.Write([]byte("frames"))
 		})
-		m := newMiddleware(t, httpdedup.Config{Store: store})
+		m := newMiddleware(t, httpdedup.Config{Dedup: dedup.Config{Store: store}})
 		wantProblem(t, serve(t, m.Require(h), req{key: "k-101"}), http.StatusInternalServerError, httpdedup.ProblemResponseNotStorable)
 		if !errors.Is(writeErr, httpdedup.ErrNotStorable) {
 			t.Fatalf("Write after 101: %v, want ErrNotStorable", writeErr)
@@ -453,7 +453,7 @@ func TestInformationalStatusesAreNotStored(t *testing.T) {
 			_, _ = w.Write([]byte("accepted"))
 			w.Header().Set("X-Late", "ignored") // after WriteHeader: not part of the response
 		})
-		m := newMiddleware(t, httpdedup.Config{Store: store})
+		m := newMiddleware(t, httpdedup.Config{Dedup: dedup.Config{Store: store}})
 		first := serve(t, m.Require(h), req{key: "k-103"})
 		second := serve(t, m.Require(h), req{key: "k-103"})
 		for _, r := range []response{first, second} {
@@ -520,7 +520,7 @@ func TestRoutesAndMethodsAreIsolated(t *testing.T) {
 			t.Fatalf("the same key on another route was replayed")
 		}
 
-		m := newMiddleware(t, httpdedup.Config{Store: store})
+		m := newMiddleware(t, httpdedup.Config{Dedup: dedup.Config{Store: store}})
 		h := m.Require(a.pay)
 		serve(t, h, req{method: http.MethodPut, path: "/things/1", key: "k2"})
 		r = serve(t, h, req{method: http.MethodPatch, path: "/things/1", key: "k2"})
@@ -543,7 +543,7 @@ func TestIdenticalConcurrentRequestsRunOnce(t *testing.T) {
 				w.WriteHeader(http.StatusCreated)
 				fmt.Fprintf(w, "run %d", runs)
 			})
-			m := newMiddleware(t, httpdedup.Config{Store: store})
+			m := newMiddleware(t, httpdedup.Config{Dedup: dedup.Config{Store: store}})
 			srv := httptest.NewServer(m.Require(h))
 
 			q := req{key: fmt.Sprint("k-concurrent-", round), body: "pay"}
@@ -588,7 +588,7 @@ func TestIdenticalConcurrentRequestsRunOnce(t *testing.T) {
 func TestRetryAfterDroppedResponseGetsReplay(t *testing.T) {
 	forEachStore(t, func(t *testing.T, store dedup.Store) {
 		pay := &payments{}
-		m := newMiddleware(t, httpdedup.Config{Store: store})
+		m := newMiddleware(t, httpdedup.Config{Dedup: dedup.Config{Store: store}})
 		served := make(chan struct{}, 1)
 		gotClientGone := make(chan bool, 1)
 		entered := make(chan struct{})

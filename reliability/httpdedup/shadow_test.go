@@ -22,7 +22,7 @@ import (
 func TestShadowRunsEveryRequest(t *testing.T) {
 	forEachStore(t, func(t *testing.T, store dedup.Store) {
 		rec := &recorder{}
-		a := newAPI(t, store, httpdedup.Config{Shadow: true, Observer: rec, MaxBodyBytes: 64})
+		a := newAPI(t, store, httpdedup.Config{Dedup: dedup.Config{Shadow: true, Observer: rec}, MaxBodyBytes: 64})
 		key := `"shadow-1"`
 		for i, q := range []req{
 			{key: key, body: `{"amount":1}`},

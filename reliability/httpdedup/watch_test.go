@@ -21,7 +21,7 @@ func TestInFlightKeyWokenByRedis(t *testing.T) {
 	store, _ := backends[0].new(t, nil) // redis
 	clock := newFakeClock()
 	blocking := newBlockingHandler(&payments{})
-	m := newMiddleware(t, httpdedup.Config{Store: store, Clock: clock, InProgressWait: 10 * time.Second})
+	m := newMiddleware(t, httpdedup.Config{Dedup: dedup.Config{Store: store, Clock: clock, InProgressWait: 10 * time.Second}})
 	srv := httptest.NewServer(m.Require(blocking))
 	t.Cleanup(srv.Close)
 	t.Cleanup(blocking.unblock)

@@ -131,7 +131,7 @@ func TestLostHTTPReplyRetriedWithTheSameKey(t *testing.T) {
 // reply, retrying once after the link heals, and returns the charges, the
 // keys the server received, the final response and each attempt's error.
 func lostHTTPReply(t *testing.T, withIntent bool) (int64, []string, *http.Response, []string) {
-	m, err := httpdedup.New(httpdedup.Config{Store: newStore(t), Identity: httpdedup.StaticIdentity("shop")})
+	m, err := httpdedup.New(httpdedup.Config{Dedup: dedup.Config{Store: newStore(t)}, Identity: httpdedup.StaticIdentity("shop")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 
+	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/httpdedup"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
 )
@@ -26,11 +27,13 @@ import (
 func TestHTTPResponseTooLargeForAnItemRunsOnce(t *testing.T) {
 	store := newStore(t, dynamo.Config{})
 	m, err := httpdedup.New(httpdedup.Config{
-		Store:    store,
+		Dedup: dedup.Config{
+			Store: store,
+			// A retry after the lease would run the handler again if the
+			// record had stayed in progress.
+			Lease: time.Second,
+		},
 		Identity: httpdedup.StaticIdentity(t.Name()),
-		// A retry after the lease would run the handler again if the
-		// record had stayed in progress.
-		Lease: time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)

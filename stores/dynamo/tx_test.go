@@ -275,8 +275,8 @@ func TestRunInTxMoto(t *testing.T) {
 	// the stored response and the completed key in one transaction; the
 	// retry gets the stored response.
 	t.Run("http", func(t *testing.T) {
-		idem, err := httpdedup.New(httpdedup.Config{Store: s, InTransaction: s.RunInTx,
-			Identity: httpdedup.StaticIdentity("acct_42"), Lease: time.Minute, Retention: time.Hour})
+		idem, err := httpdedup.New(httpdedup.Config{Dedup: dedup.Config{Store: s, Lease: time.Minute, Retention: time.Hour},
+			InTransaction: s.RunInTx, Identity: httpdedup.StaticIdentity("acct_42")})
 		if err != nil {
 			t.Fatal(err)
 		}

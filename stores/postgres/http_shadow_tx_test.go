@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/httpdedup"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
 )
@@ -20,8 +21,9 @@ import (
 func TestHTTPShadowRunsRefusedRequestsInTransaction(t *testing.T) {
 	o := newOrders(t)
 	idem, err := httpdedup.New(httpdedup.Config{
-		Store: o.store, InTransaction: o.store.RunInTx, Shadow: true,
-		Identity: httpdedup.StaticIdentity(paymentsScopeIdentity),
+		Dedup:         dedup.Config{Store: o.store, Shadow: true},
+		InTransaction: o.store.RunInTx,
+		Identity:      httpdedup.StaticIdentity(paymentsScopeIdentity),
 	})
 	if err != nil {
 		t.Fatal(err)

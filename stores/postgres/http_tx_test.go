@@ -40,7 +40,7 @@ const paymentsScopeIdentity = "acct_42"
 func newPaymentsAPI(t testing.TB, o *orders, inTx bool, cfg httpdedup.Config) *paymentsAPI {
 	t.Helper()
 	api := &paymentsAPI{o: o}
-	cfg.Store = o.store
+	cfg.Dedup.Store = o.store
 	cfg.Identity = httpdedup.StaticIdentity(paymentsScopeIdentity)
 	if inTx {
 		cfg.InTransaction = o.store.RunInTx
@@ -122,7 +122,7 @@ func TestHTTPTxCrashBeforeCommit(t *testing.T) {
 			t.Fatal(err)
 		}
 		o := &orders{store: s, table: pgx.Identifier{schema, "orders"}.Sanitize()}
-		api := newPaymentsAPI(t, o, true, httpdedup.Config{Lease: time.Hour})
+		api := newPaymentsAPI(t, o, true, httpdedup.Config{Dedup: dedup.Config{Lease: time.Hour}})
 		api.after = func(http.ResponseWriter, *http.Request) { crashtest.Reach("written") }
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {

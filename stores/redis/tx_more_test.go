@@ -84,8 +84,8 @@ func TestRunInTxShadow(t *testing.T) {
 func TestRunInTxHTTP(t *testing.T) {
 	client := newClient(t)
 	s := newStore(t, client, redis.Config{KeyPrefix: "tx-http:"})
-	idem, err := httpdedup.New(httpdedup.Config{Store: s, InTransaction: s.RunInTx,
-		Identity: httpdedup.StaticIdentity("acct_42"), Lease: time.Minute, Retention: time.Hour})
+	idem, err := httpdedup.New(httpdedup.Config{Dedup: dedup.Config{Store: s, Lease: time.Minute, Retention: time.Hour},
+		InTransaction: s.RunInTx, Identity: httpdedup.StaticIdentity("acct_42")})
 	if err != nil {
 		t.Fatal(err)
 	}
