@@ -16,7 +16,7 @@ import (
 )
 
 // admittingStore says how many claims the engine should admit at once
-// (internal/admit), and holds every Claim until gate is closed, counting
+// (dedup.ClaimAdmitter), and holds every Claim until gate is closed, counting
 // the claims that reached it.
 type admittingStore struct {
 	dedup.Store
@@ -42,7 +42,7 @@ func blockedInAdmission() int {
 	buf = buf[:runtime.Stack(buf, true)]
 	n := 0
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "[select") && strings.Contains(g, "dedup.(*flight).claim(") && !strings.Contains(g, "admittingStore") {
+		if strings.Contains(g, "[select") && strings.Contains(g, "dedup.(*callRun).claim(") && !strings.Contains(g, "admittingStore") {
 			n++
 		}
 	}

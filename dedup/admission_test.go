@@ -35,7 +35,7 @@ func waitingForAdmission() bool {
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "dedup.(*flight).claim(") && !strings.Contains(g, "gatedStore") {
+		if strings.Contains(g, "dedup.(*callRun).claim(") && !strings.Contains(g, "gatedStore") {
 			return true
 		}
 	}

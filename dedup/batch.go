@@ -180,7 +180,7 @@ type batchRun struct {
 type batchSlot struct {
 	r     *batchRun
 	i     int
-	f     *flight
+	run   *callRun
 	ctx   context.Context // the caller's, with the call's trace
 	trace CallTrace
 
@@ -207,7 +207,7 @@ type batchSlot struct {
 
 // batchKey is a scoped key of the batch, which one claim serves.
 type batchKey struct {
-	// claimer is the call whose flight sent the key's claim and keeps it
+	// claimer is the call whose callRun sent the key's claim and keeps it
 	// until a call takes its turn with it: the key's first call in the
 	// order of the turns (units). Nil when no claim was sent for it, or
 	// once it was released unstarted. Under batchRun.mu.
@@ -294,12 +294,12 @@ func unitsOf(calls []BatchCall) (order, start []int) {
 // unit returns the calls of unit u.
 func (r *batchRun) unit(u int) []int { return r.order[r.start[u]:r.start[u+1]] }
 
-// prepare checks every call and makes its flight, as Do does before its
+// prepare checks every call and makes its callRun, as Do does before its
 // claim, and chooses the call that sends each key's claim: the key's first
 // in the order of the turns.
 func (r *batchRun) prepare() {
 	e := r.e
-	flights := make([]flight, len(r.slots)) // one allocation
+	runs := make([]callRun, len(r.slots)) // one allocation
 	for i := range r.slots {
 		s := &r.slots[i]
 		s.r, s.i, s.ctx = r, i, r.ctx
@@ -317,22 +317,22 @@ func (r *batchRun) prepare() {
 			}
 			call.trace, s.ctx, s.trace = trace, ctx, trace
 		}
-		s.f = &flights[i]
-		s.f.e, s.f.call = e, call
+		s.run = &runs[i]
+		s.run.e, s.run.call = e, call
 		switch {
 		case r.b.Calls[i].Err != nil:
 			s.preset = r.b.Calls[i].Err
 		case call.Scope == "":
 			s.preset = ErrNoScope
 		case call.KeyErr != nil: // as Do
-			s.f.nameUnkeyed()
+			s.run.nameUnkeyed()
 			s.keyErr = call.KeyErr
 		default:
 			if err := e.checkKey(call.Key, call.MessageUUID); err != nil {
 				s.keyErr = err
 				continue
 			}
-			s.f.hc.key = keys.Scoped(call.Scope, call.Key)
+			s.run.held.key = keys.Scoped(call.Scope, call.Key)
 		}
 	}
 	r.order, r.start = unitsOf(r.b.Calls)
@@ -344,22 +344,22 @@ func (r *batchRun) prepare() {
 			if s.preset != nil || s.keyErr != nil {
 				continue
 			}
-			k := byKey[s.f.hc.key]
+			k := byKey[s.run.held.key]
 			if k == nil {
 				batchKeys = append(batchKeys, batchKey{})
 				k = &batchKeys[len(batchKeys)-1]
-				byKey[s.f.hc.key] = k
+				byKey[s.run.held.key] = k
 			}
 			s.key = k
 			if k.claimer != nil {
 				continue
 			}
-			if _, err := e.callLease(&s.f.call); err != nil {
+			if _, err := e.callLease(&s.run.call); err != nil {
 				s.preset, s.key = err, nil
 				continue
 			}
 			k.claimer, s.sent = s, true
-			s.f.newWorkContext(s.ctx)
+			s.run.newWorkContext(s.ctx)
 		}
 	}
 }
@@ -391,15 +391,15 @@ func (r *batchRun) claim() {
 	reqs := make([]ClaimRequest, 0, len(sent))
 	slots := sent[:0:0]
 	for _, s := range sent {
-		lease, err := e.callLease(&s.f.call) // the wait for admission took some of the time left
+		lease, err := e.callLease(&s.run.call) // the wait for admission took some of the time left
 		if err != nil {
 			s.sent, s.preset = false, err
 			s.key.claimer, s.key = nil, nil
 			continue
 		}
-		s.f.keeper.lease, s.f.keeper.claimedAt = lease, now
-		o, _ := OriginFromContext(s.f.work) // the call's, else the context's
-		reqs = append(reqs, ClaimRequest{Key: s.f.hc.key, Fingerprint: s.f.call.Fingerprint, Lease: lease, Origin: o})
+		s.run.keeper.lease, s.run.keeper.claimedAt = lease, now
+		o, _ := OriginFromContext(s.run.work) // the call's, else the context's
+		reqs = append(reqs, ClaimRequest{Key: s.run.held.key, Fingerprint: s.run.call.Fingerprint, Lease: lease, Origin: o})
 		slots = append(slots, s)
 	}
 	if len(reqs) == 0 {
@@ -413,14 +413,14 @@ func (r *batchRun) claim() {
 	for k, s := range slots {
 		s.res, s.err, s.elapsed = res[k], errs[k], elapsed
 		if s.err == nil && s.res.Outcome == InProgress && e.cfg.InProgressWait > 0 {
-			s.f.claimSentAt(start) // for the wait of its turn
+			s.run.claimSentAt(start) // for the wait of its turn
 		}
 		if s.err == nil && (s.res.Outcome < Acquired || s.res.Outcome > Conflict) {
 			s.err = fmt.Errorf("unknown outcome %v", s.res.Outcome)
 		}
 		if s.err == nil && s.res.Outcome == Acquired {
 			s.won = true
-			s.f.hold(s.res.Claim)
+			s.run.hold(s.res.Claim)
 		}
 	}
 	// Told once every won claim is kept, so that a panicking Observer
@@ -566,7 +566,7 @@ func (r *batchRun) notStarted(s *batchSlot, panicked bool) (err error) {
 	r.mu.Unlock()
 	if won {
 		r.guard(func() {
-			s.f.claimEvent(event.ClaimWon, s.res, s.elapsed, 0)
+			s.run.reportClaim(event.ClaimWon, s.res, s.elapsed, 0)
 		})
 		s.release(err)
 	}
@@ -604,7 +604,7 @@ func (r *batchRun) ended(s *batchSlot) <-chan struct{} {
 // turn decides one call, as Do decides it after its claim, and runs its
 // work when its claim was won.
 func (r *batchRun) turn(s *batchSlot) (ClaimResult, error) {
-	f, ctx, w := s.f, s.ctx, s // s is the call's work (see batchSlot.work)
+	f, ctx, w := s.run, s.ctx, s // s is the call's work (see batchSlot.work)
 	switch {
 	case s.preset != nil:
 		return ClaimResult{}, s.preset
@@ -645,7 +645,7 @@ func (r *batchRun) turn(s *batchSlot) (ClaimResult, error) {
 	}
 	switch res.Outcome {
 	case Acquired:
-		f.claimEvent(event.ClaimWon, res, elapsed, waited)
+		f.reportClaim(event.ClaimWon, res, elapsed, waited)
 		if f.work.Err() != nil {
 			// The caller's context ended, or the lease did (the keeper
 			// reported it), before the call's turn: not started.
@@ -656,7 +656,7 @@ func (r *batchRun) turn(s *batchSlot) (ClaimResult, error) {
 		return f.runHeld(ctx, w, s)
 	case Duplicate:
 		if !e.cfg.Shadow {
-			f.claimEvent(event.SkipDuplicate, res, elapsed, waited)
+			f.reportClaim(event.SkipDuplicate, res, elapsed, waited)
 			return res, nil
 		}
 	}
@@ -703,7 +703,7 @@ func (r *batchRun) take(s *batchSlot) (keyTurn, *batchSlot) {
 	case c == nil:
 		r.mu.Unlock()
 		return claimAlone, nil
-	case c.f.call.Fingerprint != s.f.call.Fingerprint:
+	case c.run.call.Fingerprint != s.run.call.Fingerprint:
 		defer r.mu.Unlock()
 		if c.won {
 			return heldForAnother, c
@@ -712,20 +712,20 @@ func (r *batchRun) take(s *batchSlot) (keyTurn, *batchSlot) {
 	}
 	k.first = s
 	s.sent, s.res, s.err, s.elapsed, s.won = c.sent, c.res, c.err, c.elapsed, c.won
-	from := c.f
+	from := c.run
 	c.sent, c.won = false, false
-	c.f = &flight{e: r.e, call: from.call} // for its own turn, as a copy
-	c.f.hc.key = from.hc.key
+	c.run = &callRun{e: r.e, call: from.call} // for its own turn, as a copy
+	c.run.held.key = from.held.key
 	r.mu.Unlock()
 	s.takeOver(from)
 	return withTheClaim, nil
 }
 
-// takeOver gives call s the claim, and the claim's answer, that flight
+// takeOver gives call s the claim, and the claim's answer, that run
 // from (of the call that sent it) has kept until now: its lease keeper
 // hands over the lease as it stands, and the work's context is s's.
-func (s *batchSlot) takeOver(from *flight) {
-	f := s.f
+func (s *batchSlot) takeOver(from *callRun) {
+	f := s.run
 	if from.wait != nil {
 		f.claimSentAt(from.wait.claimSent)
 	}
@@ -741,7 +741,7 @@ func (s *batchSlot) takeOver(from *flight) {
 	old.mu.Unlock()
 	from.work.end(nil)
 	f.keeper.lease, f.keeper.claimedAt = old.lease, old.claimedAt
-	f.hc.key, f.hc.token = from.hc.key, from.hc.token
+	f.held.key, f.held.token = from.held.key, from.held.token
 	f.keepLeaseFrom(leaseEnd, lastBeat, expired)
 }
 
@@ -751,10 +751,10 @@ func (s *batchSlot) takeOver(from *flight) {
 // in progress), without waiting for a call that has not started.
 func (r *batchRun) heldForAnother(s *batchSlot, w worker) (ClaimResult, error) {
 	res := ClaimResult{Outcome: InProgress}
-	if s.f.call.Fingerprint != "" && s.key.claimerFingerprint(r) != "" {
+	if s.run.call.Fingerprint != "" && s.key.claimerFingerprint(r) != "" {
 		res.Outcome = Conflict
 	}
-	return s.f.refused(s.ctx, res, 0, 0, w)
+	return s.run.refused(s.ctx, res, 0, 0, w)
 }
 
 // claimerFingerprint is the fingerprint the key's claim was sent with.
@@ -764,18 +764,18 @@ func (k *batchKey) claimerFingerprint(r *batchRun) string {
 	if k.claimer == nil {
 		return ""
 	}
-	return k.claimer.f.call.Fingerprint
+	return k.claimer.run.call.Fingerprint
 }
 
 // copyTurn decides a call whose key another call of the batch took its
 // turn with first (see DoBatch).
 func (r *batchRun) copyTurn(s, first *batchSlot, w worker) (ClaimResult, error) {
-	e, f := r.e, s.f
+	e, f := r.e, s.run
 	r.mu.Lock()
 	won, done, ok, out := first.won, first.done, first.ok, first.out
 	sent, firstRes, firstErr := first.sent, first.res, first.err
 	r.mu.Unlock()
-	fp, firstFP := f.call.Fingerprint, first.f.call.Fingerprint
+	fp, firstFP := f.call.Fingerprint, first.run.call.Fingerprint
 	differ := fp != "" && firstFP != "" && fp != firstFP
 	var res ClaimResult
 	switch {
@@ -796,7 +796,7 @@ func (r *batchRun) copyTurn(s, first *batchSlot, w worker) (ClaimResult, error) 
 		return f.do(s.ctx, w)
 	}
 	if res.Outcome == Duplicate && !e.cfg.Shadow {
-		f.claimEvent(event.SkipDuplicate, res, 0, 0)
+		f.reportClaim(event.SkipDuplicate, res, 0, 0)
 		return res, nil
 	}
 	return f.refused(s.ctx, res, 0, 0, w)
@@ -809,7 +809,7 @@ func (r *batchRun) copyTurn(s, first *batchSlot, w worker) (ClaimResult, error) 
 // end, bounded as Do's wait is: a Duplicate of its result when it
 // succeeded.
 func (r *batchRun) copyWhileFirstRuns(s, first *batchSlot, w worker) (ClaimResult, error) {
-	e, f, ctx := r.e, s.f, s.ctx
+	e, f, ctx := r.e, s.run, s.ctx
 	lease, err := e.callLease(&f.call)
 	if err != nil {
 		return ClaimResult{}, err
@@ -830,7 +830,7 @@ func (r *batchRun) copyWhileFirstRuns(s, first *batchSlot, w worker) (ClaimResul
 	var waited time.Duration
 	switch res.Outcome {
 	case Acquired: // the first call's claim was lost meanwhile
-		f.claimEvent(event.ClaimWon, res, elapsed, 0)
+		f.reportClaim(event.ClaimWon, res, elapsed, 0)
 		return f.run(ctx, res.Claim, w)
 	case InProgress:
 		if e.cfg.InProgressWait > 0 && !e.cfg.Shadow {
@@ -839,13 +839,13 @@ func (r *batchRun) copyWhileFirstRuns(s, first *batchSlot, w worker) (ClaimResul
 			ok, out, waited = r.awaitFirst(ctx, f, first)
 			if ok {
 				res = ClaimResult{Outcome: Duplicate, Result: out}
-				f.claimEvent(event.SkipDuplicate, res, elapsed, waited)
+				f.reportClaim(event.SkipDuplicate, res, elapsed, waited)
 				return res, nil
 			}
 		}
 	case Duplicate:
 		if !e.cfg.Shadow {
-			f.claimEvent(event.SkipDuplicate, res, elapsed, 0)
+			f.reportClaim(event.SkipDuplicate, res, elapsed, 0)
 			return res, nil
 		}
 	}
@@ -855,7 +855,7 @@ func (r *batchRun) copyWhileFirstRuns(s, first *batchSlot, w worker) (ClaimResul
 // awaitFirst waits for the first call's end, at most Config.InProgressWait
 // and not past the copy's Deadline or StartBy, and reports whether it
 // succeeded (its result) and how long the wait took on the clock.
-func (r *batchRun) awaitFirst(ctx context.Context, f *flight, first *batchSlot) (ok bool, out []byte, waited time.Duration) {
+func (r *batchRun) awaitFirst(ctx context.Context, f *callRun, first *batchSlot) (ok bool, out []byte, waited time.Duration) {
 	clock := r.e.cfg.Clock
 	start := clock.Now()
 	left := f.call.waitLeft(start, r.e.cfg.InProgressWait)
@@ -899,14 +899,14 @@ type batchEnd struct {
 
 // complete queues the completion of the call, whose work succeeded.
 func (s *batchSlot) complete(result []byte) {
-	s.f.keeper.finish()
+	s.run.keeper.finish()
 	s.r.queue(batchEnd{s: s, result: result})
 }
 
 // release queues the release of the call's claim: its work failed or did
 // not start.
 func (s *batchSlot) release(cause error) {
-	s.f.keeper.finish()
+	s.run.keeper.finish()
 	s.r.queue(batchEnd{s: s, release: true, cause: cause})
 }
 
@@ -1013,11 +1013,11 @@ func (r *batchRun) sendEnds(ends []batchEnd) (again []batchEnd, pause bool) {
 	if len(completes) > 0 {
 		reqs := make([]CompleteRequest, len(completes))
 		for k, end := range completes {
-			reqs[k] = CompleteRequest{Claim: end.s.f.keeper.claim(), Result: end.result, Retention: e.cfg.Retention}
+			reqs[k] = CompleteRequest{Claim: end.s.run.keeper.claim(), Result: end.result, Retention: e.cfg.Retention}
 		}
 		errs, elapsed := r.storeOp(len(reqs), func(ctx context.Context) []error { return e.completeMany(ctx, reqs) })
 		for k, end := range completes {
-			f, err := end.s.f, errs[k]
+			f, err := end.s.run, errs[k]
 			more, wait := false, false
 			r.guard(func() {
 				e.observeOp(end.s.ctx, "complete", elapsed, err)
@@ -1037,11 +1037,11 @@ func (r *batchRun) sendEnds(ends []batchEnd) (again []batchEnd, pause bool) {
 	if len(releases) > 0 {
 		claims := make([]Claim, len(releases))
 		for k, end := range releases {
-			claims[k] = end.s.f.keeper.claim()
+			claims[k] = end.s.run.keeper.claim()
 		}
 		errs, elapsed := r.storeOp(len(claims), func(ctx context.Context) []error { return e.releaseMany(ctx, claims) })
 		for k, end := range releases {
-			f, err := end.s.f, errs[k]
+			f, err := end.s.run, errs[k]
 			r.guard(func() {
 				e.observeOp(end.s.ctx, "release", elapsed, err)
 				f.released(err, end.cause)
@@ -1084,7 +1084,7 @@ func (r *batchRun) finish(results []ClaimResult, errs []error) {
 		held := s.won && !s.settled
 		r.mu.Unlock()
 		if held {
-			r.guard(func() { s.f.claimEvent(event.ClaimWon, s.res, s.elapsed, 0) })
+			r.guard(func() { s.run.reportClaim(event.ClaimWon, s.res, s.elapsed, 0) })
 			s.release(errBatchPanicked)
 		}
 	}
@@ -1101,14 +1101,14 @@ func (r *batchRun) finish(results []ClaimResult, errs []error) {
 	}
 	for i := range r.slots {
 		s := &r.slots[i]
-		if s.f == nil {
+		if s.run == nil {
 			continue
 		}
-		if s.f.keeper.f != nil {
-			s.f.keeper.stop()
+		if s.run.keeper.run != nil {
+			s.run.keeper.stop()
 		}
-		if s.f.work != nil {
-			s.f.work.end(nil)
+		if s.run.work != nil {
+			s.run.work.end(nil)
 		}
 		if s.trace != nil && !s.traceEnded {
 			s.traceEnded = true

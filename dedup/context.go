@@ -7,18 +7,18 @@ import (
 	"time"
 )
 
-// The contexts and timers of a flight (flight.go): the work's context
-// (workCtx), the context of each store operation (opCtx), the detached
-// parent of Complete's and Release's (endParent) and the pooled timers
+// The contexts and timers of a callRun (lifecycle.go): the work's context
+// (workContext), the context of each store operation (opContext), the detached
+// parent of Complete's and Release's (detachedWork) and the pooled timers
 // behind them. They cost no allocation on the common path; the
 // comment of each says what it saves, measured.
 
-// workCtx is the work's context: cancellable with a cause (ErrClaimLost at
+// workContext is the work's context: cancellable with a cause (ErrClaimLost at
 // the lease deadline), carrying the claim (HeldClaimFromContext) and the call's
 // Origin, and ended with the caller's context. It is
 // context.WithCancelCause(parent) with the claim as a value, made only
 // when something needs it: when someone asks for its Done (the work, a
-// child context, a claim that lasted past linkDelay: see opCtx) or the
+// child context, a claim that lasted past linkDelay: see opContext) or the
 // work is cancelled.
 // Until then Err, Deadline and Value (which context.Cause goes through)
 // are the parent's, which is what the child would answer. A
@@ -31,28 +31,28 @@ import (
 // made for every call costs the router path several allocations per
 // message (dedup-bench -alloc-messages), and a little in instructions
 // (scripts/paired.sh -m callgrind); see docs/dev/decisions.md.
-type workCtx struct {
+type workContext struct {
 	parent context.Context
-	f      *flight // its hc is the claim; its call the Origin
+	run    *callRun // its held is the claim; its call the Origin
 
 	mu    sync.Mutex
 	inner atomic.Pointer[context.Context] // &made, once made
 	made  context.Context                 // the WithCancelCause (set before inner)
-	// cancel is made's cancel function; endedEarly when the work was
+	// cancel is made's cancel function; endedBeforeMade when the work was
 	// cancelled before made was made (make then makes it cancelled). A
-	// field of its own for that would take the flight past its size class.
+	// field of its own for that would take the callRun past its size class.
 	cancel context.CancelCauseFunc
 }
 
-// endedEarly marks a workCtx cancelled before its context was made.
-func endedEarly(error) {}
+// endedBeforeMade marks a workContext cancelled before its context was made.
+func endedBeforeMade(error) {}
 
-func (w *workCtx) init(parent context.Context, f *flight) {
-	w.parent, w.f = parent, f
+func (w *workContext) init(parent context.Context, f *callRun) {
+	w.parent, w.run = parent, f
 }
 
 // make returns inner, making it if needed.
-func (w *workCtx) make() context.Context {
+func (w *workContext) make() context.Context {
 	if c := w.inner.Load(); c != nil {
 		return *c
 	}
@@ -62,7 +62,7 @@ func (w *workCtx) make() context.Context {
 		return *c
 	}
 	c, cancel := context.WithCancelCause(w.parent)
-	ended := w.cancel != nil // endedEarly
+	ended := w.cancel != nil // endedBeforeMade
 	w.cancel = cancel
 	if ended {
 		cancel(nil)
@@ -73,14 +73,14 @@ func (w *workCtx) make() context.Context {
 }
 
 // end cancels the work with cause (nil: context.Canceled).
-func (w *workCtx) end(cause error) {
+func (w *workContext) end(cause error) {
 	if cause != nil {
 		w.make()
 	}
 	w.mu.Lock()
 	cancel := w.cancel
 	if cancel == nil {
-		w.cancel = endedEarly
+		w.cancel = endedBeforeMade
 	}
 	w.mu.Unlock()
 	if cancel != nil {
@@ -88,16 +88,16 @@ func (w *workCtx) end(cause error) {
 	}
 }
 
-func (w *workCtx) Deadline() (time.Time, bool) { return w.parent.Deadline() }
+func (w *workContext) Deadline() (time.Time, bool) { return w.parent.Deadline() }
 
-func (w *workCtx) Done() <-chan struct{} { return w.make().Done() }
+func (w *workContext) Done() <-chan struct{} { return w.make().Done() }
 
-func (w *workCtx) Err() error {
+func (w *workContext) Err() error {
 	if c := w.inner.Load(); c != nil {
 		return (*c).Err()
 	}
 	w.mu.Lock()
-	ended := w.cancel != nil // endedEarly: inner is not made
+	ended := w.cancel != nil // endedBeforeMade: inner is not made
 	w.mu.Unlock()
 	if ended {
 		return context.Canceled
@@ -105,14 +105,14 @@ func (w *workCtx) Err() error {
 	return w.parent.Err()
 }
 
-func (w *workCtx) Value(key any) any {
+func (w *workContext) Value(key any) any {
 	if _, ok := key.(heldKey); ok {
-		return &w.f.hc
+		return &w.run.held
 	}
-	if _, ok := key.(originKey); ok && (w.f.call.MessageUUID != "" || w.f.call.MessageID != "") {
+	if _, ok := key.(originKey); ok && (w.run.call.MessageUUID != "" || w.run.call.MessageID != "") {
 		// The claim's context answers OriginFromContext from the call,
 		// without an allocation.
-		return &w.f.call
+		return &w.run.call
 	}
 	if c := w.inner.Load(); c != nil {
 		return (*c).Value(key)
@@ -120,26 +120,26 @@ func (w *workCtx) Value(key any) any {
 	return w.parent.Value(key)
 }
 
-// endParent is the parent of the context of a flight's Complete and
+// detachedWork is the parent of the context of a callRun's Complete and
 // Release (finishOp): context.WithoutCancel of the caller's context, but
 // answering the claim (HeldClaimFromContext) and the Origin as the work's context
 // does, so that a store finds there what it noted at the claim. Made
 // without an allocation: context.WithoutCancel costs one to make and one
 // on every Value through it (its Value boxes its receiver), which a
 // store's lookup of its note would pay per message.
-type endParent flight
+type detachedWork callRun
 
-func (p *endParent) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (p *endParent) Done() <-chan struct{}       { return nil }
-func (p *endParent) Err() error                  { return nil }
+func (p *detachedWork) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (p *detachedWork) Done() <-chan struct{}       { return nil }
+func (p *detachedWork) Err() error                  { return nil }
 
-func (p *endParent) Value(key any) any {
+func (p *detachedWork) Value(key any) any {
 	if key == cancelCtxKey {
 		// As WithoutCancel: context.Cause of a detached operation's
 		// context is its own, not the caller's.
 		return nil
 	}
-	return (*flight)(p).work.Value(key)
+	return (*callRun)(p).work.Value(key)
 }
 
 // cancelCtxKey is the key that context.Cause asks a context's Value for
@@ -159,7 +159,7 @@ func (s *keySpy) Done() <-chan struct{}       { return nil }
 func (s *keySpy) Err() error                  { return context.Canceled }
 func (s *keySpy) Value(key any) any           { s.key = key; return nil }
 
-// opCtx is the context of one store operation, bounded by StoreTimeout. It
+// opContext is the context of one store operation, bounded by StoreTimeout. It
 // behaves like context.WithTimeout(parent, StoreTimeout) (or, detached,
 // like context.WithTimeout(context.WithoutCancel(parent), StoreTimeout)),
 // ended by end when the operation returns, but costs no allocation and no
@@ -167,7 +167,7 @@ func (s *keySpy) Value(key any) any           { s.key = key; return nil }
 // Err (or never look) pay nothing for the bound; stores that ask for Done
 // get a channel of the operation's own and a pooled timer.
 //
-// Attached (the claim), its parent is the flight's work context: while the
+// Attached (the claim), its parent is the call's work context: while the
 // operation runs, Err and Value are the parent's, and the caller's
 // cancellation ends it. Its channel learns of that cancellation lazily: a
 // claim still running linkDelay after its store first asked for Done
@@ -190,8 +190,8 @@ func (s *keySpy) Value(key any) any           { s.key = key; return nil }
 // WithoutCancel for the detached ones) cost more instructions per message
 // on every store (scripts/paired.sh -m callgrind; see
 // docs/dev/decisions.md).
-type opCtx struct {
-	// parent is, attached, the work's context (a *workCtx).
+type opContext struct {
+	// parent is, attached, the work's context (a *workContext).
 	parent   context.Context
 	deadline time.Duration // since opEpoch, on the monotonic clock
 
@@ -205,7 +205,7 @@ type opCtx struct {
 	linked   bool // attached: the link to the parent is made or being made
 }
 
-// opLinks are the registrations of an opCtx, rarely made: the AfterFuncs
+// opLinks are the registrations of an opContext, rarely made: the AfterFuncs
 // of child contexts, and the link to an attached operation's parent.
 type opLinks struct {
 	afters []*afterFunc
@@ -213,10 +213,10 @@ type opLinks struct {
 }
 
 // linkDelay is how long an attached operation's Done channel may miss the
-// caller's cancellation (see opCtx).
+// caller's cancellation (see opContext).
 const linkDelay = 10 * time.Millisecond
 
-// opEpoch is the origin of opCtx deadlines: a duration since it (on the
+// opEpoch is the origin of opContext deadlines: a duration since it (on the
 // monotonic clock) is 8 bytes where a time.Time is 24.
 var opEpoch = time.Now()
 
@@ -244,7 +244,7 @@ func (e opEnd) err() error {
 // start readies a new c for an operation of at most timeout from now (a
 // wall-clock reading, with its monotonic part): attached to the work's
 // context w (parent is w), or detached from parent (w nil).
-func (c *opCtx) start(parent context.Context, w *workCtx, timeout time.Duration, now time.Time) {
+func (c *opContext) start(parent context.Context, w *workContext, timeout time.Duration, now time.Time) {
 	c.parent, c.detached = parent, w == nil
 	c.deadline = now.Sub(opEpoch) + timeout
 }
@@ -252,7 +252,7 @@ func (c *opCtx) start(parent context.Context, w *workCtx, timeout time.Duration,
 // end ends the operation: the context is cancelled (context.Canceled) as
 // the cancel function of context.WithTimeout would, and its timer, if any,
 // goes back to the pool.
-func (c *opCtx) end() {
+func (c *opContext) end() {
 	c.mu.Lock()
 	if c.timer != nil {
 		c.timer.stop()
@@ -271,7 +271,7 @@ func (c *opCtx) end() {
 // endedAs is how a running operation ends for reason e: an attached one
 // whose parent has ended keeps the parent's error (Err does not change once
 // it reported one).
-func (c *opCtx) endedAs(e opEnd) opEnd {
+func (c *opContext) endedAs(e opEnd) opEnd {
 	if !c.detached && c.parent.Err() != nil {
 		return opParentEnded
 	}
@@ -281,7 +281,7 @@ func (c *opCtx) endedAs(e opEnd) opEnd {
 // closeLocked closes the channel, if made, and runs the registered
 // AfterFuncs, once; it returns the link to the parent to undo (after
 // c.mu is released), if any. Called with c.mu held.
-func (c *opCtx) closeLocked() (unlink func() bool) {
+func (c *opContext) closeLocked() (unlink func() bool) {
 	if c.closed {
 		return nil
 	}
@@ -305,7 +305,7 @@ func (c *opCtx) closeLocked() (unlink func() bool) {
 // an attached operation not yet linked to its parent, for linkDelay if
 // that comes first. An attached operation whose parent has already ended
 // is closed at once. Called with c.mu held.
-func (c *opCtx) armLocked() {
+func (c *opContext) armLocked() {
 	if c.timer != nil || c.closed {
 		return
 	}
@@ -322,7 +322,7 @@ func (c *opCtx) armLocked() {
 
 // timerFired is the deadline, or, before it, the time to link an attached
 // operation to its parent.
-func (c *opCtx) timerFired() {
+func (c *opContext) timerFired() {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -354,8 +354,8 @@ func (c *opCtx) timerFired() {
 // link registers an attached operation with its parent, so that the
 // parent's end closes the operation's channel. A caller's context that
 // cannot end needs no link: during a claim nothing else ends the work's.
-func (c *opCtx) link() {
-	if w, ok := c.parent.(*workCtx); ok && w.parent.Done() == nil {
+func (c *opContext) link() {
+	if w, ok := c.parent.(*workContext); ok && w.parent.Done() == nil {
 		return
 	}
 	unlink := context.AfterFunc(c.parent, c.parentDone)
@@ -371,7 +371,7 @@ func (c *opCtx) link() {
 
 // parentDone closes an attached operation whose parent ended: its Err is
 // the parent's.
-func (c *opCtx) parentDone() {
+func (c *opContext) parentDone() {
 	c.mu.Lock()
 	unlink := c.closeLocked()
 	c.mu.Unlock()
@@ -380,7 +380,7 @@ func (c *opCtx) parentDone() {
 	}
 }
 
-func (c *opCtx) linksLocked() *opLinks {
+func (c *opContext) linksLocked() *opLinks {
 	if c.more == nil {
 		c.more = new(opLinks)
 	}
@@ -394,7 +394,7 @@ var testHookOpTimedOut atomic.Pointer[func()]
 
 // Deadline is the operation's deadline, or the parent's if that is
 // earlier (attached only).
-func (c *opCtx) Deadline() (time.Time, bool) {
+func (c *opContext) Deadline() (time.Time, bool) {
 	if !c.detached {
 		if d, ok := c.parent.Deadline(); ok && d.Before(opEpoch.Add(c.deadline)) {
 			return d, true
@@ -404,7 +404,7 @@ func (c *opCtx) Deadline() (time.Time, bool) {
 }
 
 // Done makes the channel and arms the timer on first use.
-func (c *opCtx) Done() <-chan struct{} {
+func (c *opContext) Done() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.done == nil {
@@ -417,7 +417,7 @@ func (c *opCtx) Done() <-chan struct{} {
 	return c.done
 }
 
-func (c *opCtx) Err() error {
+func (c *opContext) Err() error {
 	c.mu.Lock()
 	err := c.ended.err()
 	c.mu.Unlock()
@@ -438,7 +438,7 @@ func (c *opCtx) Err() error {
 // Value is the parent's, but for the key of context.Cause: the cause of an
 // operation that ended by itself (or of a detached one) is its Err; of an
 // attached one whose parent ended first, the parent's (the caller's cause).
-func (c *opCtx) Value(key any) any {
+func (c *opContext) Value(key any) any {
 	if key == cancelCtxKey {
 		if c.detached {
 			return nil
@@ -456,7 +456,7 @@ func (c *opCtx) Value(key any) any {
 	return c.parent.Value(key)
 }
 
-// afterFunc is one AfterFunc registration on an opCtx.
+// afterFunc is one AfterFunc registration on an opContext.
 type afterFunc struct {
 	f              func()
 	stopped, fired bool
@@ -464,7 +464,7 @@ type afterFunc struct {
 
 // AfterFunc lets a child context of an operation (context.WithCancel of
 // it) be cancelled with it without a goroutine of its own.
-func (c *opCtx) AfterFunc(f func()) (stop func() bool) {
+func (c *opContext) AfterFunc(f func()) (stop func() bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	a := &afterFunc{f: f}

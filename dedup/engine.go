@@ -153,7 +153,7 @@ func (e *Engine) Do(ctx context.Context, call Call, fn func(ctx context.Context)
 	if e.cfg.Tracer != nil && call.trace == nil {
 		return e.doTraced(ctx, call, fn)
 	}
-	f := &flight{e: e, call: call}
+	f := &callRun{e: e, call: call}
 	return f.do(ctx, workFunc(fn))
 }
 
@@ -207,19 +207,19 @@ func (e *Engine) heartbeat(lease time.Duration) time.Duration {
 	return e.cfg.Heartbeat
 }
 
-// event is decide for the fields of a Decision. It builds the Decision
+// tell is report for the fields of a Decision. It builds the Decision
 // only when there is someone to tell (an Observer, a logger that is not
 // the NopLogger).
-func (e *Engine) event(call *Call, ev event.Event, op, key string, elapsed time.Duration, err error) {
-	if !e.tells(call) {
+func (e *Engine) tell(call *Call, ev event.Event, op, key string, elapsed time.Duration, err error) {
+	if !e.listened(call) {
 		return
 	}
-	e.decide(call, Decision{Event: ev, Op: op, Key: key, Elapsed: elapsed, Err: err})
+	e.report(call, Decision{Event: ev, Op: op, Key: key, Elapsed: elapsed, Err: err})
 }
 
-// tells reports whether the call's decisions go somewhere: an Observer, a
+// listened reports whether the call's decisions go somewhere: an Observer, a
 // logger that is not the NopLogger, or the call's trace.
-func (e *Engine) tells(call *Call) bool { return !e.quiet || call.trace != nil }
+func (e *Engine) listened(call *Call) bool { return !e.quiet || call.trace != nil }
 
 // stopwatch starts timing something someone is told about: the clock is
 // read only when the engine is timed (see lap).
@@ -238,7 +238,7 @@ func lap(start time.Time) time.Duration {
 	return time.Since(start)
 }
 
-func (e *Engine) decide(call *Call, dec Decision) {
+func (e *Engine) report(call *Call, dec Decision) {
 	dec.Handler, dec.Topic, dec.MessageUUID = call.Handler, call.Topic, call.MessageUUID
 	dec.log(e.cfg.Logger)
 	if e.cfg.Observer != nil {

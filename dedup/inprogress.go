@@ -8,7 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 )
 
-// awaitHolder claims the flight's key again while another claim holds it
+// awaitHolder claims the call's key again while another claim holds it
 // (Config.InProgressWait): after InProgressPoll, then after pauses doubling
 // up to maxInProgressPoll, until a claim finds something else than
 // InProgress (the holder completed or released the key, or its lease
@@ -27,12 +27,12 @@ import (
 // watch is in place, which covers a change between the first claim and the
 // watch) and, as the safety net, every InProgressFallback without one; when
 // the watch ends, the pauses start again from InProgressPoll.
-func (f *flight) awaitHolder(ctx context.Context, elapsed time.Duration) (res ClaimResult, _, waited time.Duration, err error) {
-	e, call := f.e, &f.call
+func (c *callRun) awaitHolder(ctx context.Context, elapsed time.Duration) (res ClaimResult, _, waited time.Duration, err error) {
+	e, call := c.e, &c.call
 	clock := e.cfg.Clock
 	start := clock.Now()
 	pause := e.cfg.InProgressPoll
-	wake, unwatch := f.watchHolder(ctx)
+	wake, unwatch := c.watchHolder(ctx)
 	defer func() { unwatch() }()
 	if wake != nil {
 		pause = e.cfg.InProgressFallback
@@ -57,7 +57,7 @@ func (f *flight) awaitHolder(ctx context.Context, elapsed time.Duration) (res Cl
 			return res, elapsed, clock.Now().Sub(start), nil
 		}
 		sent := time.Now()
-		res, err = f.claim(ctx, lease)
+		res, err = c.claim(ctx, lease)
 		elapsed = time.Since(sent)
 		if errors.Is(err, errCallDeadline) {
 			// It passed while waiting for admission: still in progress.
@@ -67,7 +67,7 @@ func (f *flight) awaitHolder(ctx context.Context, elapsed time.Duration) (res Cl
 			// Another consumer is known to hold the key: the wait ends as
 			// in progress, never as a failed claim (which FailOpen would run
 			// the work on). The store's error goes with ErrInProgress.
-			f.wait.err = err
+			c.wait.err = err
 			return ClaimResult{Outcome: InProgress}, elapsed, clock.Now().Sub(start), nil
 		}
 		if res.Outcome != InProgress {

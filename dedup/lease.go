@@ -36,7 +36,7 @@ import (
 // the lease is recovered and logged (see recoverObserver), so that neither
 // crashes the process nor leaves the lease half-kept.
 type leaseKeeper struct {
-	f         *flight // the call, the claim (f.hc), the work's cancel func
+	run       *callRun // the call, the claim (run.held), the work's cancel func
 	lease     time.Duration
 	claimedAt time.Time
 
@@ -63,12 +63,12 @@ func deadlineMargin(lease time.Duration) time.Duration {
 	return min(lease/10, time.Second)
 }
 
-// keepLease starts keeping the flight's claim, of the keeper's lease,
+// keepLease starts keeping the call's claim, of the keeper's lease,
 // acquired at its claimedAt (read before the Claim request was sent; both
 // set by claim).
-func (f *flight) keepLease() *leaseKeeper {
-	k := &f.keeper
-	k.f = f
+func (c *callRun) keepLease() *leaseKeeper {
+	k := &c.keeper
+	k.run = c
 	k.leaseEnd, k.lastBeat = k.claimedAt.Add(k.lease), k.claimedAt
 	k.mu.Lock()
 	k.arm()
@@ -76,21 +76,21 @@ func (f *flight) keepLease() *leaseKeeper {
 	return k
 }
 
-// keepLeaseFrom starts keeping a claim that another flight of the same
+// keepLeaseFrom starts keeping a claim that another callRun of the same
 // batch kept until now (see batchSlot.takeOver), of the keeper's lease and
 // claimedAt, as that keeper left it: its lease ends at leaseEnd, its last
 // extension was sent at lastBeat, and expired when its deadline passed (the
 // work's context is then cancelled at once, and nothing more is kept).
-func (f *flight) keepLeaseFrom(leaseEnd, lastBeat time.Time, expired bool) {
-	k := &f.keeper
-	k.f = f
+func (c *callRun) keepLeaseFrom(leaseEnd, lastBeat time.Time, expired bool) {
+	k := &c.keeper
+	k.run = c
 	k.leaseEnd, k.lastBeat = leaseEnd, lastBeat
-	f.hc.keeper = k
+	c.held.keeper = k
 	k.mu.Lock()
 	if expired {
 		k.expired = true
 		k.mu.Unlock()
-		f.work.end(fmt.Errorf("%w: the lease of %q ends at %s and no extension succeeded", ErrClaimLost, f.hc.key, leaseEnd.Format(time.RFC3339Nano)))
+		c.work.end(fmt.Errorf("%w: the lease of %q ends at %s and no extension succeeded", ErrClaimLost, c.held.key, leaseEnd.Format(time.RFC3339Nano)))
 		return
 	}
 	k.arm()
@@ -98,7 +98,7 @@ func (f *flight) keepLeaseFrom(leaseEnd, lastBeat time.Time, expired bool) {
 }
 
 // claim is the claim kept.
-func (k *leaseKeeper) claim() Claim { return Claim{Key: k.f.hc.key, Token: k.f.hc.token} }
+func (k *leaseKeeper) claim() Claim { return Claim{Key: k.run.held.key, Token: k.run.held.token} }
 
 // deadline is when the work's context is cancelled unless an extension
 // succeeds first. Called with k.mu held.
@@ -108,19 +108,19 @@ func (k *leaseKeeper) deadline() time.Time { return k.leaseEnd.Add(-deadlineMarg
 // first. Called with k.mu held.
 func (k *leaseKeeper) arm() {
 	at := k.deadline()
-	if !k.f.e.cfg.DisableHeartbeat && k.extensible() {
-		if beat := k.lastBeat.Add(k.f.e.heartbeat(k.lease)); beat.Before(at) {
+	if !k.run.e.cfg.DisableHeartbeat && k.extensible() {
+		if beat := k.lastBeat.Add(k.run.e.heartbeat(k.lease)); beat.Before(at) {
 			at = beat
 		}
 	}
-	d := at.Sub(k.f.e.cfg.Clock.Now())
+	d := at.Sub(k.run.e.cfg.Clock.Now())
 	switch {
 	case k.slot != nil: // re-armed from its own firing
 		k.slot.reset(d)
-	case k.f.e.wallClock:
+	case k.run.e.wallClock:
 		k.slot = newTimerSlot(k, d)
 	default:
-		k.stopTimer = k.f.e.cfg.Clock.AfterFunc(d, k.fire)
+		k.stopTimer = k.run.e.cfg.Clock.AfterFunc(d, k.fire)
 	}
 }
 
@@ -129,7 +129,7 @@ func (k *leaseKeeper) arm() {
 // claim, or by an extension), which no extension may pass; the deadline's
 // timer alone is left. Called with k.mu held.
 func (k *leaseKeeper) extensible() bool {
-	d := k.f.call.Deadline
+	d := k.run.call.Deadline
 	return d.IsZero() || k.leaseEnd.Before(d)
 }
 
@@ -142,7 +142,7 @@ func (k *leaseKeeper) timerFired() { k.fire() }
 // and is not reported. Without a heartbeat nothing is left to do: the
 // keeper stops.
 func (k *leaseKeeper) finish() {
-	if k.f.e.cfg.DisableHeartbeat {
+	if k.run.e.cfg.DisableHeartbeat {
 		k.stop()
 		return
 	}
@@ -155,7 +155,7 @@ func (k *leaseKeeper) finish() {
 func (k *leaseKeeper) StopHeartbeat() { k.stop() }
 
 // Retention is the engine's Config.Retention, for HeldClaim.Retention.
-func (k *leaseKeeper) Retention() time.Duration { return k.f.e.cfg.Retention }
+func (k *leaseKeeper) Retention() time.Duration { return k.run.e.cfg.Retention }
 
 // stop ends the keeper and waits until no extension is in flight and no
 // expire is deciding: once it returned, the keeper decides nothing more.
@@ -199,7 +199,7 @@ func (k *leaseKeeper) fire() {
 		k.mu.Unlock()
 		return
 	}
-	if !k.f.e.cfg.Clock.Now().Before(k.deadline()) {
+	if !k.run.e.cfg.Clock.Now().Before(k.deadline()) {
 		k.mu.Unlock()
 		k.expire()
 		return
@@ -209,7 +209,7 @@ func (k *leaseKeeper) fire() {
 	// own: a store that ignores the request's context (go-redis without
 	// ContextTimeoutEnabled waits for its ReadTimeout) must not delay the
 	// cancellation.
-	k.stopExpiry = k.f.e.cfg.Clock.AfterFunc(k.deadline().Sub(k.f.e.cfg.Clock.Now()), k.expire)
+	k.stopExpiry = k.run.e.cfg.Clock.AfterFunc(k.deadline().Sub(k.run.e.cfg.Clock.Now()), k.expire)
 	k.mu.Unlock()
 	defer k.extensions.Done()
 
@@ -224,7 +224,7 @@ func (k *leaseKeeper) fire() {
 		return
 	}
 	k.mu.Lock()
-	expired := !k.stopped && !k.expired && !k.f.e.cfg.Clock.Now().Before(k.deadline())
+	expired := !k.stopped && !k.expired && !k.run.e.cfg.Clock.Now().Before(k.deadline())
 	if !k.stopped && !k.expired && !expired {
 		k.arm()
 	}
@@ -254,10 +254,10 @@ func (k *leaseKeeper) expire() {
 	if k.cancelExt != nil {
 		k.cancelExt() // a hung extension must not hold up the release
 	}
-	clock := k.f.e.cfg.Clock
+	clock := k.run.e.cfg.Clock
 	k.stopEnd = clock.AfterFunc(end.Sub(clock.Now()), func() { k.leaseEnded(end) })
 	k.mu.Unlock()
-	k.f.work.end(fmt.Errorf("%w: the lease of %q ends at %s and no extension succeeded", ErrClaimLost, k.f.hc.key, end.Format(time.RFC3339Nano)))
+	k.run.work.end(fmt.Errorf("%w: the lease of %q ends at %s and no extension succeeded", ErrClaimLost, k.run.held.key, end.Format(time.RFC3339Nano)))
 }
 
 // leaseEnded decides claim_lost at the end of a lease whose deadline
@@ -275,21 +275,21 @@ func (k *leaseKeeper) leaseEnded(end time.Time) {
 	k.extensions.Add(1) // under the lock, not stopped: stop cannot be waiting yet
 	k.mu.Unlock()
 	defer k.extensions.Done()
-	err := fmt.Errorf("%w: the lease of %q ended at %s and no extension succeeded", ErrClaimLost, k.f.hc.key, end.Format(time.RFC3339Nano))
-	k.event(event.ClaimLost, k.f.e.cfg.Clock.Now().Sub(k.claimedAt), err)
+	err := fmt.Errorf("%w: the lease of %q ended at %s and no extension succeeded", ErrClaimLost, k.run.held.key, end.Format(time.RFC3339Nano))
+	k.event(event.ClaimLost, k.run.e.cfg.Clock.Now().Sub(k.claimedAt), err)
 }
 
 // extend extends the lease once, within StoreTimeout and before the
 // deadline; it reports whether the claim may still be held.
 func (k *leaseKeeper) extend() bool {
-	e, claim := k.f.e, k.claim()
+	e, claim := k.run.e, k.claim()
 	sent := e.cfg.Clock.Now()
 	k.mu.Lock()
 	k.lastBeat = sent
 	left := k.deadline().Sub(sent)
 	k.mu.Unlock()
 	lease := k.lease
-	if d := k.f.call.Deadline; !d.IsZero() && d.Sub(sent) < lease {
+	if d := k.run.call.Deadline; !d.IsZero() && d.Sub(sent) < lease {
 		// The lease must not reach past the call's deadline.
 		if lease = d.Sub(sent); lease <= 0 {
 			return true // nothing to extend; the deadline timer decides
@@ -335,7 +335,7 @@ func (k *leaseKeeper) extend() bool {
 		}
 		err = fmt.Errorf("extending the lease of %q: %w", claim.Key, err)
 		k.event(event.ClaimLost, sent.Sub(k.claimedAt), err)
-		k.f.work.end(err)
+		k.run.work.end(err)
 		return false
 	default:
 		// The deadline cancels the work if the lease ends before an
@@ -356,7 +356,7 @@ func (k *leaseKeeper) storeExtend(ctx context.Context, claim Claim, lease time.D
 			err = &extensionPanic{value: p, stack: debug.Stack()}
 		}
 	}()
-	return k.f.e.cfg.Store.Extend(ctx, claim, lease)
+	return k.run.e.cfg.Store.Extend(ctx, claim, lease)
 }
 
 // extensionPanic is the error of a Store.Extend that panicked (the Err of
@@ -384,14 +384,14 @@ func (p *extensionPanic) Unwrap() error {
 // returned (expire still cancels the work).
 func (k *leaseKeeper) event(ev event.Event, elapsed time.Duration, err error) {
 	defer k.recoverObserver("a decision")
-	k.f.e.event(&k.f.call, ev, "extend", k.f.hc.key, elapsed, err)
+	k.run.e.tell(&k.run.call, ev, "extend", k.run.held.key, elapsed, err)
 }
 
 // observeExtend is Engine.observeOp of an extension, with a panic of the
 // Observer recovered as in event.
 func (k *leaseKeeper) observeExtend(ctx context.Context, elapsed time.Duration, err error) {
 	defer k.recoverObserver("an extension")
-	k.f.e.observeOp(ctx, "extend", elapsed, err)
+	k.run.e.observeOp(ctx, "extend", elapsed, err)
 }
 
 // recoverObserver, deferred, recovers a panic of what was told of the
@@ -406,8 +406,8 @@ func (k *leaseKeeper) recoverObserver(what string) {
 	}
 	stack := debug.Stack()
 	defer func() { _ = recover() }() // the Logger may be what panicked
-	call := &k.f.call
-	k.f.e.cfg.Logger.Error("dedup: panic recovered while telling the Observer of "+what+" of the lease",
+	call := &k.run.call
+	k.run.e.cfg.Logger.Error("dedup: panic recovered while telling the Observer of "+what+" of the lease",
 		fmt.Errorf("%v\n%s", p, stack),
-		watermill.LogFields{"key": k.f.hc.key, "handler": call.Handler, "topic": call.Topic, "message_uuid": call.MessageUUID})
+		watermill.LogFields{"key": k.run.held.key, "handler": call.Handler, "topic": call.Topic, "message_uuid": call.MessageUUID})
 }

@@ -60,11 +60,11 @@ func (d *Deduplicator) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	}
 }
 
-// delivery is one message through the middleware: the engine's flight
+// delivery is one message through the middleware: the engine's callRun
 // and what the work needs, in one allocation (its work method is the
 // handler call, with no closure).
 type delivery struct {
-	flight
+	callRun
 	d   *Deduplicator
 	h   message.HandlerFunc
 	msg *message.Message
@@ -120,14 +120,14 @@ func (d *Deduplicator) keyMissing(h message.HandlerFunc, msg *message.Message, c
 // traced runs the delivery through Engine.Do, whose Tracer starts the
 // call.
 func (m *delivery) traced(ctx context.Context) (ClaimResult, error) {
-	return m.d.engine.Do(ctx, m.flight.call, m.work)
+	return m.d.engine.Do(ctx, m.callRun.call, m.work)
 }
 
 func (d *Deduplicator) handle(h message.HandlerFunc, msg *message.Message) ([]*message.Message, error) {
 	ctx := msg.Context()
 	m := &delivery{d: d, h: h, msg: msg}
-	m.flight.e = d.engine
-	call := &m.flight.call
+	m.callRun.e = d.engine
+	call := &m.callRun.call
 	call.Scope = d.cfg.Scope
 	call.Handler = message.HandlerNameFromCtx(ctx)
 	call.Topic = message.SubscribeTopicFromCtx(ctx)
@@ -148,7 +148,7 @@ func (d *Deduplicator) handle(h message.HandlerFunc, msg *message.Message) ([]*m
 	if d.engine.cfg.Tracer != nil {
 		res, err = m.traced(ctx)
 	} else {
-		res, err = m.flight.do(ctx, m)
+		res, err = m.callRun.do(ctx, m)
 	}
 	if err != nil || res.Outcome != Duplicate {
 		return m.out, err

@@ -19,10 +19,10 @@ func wait(t *testing.T, what string, ch <-chan struct{}) {
 }
 
 // attachedOp starts a claim's context on a fresh work context over parent.
-func attachedOp(parent context.Context, timeout time.Duration) (*opCtx, *flight) {
-	f := &flight{}
+func attachedOp(parent context.Context, timeout time.Duration) (*opContext, *callRun) {
+	f := &callRun{}
 	f.newWorkContext(parent)
-	op := &opCtx{}
+	op := &opContext{}
 	op.start(f.work, f.work, timeout, time.Now())
 	return op, f
 }
@@ -68,7 +68,7 @@ func TestClaimDoneLeavesTheWorkContextUnmade(t *testing.T) {
 // link is undone when the claim ends.
 func TestSlowClaimSeesTheCallersCancellation(t *testing.T) {
 	errCaller := errors.New("the caller gave up")
-	linked := func(op *opCtx) chan struct{} {
+	linked := func(op *opContext) chan struct{} {
 		ch := make(chan struct{})
 		go func() {
 			for {

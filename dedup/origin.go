@@ -60,7 +60,7 @@ func WithOrigin(ctx context.Context, o Origin) context.Context {
 func OriginFromContext(ctx context.Context) (Origin, bool) {
 	var o Origin
 	switch v := ctx.Value(originKey{}).(type) {
-	case *Call: // the claim's context (workCtx.Value)
+	case *Call: // the claim's context (workContext.Value)
 		o = Origin{TransportID: v.MessageUUID, MessageID: v.MessageID}
 	case *Origin:
 		o = *v

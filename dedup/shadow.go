@@ -19,7 +19,7 @@ func (e *Engine) runShadow(ctx context.Context, call *Call, dec Decision,
 	} else {
 		dec.Event = event.WouldReject
 	}
-	e.decide(call, dec)
+	e.report(call, dec)
 	result, err := fn(withUnclaimedRun(ctx, dec.Outcome))
 	return ClaimResult{Result: result}, err
 }
@@ -57,11 +57,11 @@ func OutcomeFromContext(ctx context.Context) (Outcome, bool) {
 // would_reject.
 func (d *Deduplicator) refuse(h message.HandlerFunc, msg *message.Message, call *Call, dec Decision) ([]*message.Message, error) {
 	if !d.cfg.Shadow {
-		d.engine.decide(call, dec)
+		d.engine.report(call, dec)
 		return nil, dec.Err
 	}
 	dec.Event = event.WouldReject
-	d.engine.decide(call, dec)
+	d.engine.report(call, dec)
 	ctx := msg.Context()
 	msg.SetContext(withUnclaimedRun(ctx, 0))
 	defer msg.SetContext(ctx)

@@ -8,15 +8,15 @@ import (
 // defaultInProgressFallback is Config.InProgressFallback's default.
 const defaultInProgressFallback = time.Second
 
-// watchHolder starts a watch of the flight's key for awaitHolder when the
+// watchHolder starts a watch of the call's key for awaitHolder when the
 // store can wake waiters; it returns a nil channel and a no-op stop when it
 // cannot (no capability, or the store refused), and the wait polls.
-func (f *flight) watchHolder(ctx context.Context) (<-chan struct{}, func()) {
-	w, ok := f.e.cfg.Store.(KeyWatcher)
+func (c *callRun) watchHolder(ctx context.Context) (<-chan struct{}, func()) {
+	w, ok := c.e.cfg.Store.(KeyWatcher)
 	if !ok {
 		return nil, func() {}
 	}
-	wake, stop, err := w.WatchKey(ctx, f.hc.key, f.wait.claimSent)
+	wake, stop, err := w.WatchKey(ctx, c.held.key, c.wait.claimSent)
 	if err != nil || wake == nil {
 		return nil, func() {}
 	}

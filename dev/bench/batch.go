@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/watermill-dedup/watermill-dedup/dev/internal/routerbench"
+	"github.com/watermill-dedup/watermill-dedup/dev/harness/routerbench"
 )
 
 // runBatch is -batch: the batch claim benchmark (routerbench.RunBatch).

@@ -30,7 +30,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/watermill-dedup/watermill-dedup/dev/internal/routerbench"
+	"github.com/watermill-dedup/watermill-dedup/dev/harness/routerbench"
 )
 
 func main() {

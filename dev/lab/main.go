@@ -49,8 +49,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/watermill-dedup/watermill-dedup/cmd/dedupctl/env/redisaddr"
-	"github.com/watermill-dedup/watermill-dedup/dev/internal/kafkabroker"
-	"github.com/watermill-dedup/watermill-dedup/dev/internal/lab"
+	"github.com/watermill-dedup/watermill-dedup/dev/harness/kafkabroker"
+	"github.com/watermill-dedup/watermill-dedup/dev/harness/lab"
 )
 
 func main() {

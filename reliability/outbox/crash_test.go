@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/internal/crashtest"
-	"github.com/watermill-dedup/watermill-dedup/dev/internal/kafkabroker"
+	"github.com/watermill-dedup/watermill-dedup/dev/harness/kafkabroker"
 )
 
 // Environment of a shop running in a child process: its parent's

@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/dev/internal/embedded"
-	"github.com/watermill-dedup/watermill-dedup/dev/internal/kafkabroker"
+	"github.com/watermill-dedup/watermill-dedup/dev/harness/embedded"
+	"github.com/watermill-dedup/watermill-dedup/dev/harness/kafkabroker"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres/outbox"

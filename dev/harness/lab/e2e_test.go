@@ -16,7 +16,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
-	"github.com/watermill-dedup/watermill-dedup/dev/internal/lab"
+	"github.com/watermill-dedup/watermill-dedup/dev/harness/lab"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )

@@ -7,7 +7,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
-	"github.com/watermill-dedup/watermill-dedup/dev/internal/lab"
+	"github.com/watermill-dedup/watermill-dedup/dev/harness/lab"
 	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
 )
 

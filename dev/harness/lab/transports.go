@@ -10,8 +10,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
-	"github.com/watermill-dedup/watermill-dedup/dev/internal/awsbroker"
-	"github.com/watermill-dedup/watermill-dedup/dev/internal/kafkabroker"
+	"github.com/watermill-dedup/watermill-dedup/dev/harness/awsbroker"
+	"github.com/watermill-dedup/watermill-dedup/dev/harness/kafkabroker"
 )
 
 // NewTransportFunc is the type of Config.NewTransport.

@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/watermill-dedup/watermill-dedup/cmd/dedupctl/env/awsenv"
-	"github.com/watermill-dedup/watermill-dedup/dev/internal/awsbroker"
+	"github.com/watermill-dedup/watermill-dedup/dev/harness/awsbroker"
 	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/storetest"
-	"github.com/watermill-dedup/watermill-dedup/dev/internal/embedded"
+	"github.com/watermill-dedup/watermill-dedup/dev/harness/embedded"
 	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watermill-dedup/watermill-dedup/dev/internal/routerbench"
+	"github.com/watermill-dedup/watermill-dedup/dev/harness/routerbench"
 )
 
 // TestRunMemory runs the whole harness once, tiny, on the memory store, so

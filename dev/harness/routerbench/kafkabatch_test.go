@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watermill-dedup/watermill-dedup/dev/internal/routerbench"
+	"github.com/watermill-dedup/watermill-dedup/dev/harness/routerbench"
 )
 
 // TestRunKafkaBatch runs the Kafka batch consumer benchmark once, tiny, so

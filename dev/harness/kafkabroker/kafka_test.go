@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/watermill-dedup/watermill-dedup/dev/internal/kafkabroker"
+	"github.com/watermill-dedup/watermill-dedup/dev/harness/kafkabroker"
 )
 
 func TestParseBrokers(t *testing.T) {
