@@ -160,12 +160,13 @@ func (c panickingTrace) ObserveDecision(d dedup.Decision) {
 func (panickingTrace) ObserveStoreOp(string, time.Duration, error) {}
 func (panickingTrace) EndCall(dedup.ClaimResult, error)            {}
 
-// secondClaimPanicStore is the memory store (with its batch capability)
+// secondClaimPanicStore is the memory store (with its batch capability,
+// without its key watches: an InProgressWait polls on the run's clock)
 // whose claim of key panics (the run's injected panic) from the key's
 // second claim on, single or in a batch: the claim a copy makes while its
 // first call runs, or the re-claim of an InProgressWait.
 type secondClaimPanicStore struct {
-	*memory.Store
+	dedup.BatchStore
 	run *batchPanicRun
 	key string
 
@@ -189,15 +190,20 @@ func (s *secondClaimPanicStore) claiming(key string) {
 
 func (s *secondClaimPanicStore) Claim(ctx context.Context, key, fp string, lease time.Duration) (dedup.ClaimResult, error) {
 	s.claiming(key)
-	return s.Store.Claim(ctx, key, fp, lease)
+	return s.BatchStore.Claim(ctx, key, fp, lease)
 }
 
 func (s *secondClaimPanicStore) ClaimBatch(ctx context.Context, reqs []dedup.ClaimRequest) ([]dedup.ClaimResult, []error) {
 	for _, rq := range reqs {
 		s.claiming(rq.Key)
 	}
-	return s.Store.ClaimBatch(ctx, reqs)
+	return s.BatchStore.ClaimBatch(ctx, reqs)
 }
+
+// polled is the memory store (with its batch capability) without its key
+// watches (dedup.KeyWatcher): an InProgressWait on it polls, on the run's
+// clock.
+type polled struct{ dedup.BatchStore }
 
 // waitPoll is the first pause of an InProgressWait in the panic cases.
 const waitPoll = 100 * time.Millisecond
@@ -268,7 +274,7 @@ var batchPanicCases = []batchPanicCase{
 		name: "observer_store_op", calls: batchPanicCalls("g1:a", "g1:k", "g2:c"), mustReach: true,
 		setup: func(t *testing.T, r *batchPanicRun) dedup.Config {
 			holdK(t, r)
-			return dedup.Config{Store: r.mem, InProgressWait: time.Minute, InProgressPoll: waitPoll,
+			return dedup.Config{Store: polled{r.mem}, InProgressWait: time.Minute, InProgressPoll: waitPoll,
 				Observer: &panickingBatchObserver{run: r, onOp: "claim"}}
 		},
 		drive: passFirstPause,
@@ -302,7 +308,7 @@ var batchPanicCases = []batchPanicCase{
 		name: "store_claim_of_a_wait", calls: batchPanicCalls("g1:a", "g1:k", "g2:c"), mustReach: true,
 		setup: func(t *testing.T, r *batchPanicRun) dedup.Config {
 			holdK(t, r)
-			return dedup.Config{Store: &secondClaimPanicStore{Store: r.mem, run: r, key: "s:k"}, InProgressWait: time.Minute, InProgressPoll: waitPoll}
+			return dedup.Config{Store: &secondClaimPanicStore{BatchStore: r.mem, run: r, key: "s:k"}, InProgressWait: time.Minute, InProgressPoll: waitPoll}
 		},
 		drive: passFirstPause,
 	},
@@ -313,7 +319,7 @@ var batchPanicCases = []batchPanicCase{
 		// turn comes first): then nothing panics.
 		name: "store_claim_of_a_copy", calls: batchPanicCalls("g1:a", "g2:k", "g1:k"),
 		setup: func(t *testing.T, r *batchPanicRun) dedup.Config {
-			return dedup.Config{Store: &secondClaimPanicStore{Store: r.mem, run: r, key: "s:k"}, Observer: &panickingBatchObserver{run: r}}
+			return dedup.Config{Store: &secondClaimPanicStore{BatchStore: r.mem, run: r, key: "s:k"}, Observer: &panickingBatchObserver{run: r}}
 		},
 	},
 }

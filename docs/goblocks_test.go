@@ -141,6 +141,18 @@ var harnesses = map[blockKey]harness{
 		names:    "newStore storetest.Constructor",
 	},
 
+	// docs/custom-store.md
+	{"docs/custom-store.md", "// runInTx is a store's RunInTx: the shared sequence with the store's own"}: {
+		imports:  []string{"context", "time", "github.com/ThreeDotsLabs/watermill/message", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/dedup/storekit"},
+		topLevel: true,
+		names:    "begin func(ctx context.Context, claim *dedup.Claim) (context.Context, storekit.Tx, error)",
+	},
+	{"docs/custom-store.md", "func TestConformance(t *testing.T) {"}: {
+		imports:  []string{"testing", "time", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/dedup/storetest"},
+		topLevel: true,
+		names:    "newStoreForTest func(t *testing.T) dedup.Store",
+	},
+
 	// cmd/dedupctl/README.md
 	{"cmd/dedupctl/README.md", "type Interface interface {"}: {
 		imports:  []string{"context", "time"},

@@ -40,17 +40,20 @@ type jsonRecord struct {
 	CompletedEstimate *time.Time `json:"completed_estimate,omitempty"`
 	// TransportID and MessageID are the first claim's ids (Watermill
 	// UUID, Lambda record id or X-Request-Id; the SQS MessageId); Claims
-	// how many claims acquired the record (0: not kept).
+	// how many claims acquired the record (0: not kept); ResponseStatus
+	// the HTTP status of an httpdedup record's stored response, where the
+	// store keeps it (PostgreSQL, memory).
 	TransportID     string `json:"transport_id,omitempty"`
 	MessageID       string `json:"message_id,omitempty"`
 	Claims          int    `json:"claims,omitempty"`
+	ResponseStatus  int    `json:"response_status,omitempty"`
 	RemainingMillis int64  `json:"remaining_ms"`
 	Problem         string `json:"problem,omitempty"`
 }
 
 func (p *printer) toJSON(r admin.Record) jsonRecord {
 	j := jsonRecord{Key: r.Key, State: r.State, Fingerprint: r.Fingerprint, ResultSize: r.ResultSize,
-		TransportID: r.TransportID, MessageID: r.MessageID, Claims: r.Claims,
+		TransportID: r.TransportID, MessageID: r.MessageID, Claims: r.Claims, ResponseStatus: r.ResponseStatus,
 		RemainingMillis: r.Remaining.Milliseconds(), Problem: r.Problem}
 	utc := func(t time.Time) *time.Time {
 		if t.IsZero() {
@@ -159,6 +162,9 @@ func (p *printer) record(r admin.Record) {
 	}
 	line("fingerprint", orNone(r.Fingerprint))
 	line("result", fmt.Sprintf("%d bytes", r.ResultSize))
+	if r.ResponseStatus > 0 {
+		line("response status", fmt.Sprintf("%d (the stored HTTP response's)", r.ResponseStatus))
+	}
 	if r.Problem != "" {
 		line("problem", r.Problem)
 	}

@@ -100,6 +100,12 @@ type Record struct {
 	// lease ended is gone: its count starts again). 0 where ClaimedAt is
 	// zero.
 	Claims int
+	// ResponseStatus is the HTTP status of the stored response of a record
+	// httpdedup completed (dedup.RecordDetails), where the store keeps it
+	// (PostgreSQL, memory); 0 while in progress, for a record that is not
+	// an HTTP response, and on the stores that do not keep it (Redis,
+	// DynamoDB).
+	ResponseStatus int
 	// Remaining is what is left of the lease (in progress) or of the
 	// retention (completed) when the record was read, by the clock that
 	// decides expiry in that store (the Redis or PostgreSQL server's, the

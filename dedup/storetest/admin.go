@@ -22,6 +22,7 @@ var adminCases = []suiteCase{
 	{"AdminProvenance", TestAdminProvenance},
 	{"AdminProvenanceAcrossRelease", TestAdminProvenanceAcrossRelease},
 	{"AdminProvenanceAcrossTakeover", TestAdminProvenanceAcrossTakeover},
+	{"AdminResponseStatus", TestAdminResponseStatus},
 }
 
 // RunAdmin runs every case of the operator's contract (admin.Interface:
@@ -63,6 +64,9 @@ func (e *env) checkRecord(op string, r admin.Record) {
 		}
 	} else if !r.Created.IsZero() {
 		e.t.Errorf("%s: record %.60q has Created %v, but Features.RecordsCreated is not set", op, r.Key, r.Created)
+	}
+	if !e.features.RecordDetails && r.ResponseStatus != 0 {
+		e.t.Errorf("%s: record %.60q has ResponseStatus %d, but Features.RecordDetails is not set", op, r.Key, r.ResponseStatus)
 	}
 }
 
@@ -556,5 +560,67 @@ func TestAdminProvenanceAcrossTakeover(t *testing.T, newStore Constructor, featu
 	e.checkProvenance("claim after the retention", r, originB, 1)
 	if r.ClaimedAt.Before(first.ClaimedAt) || e.features.ControllableClock && !r.ClaimedAt.After(first.ClaimedAt) {
 		t.Errorf("claim after the retention: claimed-at %v, want a new time after %v", r.ClaimedAt, first.ClaimedAt)
+	}
+}
+
+// TestAdminResponseStatus (needs Admin): a record completed with
+// dedup.RecordDetails in Complete's context (as httpdedup completes one)
+// reports its ResponseStatus in Inspect and List alike where the store
+// keeps it (Features.RecordDetails), 0 where it does not; a record
+// completed without, one in progress, and one claimed again after the
+// retention of a record completed with a status report 0.
+func TestAdminResponseStatus(t *testing.T, newStore Constructor, features Features) {
+	skipWithoutAdmin(t, features)
+	e := newEnv(t, "AdminResponseStatus", newStore, features)
+	short := e.features.ShortDuration
+	scope := e.prefix + "s"
+	created := 201
+	if !e.features.RecordDetails {
+		created = 0
+	}
+	withStatus := dedup.WithRecordDetails(e.ctx, &dedup.RecordDetails{ResponseStatus: 201})
+	key := func(name string) string { return admin.ScopedKey(scope, name) }
+
+	c := e.acquire(key("created"), "", longLease)
+	if err := e.store.Complete(withStatus, c, []byte(`{"id":7}`), longLease); err != nil {
+		t.Fatalf("Complete with RecordDetails: %v", err)
+	}
+	e.record(key("plain"), "", longLease, []byte("done"), longLease)
+	e.acquire(key("held"), "", longLease)
+	c = e.acquire(key("again"), "", longLease)
+	if err := e.store.Complete(withStatus, c, nil, short); err != nil {
+		t.Fatalf("Complete with RecordDetails: %v", err)
+	}
+	e.wait(2 * short)
+	e.acquire(key("again"), "", longLease)
+
+	want := map[string]int{key("created"): created, key("plain"): 0, key("held"): 0, key("again"): 0}
+	for k, status := range want {
+		if r := e.inspect(k); r.ResponseStatus != status {
+			t.Errorf("Inspect(%.60q): ResponseStatus %d, want %d", k, r.ResponseStatus, status)
+		}
+	}
+	listed := map[string]int{} // by the key List reports
+	for k, status := range want {
+		listed[e.features.ListedKey(k)] = status
+	}
+	seen := map[string]bool{}
+	for cursor, page := "", 0; page == 0 || cursor != ""; page++ {
+		records, next, err := e.admin().List(e.ctx, admin.ScopePrefix(scope), cursor, admin.MaxListLimit)
+		if err != nil {
+			t.Fatalf("List: %v", err)
+		}
+		for _, r := range records {
+			if status, ok := listed[r.Key]; ok {
+				seen[r.Key] = true
+				if r.ResponseStatus != status {
+					t.Errorf("List: %.60q has ResponseStatus %d, want %d", r.Key, r.ResponseStatus, status)
+				}
+			}
+		}
+		cursor = next
+	}
+	if len(seen) != len(want) {
+		t.Errorf("List found %d of the case's %d records", len(seen), len(want))
 	}
 }

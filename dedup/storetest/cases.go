@@ -48,12 +48,15 @@ var storeCases = []suiteCase{
 	{"InvalidDurationsRefused", TestInvalidDurationsRefused},
 	{"CancelledContext", TestCancelledContext},
 	{"ClaimIsOneRequest", TestClaimIsOneRequest},
+	{"WatchAfterChange", TestWatchAfterChange},
+	{"WatchWakesWaiters", TestWatchWakesWaiters},
 }
 
 // Run runs every case of the store contract (Claim, Complete, Release,
-// Extend; see dedup.Store) in parallel, each with a store from newStore and
-// keys of its own. Cases a store's Features rule out are skipped with the
-// reason.
+// Extend; see dedup.Store), and of the key watches of a store that has
+// them (dedup.KeyWatcher, Features.Watch), in parallel, each with a store
+// from newStore and keys of its own. Cases a store's Features rule out
+// are skipped with the reason.
 func Run(t *testing.T, newStore Constructor, features Features) {
 	t.Helper()
 	runAll(t, storeCases, newStore, features)

@@ -16,7 +16,9 @@
 // [Run] runs the store contract (Claim, Complete, Release, Extend),
 // [RunAdmin] the operator's contract of dedup/admin (Inspect, Evict, List),
 // [RunRouter] the middleware end to end through a real Watermill router,
-// [RunBatch] the optional batch capability (dedup.BatchStore).
+// [RunBatch] the optional batch capability (dedup.BatchStore). Run also
+// checks the optional key watches (dedup.KeyWatcher, Features.Watch), and
+// RunAdmin the record details (Features.RecordDetails).
 // Every case is also exported on its own (TestDuplicateAfterComplete,
 // TestAdminList, TestRouterReplay, …) with the same arguments, so a store
 // can run one case, or a case again under other conditions.
@@ -134,6 +136,19 @@ type Features struct {
 	// gone) the suite requires a fresh count instead.
 	CountsTakeovers bool
 
+	// RecordDetails: the store keeps the dedup.RecordDetails that Complete
+	// finds in its context with the record, and reports its response
+	// status in admin.Record.ResponseStatus (PostgreSQL, memory).
+	// TestAdminResponseStatus needs it (and Admin); without it the suite
+	// requires a zero ResponseStatus on every record.
+	RecordDetails bool
+
+	// Watch: the store implements dedup.KeyWatcher (Redis, PostgreSQL
+	// with Config.Notify, memory). The watch cases (TestWatchAfterChange,
+	// TestWatchWakesWaiters) run only then. The suite fails when it is set
+	// and the store does not implement the interface.
+	Watch bool
+
 	// Transactions, when set, says the store completes a record in the
 	// handler's own transaction; RunRouter then runs
 	// TestRouterEffectInTransaction.
@@ -241,6 +256,9 @@ func newEnv(t *testing.T, name string, newStore Constructor, features Features) 
 	}
 	if _, ok := store.(admin.Interface); features.Admin && !ok {
 		t.Fatalf("storetest: Features.Admin is set, but %T does not implement admin.Interface", store)
+	}
+	if _, ok := store.(dedup.KeyWatcher); features.Watch && !ok {
+		t.Fatalf("storetest: Features.Watch is set, but %T does not implement dedup.KeyWatcher", store)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
 	t.Cleanup(cancel)

@@ -16,7 +16,8 @@ var _ admin.Interface = (*Store)(nil)
 
 // Inspect implements [admin.Interface.Inspect]. Created is always zero: the memory
 // store does not keep it; ClaimedAt and CompletedAt are by the store's
-// Clock. Cost: one map lookup under the store's mutex.
+// Clock; ResponseStatus is the one Complete found in its context
+// (dedup.RecordDetails). Cost: one map lookup under the store's mutex.
 func (s *Store) Inspect(ctx context.Context, key string) (admin.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return admin.Record{}, err
@@ -33,15 +34,17 @@ func (s *Store) Inspect(ctx context.Context, key string) (admin.Record, error) {
 
 func (r *memRecord) info(key string, remaining time.Duration) admin.Record {
 	rec := admin.Record{Key: key, State: admin.StateInProgress, Fingerprint: r.fingerprint, ResultSize: len(r.result), Remaining: remaining,
-		ClaimedAt: r.claimedAt, CompletedAt: r.completedAt, TransportID: r.origin.TransportID, MessageID: r.origin.MessageID, Claims: r.claims}
+		ClaimedAt: r.claimedAt, CompletedAt: r.completedAt, TransportID: r.origin.TransportID, MessageID: r.origin.MessageID, Claims: r.claims,
+		ResponseStatus: int(r.status)}
 	if r.completed {
 		rec.State = admin.StateCompleted
 	}
 	return rec
 }
 
-// Evict implements [admin.Interface.Evict]: it deletes the record whatever its token.
-// Cost: one map operation under the store's mutex.
+// Evict implements [admin.Interface.Evict]: it deletes the record whatever its token,
+// and wakes the key's watches (WatchKey). Cost: one map operation under the
+// store's mutex.
 func (s *Store) Evict(ctx context.Context, key string) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
@@ -51,6 +54,7 @@ func (s *Store) Evict(ctx context.Context, key string) (bool, error) {
 	defer s.mu.Unlock()
 	live := s.live(key, now) != nil
 	delete(s.records, key) // a released or expired leftover too
+	s.wake(key)
 	return live, nil
 }
 

@@ -38,7 +38,8 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []dedup.ClaimRequest) ([]de
 
 // CompleteBatch implements [dedup.BatchStore.CompleteBatch]: every record
 // is completed as Complete completes it, under one acquisition of the
-// store's mutex.
+// store's mutex; the response status of the dedup.RecordDetails ctx
+// carries, if any, goes with every record.
 func (s *Store) CompleteBatch(ctx context.Context, reqs []dedup.CompleteRequest) []error {
 	errs := make([]error, len(reqs))
 	if len(reqs) == 0 {
@@ -50,12 +51,13 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []dedup.CompleteRequest)
 		}
 		return errs
 	}
+	status := responseStatus(ctx)
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, r := range reqs {
 		if errs[i] = storekit.CheckDuration("retention", r.Retention); errs[i] == nil {
-			errs[i] = s.completeLocked(r.Claim, r.Result, r.Retention, now)
+			errs[i] = s.completeLocked(r.Claim, r.Result, r.Retention, status, now)
 		}
 	}
 	return errs

@@ -1,13 +1,21 @@
 package memory_test
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/dedup/storetest"
 	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
+	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
 var epoch = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -26,7 +34,14 @@ var features = storetest.Features{
 	ListFillsPages:    true,
 	Provenance:        true,
 	CountsTakeovers:   true,
+	RecordDetails:     true,
+	Watch:             true,
 }
+
+// realTime is features on the wall clock, with one store shared by every
+// case.
+var realTime = storetest.Features{ShortDuration: 20 * time.Millisecond, AlreadyCompleted: true, Admin: true, ListFillsPages: true,
+	Provenance: true, CountsTakeovers: true, RecordDetails: true, Watch: true}
 
 func TestConformance(t *testing.T) { storetest.Run(t, newStore, features) }
 func TestAdmin(t *testing.T)       { storetest.RunAdmin(t, newStore, features) }
@@ -37,8 +52,48 @@ func TestRouter(t *testing.T)      { storetest.RunRouter(t, newStore, features) 
 func TestConformanceRealTime(t *testing.T) {
 	store := memstore.New(nil)
 	shared := func(t *testing.T) (dedup.Store, func(time.Duration)) { return store, nil }
-	realTime := storetest.Features{ShortDuration: 20 * time.Millisecond, AlreadyCompleted: true, Admin: true, ListFillsPages: true,
-		Provenance: true, CountsTakeovers: true}
 	t.Run("store", func(t *testing.T) { storetest.Run(t, shared, realTime) })
 	t.Run("admin", func(t *testing.T) { storetest.RunAdmin(t, shared, realTime) })
+}
+
+// The router cases with the effect in the handler's transaction
+// (Features.Transactions: TxMiddleware, and Tx.Set for the effect), on one
+// store shared by every case, since the middleware is the store's.
+// Every effect is written under a key of its own, so that an effect
+// written twice (a rollback that wrote, a duplicate that ran) counts
+// twice.
+func TestRouterInTransaction(t *testing.T) {
+	store := memstore.New(nil)
+	var (
+		seq     atomic.Int64
+		mu      sync.Mutex
+		written = map[string][]string{} // an effect's key → the keys its writes used
+	)
+	f := realTime
+	f.Transactions = &storetest.Transactions{
+		Middleware: store.TxMiddleware,
+		Effect: func(msg *message.Message, key string) error {
+			tx, ok := memory.TxFromContext(msg.Context())
+			if !ok {
+				return errors.New("no transaction in the handler's context")
+			}
+			k := fmt.Sprintf("%s#%d", key, seq.Add(1))
+			mu.Lock()
+			written[key] = append(written[key], k)
+			mu.Unlock()
+			return tx.Set(k, []byte(msg.UUID))
+		},
+		Effects: func(_ context.Context, key string) (int, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			n := 0
+			for _, k := range written[key] {
+				if _, ok := store.Get(k); ok {
+					n++
+				}
+			}
+			return n, nil
+		},
+	}
+	storetest.RunRouter(t, func(*testing.T) (dedup.Store, func(time.Duration)) { return store, nil }, f)
 }

@@ -39,8 +39,8 @@ func (s stalling) Inspect(ctx context.Context, key string) (admin.Record, error)
 
 func TestConformanceSurvivesStalls(t *testing.T) {
 	newStore := func(t *testing.T) (dedup.Store, func(time.Duration)) { return stalling{memstore.New(nil)}, nil }
-	f := storetest.Features{ShortDuration: 20 * time.Millisecond, AlreadyCompleted: true, Admin: true, ListFillsPages: true,
-		Provenance: true, CountsTakeovers: true, Contenders: 8, DistinctKeys: 8}
+	f := realTime
+	f.Contenders, f.DistinctKeys = 8, 8
 	t.Run("store", func(t *testing.T) { storetest.Run(t, newStore, f) })
 	t.Run("admin", func(t *testing.T) { storetest.RunAdmin(t, newStore, f) })
 }

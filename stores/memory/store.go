@@ -3,6 +3,7 @@ package memory
 import (
 	"bytes"
 	"context"
+	"math"
 	"sync"
 	"time"
 
@@ -19,17 +20,36 @@ import (
 // ignored on access and swept, a bounded number at a time, while claiming,
 // so memory stays proportional to the live records. Every operation takes
 // one mutex; none blocks on I/O.
+//
+// Besides dedup.Store it has every capability the network stores have,
+// built on the root module's exported API only: dedup.BatchStore,
+// dedup.KeyWatcher (WatchKey), the completion inside the work's own
+// transaction (RunInTx, TxMiddleware, on a key-value space of its own:
+// TxFromContext, Get), the record details (admin.Record.ResponseStatus)
+// and admin.Interface.
 type Store struct {
 	clock dedup.Clock
 
 	mu      sync.Mutex
 	records map[string]*memRecord
 	claims  int // claims since the last sweep
+
+	// watches holds the open watches of each key (WatchKey); nil until the
+	// first. closed: Close was called.
+	watches map[string]map[*watch]struct{}
+	closed  bool
+
+	// values is the key-value space transactions write (Tx.Set, Get);
+	// nil until the first write.
+	values map[string][]byte
 }
 
 type memRecord struct {
-	completed   bool
-	released    bool // by Release: absent for every operation but the next Claim
+	completed bool
+	released  bool // by Release: absent for every operation but the next Claim
+	// status is the dedup.RecordDetails.ResponseStatus the record was
+	// completed with (0: none).
+	status      int16
 	token       string
 	fingerprint string
 	deadline    time.Time // lease deadline (in progress, released) or expiry (completed)
@@ -84,7 +104,7 @@ func (s *Store) live(key string, now time.Time) *memRecord {
 	return r
 }
 
-// dedup.Claim implements [Store.Claim].
+// Claim implements [dedup.Store.Claim].
 func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.Duration) (dedup.ClaimResult, error) {
 	if err := storekit.CheckDuration("lease", lease); err != nil {
 		return dedup.ClaimResult{}, err
@@ -137,7 +157,9 @@ func (s *Store) owned(c dedup.Claim, now time.Time) *memRecord {
 	return r
 }
 
-// Complete implements [Store.Complete].
+// Complete implements [dedup.Store.Complete]. The record keeps the
+// response status of the dedup.RecordDetails ctx carries (httpdedup's), as
+// PostgreSQL does, for admin.Record.ResponseStatus.
 func (s *Store) Complete(ctx context.Context, c dedup.Claim, result []byte, retention time.Duration) error {
 	if err := storekit.CheckDuration("retention", retention); err != nil {
 		return err
@@ -145,14 +167,16 @@ func (s *Store) Complete(ctx context.Context, c dedup.Claim, result []byte, rete
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	status := responseStatus(ctx)
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.completeLocked(c, result, retention, now)
+	return s.completeLocked(c, result, retention, status, now)
 }
 
-// completeLocked is Complete, with s.mu held.
-func (s *Store) completeLocked(c dedup.Claim, result []byte, retention time.Duration, now time.Time) error {
+// completeLocked is Complete, with s.mu held; status is the response
+// status to keep (responseStatus).
+func (s *Store) completeLocked(c dedup.Claim, result []byte, retention time.Duration, status int16, now time.Time) error {
 	r := s.owned(c, now)
 	if r == nil {
 		if r := s.live(c.Key, now); r != nil && r.completed && r.token == c.Token {
@@ -164,10 +188,22 @@ func (s *Store) completeLocked(c dedup.Claim, result []byte, retention time.Dura
 	r.deadline = now.Add(retention)
 	r.completedAt = now
 	r.result = bytes.Clone(result)
+	r.status = status
+	s.wake(c.Key)
 	return nil
 }
 
-// Release implements [Store.Release].
+// responseStatus is the dedup.RecordDetails.ResponseStatus that ctx
+// carries for the completion, as PostgreSQL keeps it: 0 when there is
+// none or it is outside 1 to 32767.
+func responseStatus(ctx context.Context) int16 {
+	if d, ok := dedup.RecordDetailsFromContext(ctx); ok && d.ResponseStatus > 0 && d.ResponseStatus <= math.MaxInt16 {
+		return int16(d.ResponseStatus)
+	}
+	return 0
+}
+
+// Release implements [dedup.Store.Release].
 func (s *Store) Release(ctx context.Context, c dedup.Claim) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -185,10 +221,11 @@ func (s *Store) releaseLocked(c dedup.Claim, now time.Time) error {
 		return dedup.ErrClaimLost
 	}
 	r.released = true // until its lease would have ended (the sweep)
+	s.wake(c.Key)
 	return nil
 }
 
-// Extend implements [Store.Extend].
+// Extend implements [dedup.Store.Extend].
 func (s *Store) Extend(ctx context.Context, c dedup.Claim, lease time.Duration) error {
 	if err := storekit.CheckDuration("lease", lease); err != nil {
 		return err

@@ -20,7 +20,8 @@ var _ admin.Interface = (*Store)(nil)
 const inspectSQL = `
 SELECT r.state, r.fingerprint, coalesce(octet_length(r.result), 0)::bigint, r.created_at,
        (extract(epoch FROM r.expires_at - n.at) * 1000000)::bigint,
-       r.claimed_at, r.completed_at, coalesce(r.transport_id, ''), coalesce(r.message_id, ''), coalesce(r.claims, 0)
+       r.claimed_at, r.completed_at, coalesce(r.transport_id, ''), coalesce(r.message_id, ''), coalesce(r.claims, 0),
+       coalesce(r.response_status, 0)::int
 FROM {table} AS r, (SELECT clock_timestamp() AS at) AS n
 WHERE r.key_hash = $1 AND r.expires_at > n.at`
 
@@ -41,7 +42,8 @@ page AS (
   SELECT r.key COLLATE "C" AS key, r.state, r.fingerprint, coalesce(octet_length(r.result), 0)::bigint AS size,
          r.created_at, (extract(epoch FROM r.expires_at - n.at) * 1000000)::bigint AS remaining,
          r.claimed_at, r.completed_at, coalesce(r.transport_id, '') AS transport_id,
-         coalesce(r.message_id, '') AS message_id, coalesce(r.claims, 0) AS claims
+         coalesce(r.message_id, '') AS message_id, coalesce(r.claims, 0) AS claims,
+         coalesce(r.response_status, 0)::int AS response_status
   FROM {table} AS r, n
   WHERE r.key COLLATE "C" LIKE $1 AND r.key COLLATE "C" > $2 AND r.expires_at > n.at
   ORDER BY r.key COLLATE "C"
@@ -52,7 +54,7 @@ SELECT coalesce(array_agg(key ORDER BY key), '{}'), coalesce(array_agg(state ORD
        coalesce(array_agg(created_at ORDER BY key), '{}'), coalesce(array_agg(remaining ORDER BY key), '{}'),
        coalesce(array_agg(claimed_at ORDER BY key), '{}'), coalesce(array_agg(completed_at ORDER BY key), '{}'),
        coalesce(array_agg(transport_id ORDER BY key), '{}'), coalesce(array_agg(message_id ORDER BY key), '{}'),
-       coalesce(array_agg(claims ORDER BY key), '{}')
+       coalesce(array_agg(claims ORDER BY key), '{}'), coalesce(array_agg(response_status ORDER BY key), '{}')
 FROM page`
 
 func (s *Store) adminSQL(q string) string { return strings.ReplaceAll(q, "{table}", s.table) }
@@ -60,24 +62,27 @@ func (s *Store) adminSQL(q string) string { return strings.ReplaceAll(q, "{table
 // likeEscaper escapes LIKE's wildcards and its escape character.
 var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
 
-// provenance is a row's who-and-when columns (NULL times are nil).
+// provenance is a row's who-and-when columns (NULL times are nil), and
+// its response_status (0 for NULL).
 type provenance struct {
 	claimedAt, completedAt *time.Time
 	transportID, messageID string
 	claims                 int32
+	responseStatus         int32
 }
 
 func recordOf(key, state, fingerprint string, size int64, created time.Time, remainingMicros int64, p provenance) admin.Record {
 	r := admin.Record{
-		Key:         key,
-		State:       state,
-		Fingerprint: fingerprint,
-		ResultSize:  int(size),
-		Created:     created,
-		Remaining:   time.Duration(remainingMicros) * time.Microsecond,
-		TransportID: p.transportID,
-		MessageID:   p.messageID,
-		Claims:      int(p.claims),
+		Key:            key,
+		State:          state,
+		Fingerprint:    fingerprint,
+		ResultSize:     int(size),
+		Created:        created,
+		Remaining:      time.Duration(remainingMicros) * time.Microsecond,
+		TransportID:    p.transportID,
+		MessageID:      p.messageID,
+		Claims:         int(p.claims),
+		ResponseStatus: int(p.responseStatus),
 	}
 	if p.claimedAt != nil {
 		r.ClaimedAt = *p.claimedAt
@@ -97,7 +102,8 @@ func recordOf(key, state, fingerprint string, size int64, created time.Time, rem
 // yet deleted by DeleteExpired) counts as absent, on the server's clock.
 // Created is the created_at column: when the claim that created or took
 // over the record ran, on the server's clock; ClaimedAt (claimed_at) is
-// when its first claim ran, kept across releases and takeovers.
+// when its first claim ran, kept across releases and takeovers;
+// ResponseStatus is the response_status column.
 // A released record (its lease ended at the release) is not found. Fingerprint is the column:
 // verbatim, or "\x01sha256:<hex>" for a fingerprint text cannot hold.
 func (s *Store) Inspect(ctx context.Context, key string) (admin.Record, error) {
@@ -108,7 +114,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (admin.Record, error) {
 		p                  provenance
 	)
 	err := s.db.QueryRow(ctx, s.adminSQL(inspectSQL), keyHash(key)).Scan(&state, &fingerprint, &size, &created, &remaining,
-		&p.claimedAt, &p.completedAt, &p.transportID, &p.messageID, &p.claims)
+		&p.claimedAt, &p.completedAt, &p.transportID, &p.messageID, &p.claims, &p.responseStatus)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return admin.Record{}, fmt.Errorf("%w: %.200q", admin.ErrNotFound, key)
 	}
@@ -177,10 +183,10 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]a
 		created                    []time.Time
 		claimedAt, completedAt     []*time.Time
 		transportIDs, messageIDs   []string
-		claims                     []int32
+		claims, responseStatuses   []int32
 	)
 	err := s.db.QueryRow(ctx, s.adminSQL(listSQL), likeEscaper.Replace(prefix)+"%", after, limit+1).
-		Scan(&keys, &states, &fingerprints, &sizes, &created, &remaining, &claimedAt, &completedAt, &transportIDs, &messageIDs, &claims)
+		Scan(&keys, &states, &fingerprints, &sizes, &created, &remaining, &claimedAt, &completedAt, &transportIDs, &messageIDs, &claims, &responseStatuses)
 	if err != nil {
 		return nil, "", fmt.Errorf("postgres: list: %w", err)
 	}
@@ -188,7 +194,7 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]a
 	records := make([]admin.Record, n)
 	for i := range n {
 		records[i] = recordOf(keys[i], states[i], fingerprints[i], sizes[i], created[i], remaining[i],
-			provenance{claimedAt[i], completedAt[i], transportIDs[i], messageIDs[i], claims[i]})
+			provenance{claimedAt[i], completedAt[i], transportIDs[i], messageIDs[i], claims[i], responseStatuses[i]})
 	}
 	next := ""
 	if len(keys) > limit { // one more row exists beyond this page

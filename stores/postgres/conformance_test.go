@@ -30,6 +30,7 @@ var features = storetest.Features{
 	AlreadyCompleted: true,
 	Provenance:       true,
 	CountsTakeovers:  true,
+	RecordDetails:    true,
 	// As stored: verbatim when it is text, else its digest.
 	AdminFingerprint: func(fp string) string {
 		if fp == "" || utf8.ValidString(fp) && !strings.ContainsRune(fp, 0) && !strings.HasPrefix(fp, "\x01") {
@@ -56,6 +57,17 @@ func TestConformance(t *testing.T) {
 func TestAdmin(t *testing.T) {
 	_, _, newStore := sharedStore(t)
 	storetest.RunAdmin(t, newStore, features)
+}
+
+// The watch cases on a store with Config.Notify (WatchKey; the
+// completing and releasing statements pg_notify), shared by both.
+func TestConformanceNotify(t *testing.T) {
+	s := notifyStore(t)
+	f := features
+	f.Watch = true
+	shared := func(*testing.T) (dedup.Store, func(time.Duration)) { return s, nil }
+	t.Run("WatchAfterChange", func(t *testing.T) { t.Parallel(); storetest.TestWatchAfterChange(t, shared, f) })
+	t.Run("WatchWakesWaiters", func(t *testing.T) { t.Parallel(); storetest.TestWatchWakesWaiters(t, shared, f) })
 }
 
 // The middleware through a router, and the effect in the handler's own

@@ -18,13 +18,15 @@ import (
 
 // features: expiry is decided by the server (PX), so the suite waits in
 // real time; the fingerprint an operator sees is the hex of its 16-byte
-// digest.
+// digest; the completing and releasing scripts announce the change to the
+// key's watches (WatchKey).
 var features = storetest.Features{
 	ShortDuration:    300 * time.Millisecond,
 	AlreadyCompleted: true,
 	Admin:            true,
 	AdminFingerprint: func(fp string) string { sum := sha256.Sum256([]byte(fp)); return hex.EncodeToString(sum[:16]) },
 	Provenance:       true,
+	Watch:            true,
 }
 
 // shared returns a constructor that gives every case the same store.
