@@ -11,7 +11,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
-	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/memstore"
 )
 
 // gatedStore holds every Claim of the key "slow" until gate is closed.

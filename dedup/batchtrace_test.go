@@ -10,7 +10,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
-	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/memstore"
 )
 
 // batchTracer records, per call key, the decisions, store operations and

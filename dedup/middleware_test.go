@@ -16,14 +16,14 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
-	"github.com/watermill-dedup/watermill-dedup/internal/faultstore"
-	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/faultstore"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/memstore"
 	"github.com/watermill-dedup/watermill-dedup/internal/replay"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 )
 
 // faultStore wraps a store and injects errors per operation (see
-// internal/faultstore).
+// internal/testsupport/faultstore).
 type faultStore = faultstore.Store
 
 func newFaultStore(s dedup.Store) *faultStore { return faultstore.New(s) }

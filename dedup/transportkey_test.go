@@ -11,7 +11,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
-	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/memstore"
 )
 
 // TestTransportKeyIsItsOwnEvent: a key equal to the message's transport

@@ -29,7 +29,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/testserver"
 )
 
 // readmeBlocks returns the ```go blocks of the root README.md.

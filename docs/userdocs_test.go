@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/testserver"
 )
 
 // readRepoFile returns a file of the repository as text.

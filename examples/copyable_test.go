@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/testserver"
 )
 
 func TestExamplesBuildCopiedOutOfTheModule(t *testing.T) {

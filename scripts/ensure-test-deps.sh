@@ -19,7 +19,7 @@
 #                    how to get it; without it the stores/dynamo moto run is
 #                    skipped with that advice (dynalite stays required).
 #
-# The tests start their own servers (internal/testserver); this script only
+# The tests start their own servers (internal/testsupport/testserver); this script only
 # installs programs and never starts or stops a service.
 set -euo pipefail
 
@@ -35,7 +35,7 @@ fi
 have() { command -v "$1" >/dev/null 2>&1; }
 
 postgres_answers() {
-	# A plain TCP dial; internal/testserver checks the login itself.
+	# A plain TCP dial; internal/testsupport/testserver checks the login itself.
 	timeout 2 bash -c 'exec 3<>/dev/tcp/127.0.0.1/5432' 2>/dev/null
 }
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/testserver"
 )
 
 // -effect-in-tx on a real redis-server and on a Redis Cluster: each charge

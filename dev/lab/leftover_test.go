@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/testserver"
 )
 
 // TestLabCommandHelpExitsZero: -h prints the usage and exits 0 (it exited

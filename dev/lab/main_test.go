@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/testserver"
 )
 
 func TestLabCommandDefaults(t *testing.T) {

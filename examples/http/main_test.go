@@ -14,7 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/testserver"
 )
 
 // The README's session, request by request, with the responses it shows

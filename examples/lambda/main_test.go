@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/testserver"
 )
 
 // The README's local commands, on fauxqs: one charge with lambdadedup, ten

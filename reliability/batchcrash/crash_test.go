@@ -25,8 +25,8 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
-	"github.com/watermill-dedup/watermill-dedup/internal/crashtest"
-	"github.com/watermill-dedup/watermill-dedup/internal/pgtest"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/crashtest"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/pgtest"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/lambdadedup"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"

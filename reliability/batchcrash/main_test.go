@@ -4,9 +4,9 @@ import (
 	"os"
 	"testing"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/crashtest"
-	"github.com/watermill-dedup/watermill-dedup/internal/pgtest"
-	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/crashtest"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/pgtest"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/testserver"
 )
 
 // The servers the tests share, started by TestMain in the parent only: a

@@ -18,9 +18,9 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/storekit"
-	"github.com/watermill-dedup/watermill-dedup/internal/faultstore"
-	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
-	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/faultstore"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/memstore"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/testserver"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
@@ -146,7 +146,7 @@ func order(id string) *message.Message {
 var epoch = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 // faultStore wraps a store and injects errors per operation (see
-// internal/faultstore).
+// internal/testsupport/faultstore).
 type faultStore = faultstore.Store
 
 func newFaultStore(s dedup.Store) *faultStore { return faultstore.New(s) }

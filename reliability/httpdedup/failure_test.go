@@ -17,8 +17,8 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/httpdedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
-	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/memstore"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/testserver"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )

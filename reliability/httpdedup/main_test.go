@@ -21,8 +21,8 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/dedup/storekit"
 	"github.com/watermill-dedup/watermill-dedup/httpdedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
-	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/memstore"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/testserver"
 	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 

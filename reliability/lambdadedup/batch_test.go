@@ -14,7 +14,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/memstore"
 	"github.com/watermill-dedup/watermill-dedup/lambdadedup"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )

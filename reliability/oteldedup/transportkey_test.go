@@ -9,7 +9,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/memstore"
 	"github.com/watermill-dedup/watermill-dedup/oteldedup"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/crashtest"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/crashtest"
 	"github.com/watermill-dedup/watermill-dedup/dev/harness/kafkabroker"
 )
 

@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
-	"github.com/watermill-dedup/watermill-dedup/internal/crashtest"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/crashtest"
 	"github.com/watermill-dedup/watermill-dedup/internal/keys"
 )
 

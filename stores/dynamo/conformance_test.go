@@ -15,7 +15,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/dedup/storetest"
-	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
 )
 
@@ -156,7 +156,7 @@ func TestConformanceWithOldItemReturned(t *testing.T) {
 
 // The whole suite on a second implementation of the DynamoDB API: Python
 // moto's server, which (unlike dynalite) returns the old item with a
-// failed condition, as DynamoDB does (internal/testserver TestMoto shows
+// failed condition, as DynamoDB does (internal/testsupport/testserver TestMoto shows
 // it on the wire): every claim is one request there, without a wrapper.
 // testserver serves moto one request at a time: moto_server's threads take
 // no lock around a conditional write, and two concurrent takeovers of one

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
-	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/memstore"
 )
 
 // BenchmarkClaimComplete is the store's hot path: a Claim that acquires

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/waitbench"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/waitbench"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
 )
 

@@ -18,7 +18,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/httpdedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/crashtest"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/crashtest"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/waitbench"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/waitbench"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 

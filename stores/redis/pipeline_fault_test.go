@@ -12,7 +12,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/testserver"
 )
 
 // inFlight is a go-redis hook that counts the commands and the pipelines

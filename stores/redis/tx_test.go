@@ -15,7 +15,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/internal/keys"
-	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/cmd/dedupctl/env/awsenv"
 	"github.com/watermill-dedup/watermill-dedup/dev/harness/awsbroker"
-	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/testserver"
 )
 
 var fauxqsEndpoint string

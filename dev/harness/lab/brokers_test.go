@@ -18,7 +18,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dev/harness/embedded"
 	"github.com/watermill-dedup/watermill-dedup/dev/harness/kafkabroker"
 	"github.com/watermill-dedup/watermill-dedup/dev/harness/lab"
-	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/testserver"
 	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
 

@@ -25,9 +25,9 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/memstore"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/memstore"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis/redisbatch"
-	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"

@@ -26,7 +26,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/storekit"
-	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"

@@ -5,7 +5,7 @@
 // is the engine of dev/bench (`make bench`); see that command's
 // README for what each figure means.
 //
-// It starts its own servers through internal/testserver (redis-server,
+// It starts its own servers through internal/testsupport/testserver (redis-server,
 // dynalite, PostgreSQL) and keeps every key, table and schema unique to the
 // run, so a shared server's other data is never touched.
 package routerbench

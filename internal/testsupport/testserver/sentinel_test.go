@@ -3,7 +3,7 @@ package testserver_test
 import (
 	"testing"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/testserver"
 )
 
 func TestStartRedisSentinel(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/testserver"
 )
 
 // do sends one inline command and returns the first line of the reply.

@@ -15,7 +15,7 @@ import (
 
 	"os"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/testserver"
 )
 
 // Server returns the DSN of a PostgreSQL server and a function that stops

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/testserver"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/testserver"
 )
 
 // A node starts on its own ports and answers AMQP; Close stops it.
