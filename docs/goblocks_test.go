@@ -123,9 +123,11 @@ var harnesses = map[blockKey]harness{
 		results: "error",
 		after:   "return nil",
 	},
+	// The after block is also part of examples/migrating/main.go
+	// (TestMigrationGuideIsTheExample), which runs with its poison queue.
 	{"docs/migrating-from-deduplicator.md", "d, err := dedup.New(dedup.Config{"}: {
-		imports: []string{"time", "github.com/ThreeDotsLabs/watermill/message", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/keyfuncs"},
-		names:   "store dedup.Store\nrouter *message.Router",
+		imports: []string{"time", "github.com/ThreeDotsLabs/watermill", "github.com/ThreeDotsLabs/watermill/message", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/keyfuncs"},
+		names:   "store dedup.Store\nlogger watermill.LoggerAdapter\nshadow bool\nrouter *message.Router\nsubscriber message.Subscriber\nchargeOrder, readPoison func(*message.Message) error",
 		results: "error",
 		after:   "return nil",
 	},
