@@ -102,8 +102,9 @@ var harnesses = map[blockKey]harness{
 	// docs/http.md
 	{"docs/http.md", "idem, err := httpdedup.New(httpdedup.Config{"}: {
 		imports: []string{"net/http", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/httpdedup"},
-		names:   "store dedup.Store\naccountOf func(*http.Request) (string, error)\nmux *http.ServeMux\nauthenticate func(http.Handler) http.Handler\ncreatePayment http.Handler",
-		after:   "_ = err",
+		names:   "store dedup.Store\naccountOf func(*http.Request) (string, error)\nmux *http.ServeMux\nauthenticate func(http.Handler) http.Handler\ncreatePayment func(http.ResponseWriter, *http.Request)",
+		results: "error",
+		after:   "return nil",
 	},
 	// docs/lambda.md
 	{"docs/lambda.md", "h, err := lambdadedup.New(lambdadedup.Config{"}: {
@@ -161,7 +162,7 @@ var harnesses = map[blockKey]harness{
 	// httpdedup/README.md
 	{"httpdedup/README.md", "idem, err := httpdedup.New(httpdedup.Config{"}: {
 		imports: []string{"net/http", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/httpdedup"},
-		names:   "store dedup.Store\naccountOf func(*http.Request) (string, error)\nmux *http.ServeMux\nauthenticate func(http.Handler) http.Handler\ncreatePayment, createNote http.Handler",
+		names:   "store dedup.Store\naccountOf func(*http.Request) (string, error)\nmux *http.ServeMux\nauthenticate func(http.Handler) http.Handler\ncreatePayment, createNote func(http.ResponseWriter, *http.Request)",
 		results: "error",
 		after:   "return nil",
 	},
@@ -172,7 +173,7 @@ var harnesses = map[blockKey]harness{
 	},
 	{"httpdedup/README.md", "hooks, err := httpdedup.New(httpdedup.Config{"}: {
 		imports: []string{"net/http", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/httpdedup", "github.com/watermill-dedup/watermill-dedup/keyfuncs"},
-		names:   "store dedup.Store\nmux *http.ServeMux\nverifySignature func(http.Handler) http.Handler\nhandleEvent http.Handler",
+		names:   "store dedup.Store\nmux *http.ServeMux\nverifySignature func(http.Handler) http.Handler\nhandleEvent func(http.ResponseWriter, *http.Request)",
 		after:   "_ = err",
 	},
 	// lambdadedup/README.md
