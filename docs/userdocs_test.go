@@ -43,9 +43,7 @@ func userPages(t *testing.T, root string) []string {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rel = filepath.ToSlash(rel); rel != "docs/README.md" { // the docs tests' own page
-				pages = append(pages, rel)
-			}
+			pages = append(pages, filepath.ToSlash(rel))
 		}
 	}
 	sort.Strings(pages)
@@ -538,5 +536,33 @@ func TestReadmeNamesEveryLibraryModule(t *testing.T) {
 	}
 	if found < 7 {
 		t.Errorf("go.work lists %d library modules besides the root; want the stores, lambdadedup, oteldedup, metrics and cmd/dedupctl", found)
+	}
+}
+
+// docs/README.md is the guides' landing page: it links every guide of
+// docs/ (the maintainers' docs/dev/ and docs/model/ aside), so a new
+// guide is not left out of it.
+func TestDocsLandingPageListsEveryGuide(t *testing.T) {
+	root := repoRoot(t)
+	guides, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, problems := parseMarkdown("docs/README.md", readRepoFile(t, root, "docs/README.md"))
+	for _, p := range problems {
+		t.Error(p)
+	}
+	linked := map[string]bool{}
+	for _, l := range m.links() {
+		target, _, _ := strings.Cut(l.target, "#")
+		linked[target] = true
+	}
+	if len(guides) < 10 {
+		t.Fatalf("found %d guides in docs/", len(guides))
+	}
+	for _, g := range guides {
+		if name := filepath.Base(g); name != "README.md" && !linked[name] {
+			t.Errorf("docs/README.md, the guides' landing page, does not link %s: add a line saying what it is for", name)
+		}
 	}
 }
