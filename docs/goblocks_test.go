@@ -102,8 +102,9 @@ var harnesses = map[blockKey]harness{
 	// docs/http.md
 	{"docs/http.md", "idem, err := httpdedup.New(httpdedup.Config{"}: {
 		imports: []string{"net/http", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/httpdedup"},
-		names:   "store dedup.Store\naccountOf func(*http.Request) (string, error)\nmux *http.ServeMux\nauthenticate func(http.Handler) http.Handler\ncreatePayment http.Handler",
-		after:   "_ = err",
+		names:   "store dedup.Store\naccountOf func(*http.Request) (string, error)\nmux *http.ServeMux\nauthenticate func(http.Handler) http.Handler\ncreatePayment func(http.ResponseWriter, *http.Request)",
+		results: "error",
+		after:   "return nil",
 	},
 	// docs/lambda.md
 	{"docs/lambda.md", "h, err := lambdadedup.New(lambdadedup.Config{"}: {
@@ -123,9 +124,11 @@ var harnesses = map[blockKey]harness{
 		results: "error",
 		after:   "return nil",
 	},
+	// The after block is also part of examples/migrating/main.go
+	// (TestMigrationGuideIsTheExample), which runs with its poison queue.
 	{"docs/migrating-from-deduplicator.md", "d, err := dedup.New(dedup.Config{"}: {
-		imports: []string{"time", "github.com/ThreeDotsLabs/watermill/message", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/keyfuncs"},
-		names:   "store dedup.Store\nrouter *message.Router",
+		imports: []string{"time", "github.com/ThreeDotsLabs/watermill", "github.com/ThreeDotsLabs/watermill/message", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/keyfuncs"},
+		names:   "store dedup.Store\nlogger watermill.LoggerAdapter\nshadow bool\nrouter *message.Router\nsubscriber message.Subscriber\nchargeOrder, readPoison func(*message.Message) error",
 		results: "error",
 		after:   "return nil",
 	},
@@ -171,7 +174,7 @@ var harnesses = map[blockKey]harness{
 	// httpdedup/README.md
 	{"httpdedup/README.md", "idem, err := httpdedup.New(httpdedup.Config{"}: {
 		imports: []string{"net/http", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/httpdedup"},
-		names:   "store dedup.Store\naccountOf func(*http.Request) (string, error)\nmux *http.ServeMux\nauthenticate func(http.Handler) http.Handler\ncreatePayment, createNote http.Handler",
+		names:   "store dedup.Store\naccountOf func(*http.Request) (string, error)\nmux *http.ServeMux\nauthenticate func(http.Handler) http.Handler\ncreatePayment, createNote func(http.ResponseWriter, *http.Request)",
 		results: "error",
 		after:   "return nil",
 	},
@@ -182,7 +185,7 @@ var harnesses = map[blockKey]harness{
 	},
 	{"httpdedup/README.md", "hooks, err := httpdedup.New(httpdedup.Config{"}: {
 		imports: []string{"net/http", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/httpdedup", "github.com/watermill-dedup/watermill-dedup/keyfuncs"},
-		names:   "store dedup.Store\nmux *http.ServeMux\nverifySignature func(http.Handler) http.Handler\nhandleEvent http.Handler",
+		names:   "store dedup.Store\nmux *http.ServeMux\nverifySignature func(http.Handler) http.Handler\nhandleEvent func(http.ResponseWriter, *http.Request)",
 		after:   "_ = err",
 	},
 	// lambdadedup/README.md

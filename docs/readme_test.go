@@ -10,7 +10,8 @@
 //   - the dedup-lab and dedupctl command lines quoted in Markdown, and the
 //     lab's flag table, pass the commands' own flag parsing (flags_test.go).
 //
-// README.md in this folder says what to do when one of them fails.
+// docs/dev/docs-tests.md lists every check and says what to do when one of
+// them fails.
 package docs_test
 
 import (

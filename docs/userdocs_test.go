@@ -43,9 +43,7 @@ func userPages(t *testing.T, root string) []string {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rel = filepath.ToSlash(rel); rel != "docs/README.md" { // the docs tests' own page
-				pages = append(pages, rel)
-			}
+			pages = append(pages, filepath.ToSlash(rel))
 		}
 	}
 	sort.Strings(pages)
@@ -332,7 +330,11 @@ func TestPostgresGuideShowsTheSchema(t *testing.T) {
 // The DynamoDB guide's local program runs as the page shows: built from the
 // page's Go block, run twice against a dynalite of its own (which has no
 // UpdateTimeToLive, hence SkipTTL), it prints what the page shows for the
-// first and the second run.
+// first and the second run. The page's dedupctl evict line, run against the
+// same dynalite, prints what the page shows and frees the record: a third
+// run charges again, as the first did. The page's commands are a user's,
+// not a checkout's: dynalite through npx, at the major version the tests
+// run (tools/package.json) and on the port every command of the page uses.
 func TestDynamoDBGuideRuns(t *testing.T) {
 	root := repoRoot(t)
 	const page = "docs/dynamodb.md"
@@ -363,6 +365,22 @@ func TestDynamoDBGuideRuns(t *testing.T) {
 	if len(outputs) != 2 {
 		t.Fatalf("%s shows %d runs of the program, want 2", page, len(outputs))
 	}
+	const endpoint = "http://127.0.0.1:8000"
+	checkDynamoDBGuideCommands(t, root, m, endpoint)
+	// The evict line and what it prints, up to the next command or the end
+	// of its block.
+	var evictLine, evictOutput string
+	for _, b := range m.blocks {
+		for _, part := range strings.Split(b.code, "$ ")[1:] {
+			line, out, _ := strings.Cut(part, "\n")
+			if strings.Contains(line, "dedupctl ") && strings.Contains(line, " evict ") {
+				evictLine, evictOutput = line, out
+			}
+		}
+	}
+	if evictLine == "" {
+		t.Fatalf("%s shows no dedupctl evict command", page)
+	}
 
 	if err := os.MkdirAll(filepath.Join(root, "docs", "testdata"), 0o755); err != nil {
 		t.Fatal(err)
@@ -383,23 +401,116 @@ func TestDynamoDBGuideRuns(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "dynamolocal")
 	runGo(t, root, "build", "-o", bin, "./"+filepath.ToSlash(rel))
 
+	dedupctl := filepath.Join(t.TempDir(), "dedupctl")
+	runGo(t, root, "build", "-o", dedupctl, "./cmd/dedupctl")
+
 	dynalite, err := testserver.StartDynalite()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = dynalite.Close() })
-	for i, want := range outputs {
+	// run runs the command line with the environment variables it starts
+	// with, the page's endpoint replaced with the test's dynalite.
+	run := func(what string, args []string, env ...string) string {
+		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		cmd := exec.CommandContext(ctx, bin)
-		cmd.Env = append(os.Environ(), "DYNAMODB_ENDPOINT="+dynalite.Endpoint)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+		cmd.Env = append(os.Environ(), env...)
+		for i, e := range cmd.Env {
+			cmd.Env[i] = strings.ReplaceAll(e, endpoint, dynalite.Endpoint)
+		}
 		got, err := cmd.CombinedOutput()
-		cancel()
 		if err != nil {
-			t.Fatalf("run %d: %v\n%s", i+1, err, got)
+			t.Fatalf("%s: %v\n%s", what, err, got)
 		}
-		if string(got) != want {
-			t.Errorf("run %d printed\n%s\nthe page shows\n%s", i+1, got, want)
+		return string(got)
+	}
+	for i, want := range append(outputs, outputs[0]) {
+		what := fmt.Sprintf("run %d", i+1)
+		if i == 2 {
+			what = "run 3, after the page's dedupctl evict"
+			var env, args []string
+			for _, f := range strings.Fields(evictLine) {
+				switch {
+				case len(args) == 0 && strings.Contains(f, "="):
+					env = append(env, f)
+				case len(args) == 0:
+					args = append(args, dedupctl) // f is "dedupctl"
+				default:
+					args = append(args, f)
+				}
+			}
+			got := run("the page's "+evictLine, args, env...)
+			if left := regexp.MustCompile(`[0-9hms.]+ left`); left.ReplaceAllString(got, "… left") != left.ReplaceAllString(evictOutput, "… left") {
+				t.Errorf("%q printed\n%s\nthe page shows\n%s", evictLine, got, evictOutput)
+			}
 		}
+		if got := run(what, []string{bin}, "DYNAMODB_ENDPOINT="+endpoint); got != want {
+			t.Errorf("%s printed\n%s\nwant\n%s", what, got, want)
+		}
+	}
+}
+
+// checkDynamoDBGuideCommands checks the commands of docs/dynamodb.md that
+// the program's test does not run: every address of a local emulator is
+// endpoint; dynalite is started with npx, at the major version of
+// tools/package.json; the AWS CLI commands against the emulator give its
+// address, with both region variables (the CLI v1 reads
+// AWS_DEFAULT_REGION, the SDKs AWS_REGION) and keys set; no command needs
+// a checkout of this repository.
+func checkDynamoDBGuideCommands(t *testing.T, root string, m *markdown, endpoint string) {
+	t.Helper()
+	pkg := readRepoFile(t, root, "tools/package.json")
+	major := regexp.MustCompile(`"dynalite":\s*"\^?~?([0-9]+)\.`).FindStringSubmatch(pkg)
+	if major == nil {
+		t.Fatal("tools/package.json names no dynalite version")
+	}
+	port := endpoint[strings.LastIndex(endpoint, ":")+1:]
+	npx := fmt.Sprintf("npx --yes dynalite@%s --host 127.0.0.1 --port %s", major[1], port)
+	checkoutOnly := []string{"npm ci --prefix tools", "tools/node_modules", "go run ./cmd/", "go run ./dev/"}
+	for i, line := range m.prose {
+		for _, bad := range checkoutOnly {
+			if strings.Contains(line, bad) {
+				t.Errorf("%s: %q works only in a checkout of this repository; give the user's command", m.where(i+1), bad)
+			}
+		}
+	}
+	var sawNpx, sawCLI bool
+	for _, b := range m.blocks {
+		for _, bad := range checkoutOnly {
+			if strings.Contains(b.code, bad) {
+				t.Errorf("%s: %q works only in a checkout of this repository; give the user's command", m.where(b.line), bad)
+			}
+		}
+		for _, u := range regexp.MustCompile(`https?://(127\.0\.0\.1|localhost):[0-9]+`).FindAllString(b.code, -1) {
+			if u != endpoint {
+				t.Errorf("%s: the block uses %s; the page's emulator is at %s", m.where(b.line), u, endpoint)
+			}
+		}
+		if strings.Contains(b.code, "dynalite") && strings.Contains(b.code, "$ ") {
+			if !strings.Contains(b.code, "$ "+npx+" &\n") {
+				t.Errorf("%s: the block does not start dynalite with %q", m.where(b.line), npx)
+			}
+			sawNpx = true
+		}
+		if !strings.Contains(b.code, "aws dynamodb") || !strings.Contains(b.code, "--endpoint-url") {
+			continue
+		}
+		sawCLI = true
+		for _, v := range []string{"AWS_REGION=", "AWS_DEFAULT_REGION=", "AWS_ACCESS_KEY_ID=", "AWS_SECRET_ACCESS_KEY="} {
+			if !strings.Contains(b.code, v) {
+				t.Errorf("%s: the AWS CLI commands against the emulator do not set %s", m.where(b.line), strings.TrimSuffix(v, "="))
+			}
+		}
+		for _, line := range strings.Split(b.code, "\n") {
+			if strings.HasPrefix(line, "aws ") && !strings.Contains(line, "--endpoint-url "+endpoint) {
+				t.Errorf("%s: %q does not give the emulator's address (--endpoint-url %s)", m.where(b.line), line, endpoint)
+			}
+		}
+	}
+	if !sawNpx || !sawCLI {
+		t.Errorf("%s: found the dynalite command: %v, AWS CLI commands against the emulator: %v; want both", m.path, sawNpx, sawCLI)
 	}
 }
 
@@ -425,5 +536,33 @@ func TestReadmeNamesEveryLibraryModule(t *testing.T) {
 	}
 	if found < 7 {
 		t.Errorf("go.work lists %d library modules besides the root; want the stores, lambdadedup, oteldedup, metrics and cmd/dedupctl", found)
+	}
+}
+
+// docs/README.md is the guides' landing page: it links every guide of
+// docs/ (the maintainers' docs/dev/ and docs/model/ aside), so a new
+// guide is not left out of it.
+func TestDocsLandingPageListsEveryGuide(t *testing.T) {
+	root := repoRoot(t)
+	guides, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, problems := parseMarkdown("docs/README.md", readRepoFile(t, root, "docs/README.md"))
+	for _, p := range problems {
+		t.Error(p)
+	}
+	linked := map[string]bool{}
+	for _, l := range m.links() {
+		target, _, _ := strings.Cut(l.target, "#")
+		linked[target] = true
+	}
+	if len(guides) < 10 {
+		t.Fatalf("found %d guides in docs/", len(guides))
+	}
+	for _, g := range guides {
+		if name := filepath.Base(g); name != "README.md" && !linked[name] {
+			t.Errorf("docs/README.md, the guides' landing page, does not link %s: add a line saying what it is for", name)
+		}
 	}
 }
