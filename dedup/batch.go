@@ -741,7 +741,7 @@ func (s *batchSlot) takeOver(from *callRun) {
 	old.mu.Unlock()
 	from.work.end(nil)
 	f.keeper.lease, f.keeper.claimedAt = old.lease, old.claimedAt
-	f.held.key, f.held.token = from.held.key, from.held.token
+	f.held.key, f.held.token, f.held.fence = from.held.key, from.held.token, from.held.fence
 	f.keepLeaseFrom(leaseEnd, lastBeat, expired)
 }
 

@@ -16,23 +16,20 @@ import (
 // Complete (SetNote). Its methods are safe for concurrent use.
 type HeldClaim struct {
 	key, token string
+	fence      uint64
 	// replay tells whether the handler's output messages are stored
 	// (Config.Replay of the Watermill middleware).
 	replay bool
 
 	// state holds heldCompleted and heldInTx.
-	state  atomic.Uint32
-	keeper heldKeeper
+	state atomic.Uint32
+	// keeper is the call's lease keeper, once the claim is held. (The
+	// retention is asked of it, not kept here, so that the engine's
+	// allocation per message stays in its size class:
+	// TestDeliverySizeClass.)
+	keeper *leaseKeeper
 	// note is what the store kept of the claim for its Complete (SetNote).
 	note string
-}
-
-// heldKeeper is the engine's lease keeper of a held claim. (Retention is
-// asked of it, not kept in HeldClaim, so that the engine's allocation per
-// message stays in its size class.)
-type heldKeeper interface {
-	StopHeartbeat()
-	Retention() time.Duration
 }
 
 const (
@@ -86,8 +83,23 @@ func withUnclaimedRun(ctx context.Context, found Outcome) context.Context {
 	return context.WithValue(ctx, heldKey{}, unclaimedRun(found))
 }
 
-// Claim returns the claim's key and token, as Store.Complete takes them.
-func (c *HeldClaim) Claim() Claim { return Claim{Key: c.key, Token: c.token} }
+// Claim returns the claim's key, token and fence, as Store.Claim answered
+// them.
+func (c *HeldClaim) Claim() Claim { return Claim{Key: c.key, Token: c.token, Fence: c.fence} }
+
+// FenceFromContext returns the fencing number of the claim the work whose
+// context ctx is runs under (see Claim.Fence), and whether there is one:
+// false when the work runs without a claim, or when the store does not
+// fence. Pass it to the system the work writes to, which keeps the largest
+// fence it accepted per key and refuses a smaller one (docs/fencing.md).
+// Cost: one context lookup.
+func FenceFromContext(ctx context.Context) (uint64, bool) {
+	c, ok := HeldClaimFromContext(ctx)
+	if !ok || c.fence == 0 {
+		return 0, false
+	}
+	return c.fence, true
+}
 
 // Replay reports whether the work's output is kept for replay: a
 // transaction helper of the Watermill middleware then returns the

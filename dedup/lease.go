@@ -98,7 +98,9 @@ func (c *callRun) keepLeaseFrom(leaseEnd, lastBeat time.Time, expired bool) {
 }
 
 // claim is the claim kept.
-func (k *leaseKeeper) claim() Claim { return Claim{Key: k.run.held.key, Token: k.run.held.token} }
+func (k *leaseKeeper) claim() Claim {
+	return Claim{Key: k.run.held.key, Token: k.run.held.token, Fence: k.run.held.fence}
+}
 
 // deadline is when the work's context is cancelled unless an extension
 // succeeds first. Called with k.mu held.

@@ -261,7 +261,7 @@ func (c *callRun) run(ctx context.Context, claim Claim, w worker) (ClaimResult, 
 // hold starts keeping an acquired claim: the work's context carries it,
 // and the lease keeper extends it (see leaseKeeper).
 func (c *callRun) hold(claim Claim) {
-	c.held.key, c.held.token = claim.Key, claim.Token
+	c.held.key, c.held.token, c.held.fence = claim.Key, claim.Token, claim.Fence
 	c.held.keeper = c.keepLease()
 }
 

@@ -49,13 +49,24 @@ type Claim struct {
 	Key string
 	// Token is the random owner token written by the claim.
 	Token string
+	// Fence is the claim's fencing number: for one scoped key, larger
+	// than the fence of every claim that won before it, also after the
+	// record was released, its lease ended, another claim took it over or
+	// it was deleted (see docs/fencing.md for what each store's guarantee
+	// rests on). Give it to any system that can refuse a number smaller
+	// than the largest it has accepted for the key, so that a holder that
+	// paused past its lease is refused there once its successor has
+	// written. Zero when the store does not fence. Complete, Release and
+	// Extend do not read it.
+	Fence uint64
 }
 
 // ClaimResult is the answer of [Store.Claim].
 type ClaimResult struct {
 	// Outcome says what the claim found. Always set when err is nil.
 	Outcome Outcome
-	// Claim is the new ownership. Set only when Outcome is Acquired.
+	// Claim is the new ownership, with its Fence where the store fences.
+	// Set only when Outcome is Acquired.
 	Claim Claim
 	// Result is the result stored by Complete. Set only when Outcome is
 	// Duplicate; nil when none was stored. Stores do not distinguish an empty
@@ -91,6 +102,9 @@ type Store interface {
 	// check. A released record counts as no record. One round trip (or one
 	// atomic statement) for a fresh key and for a live record; a claim that
 	// takes over a released or abandoned record may need a second.
+	//
+	// A store that fences gives every Acquired claim a Fence (see Claim)
+	// in the same round trip, and keeps the fence with the record.
 	//
 	// Who and when: a record created for a fresh key keeps the Origin that
 	// OriginFromContext(ctx) returns (none: empty ids), the time of the

@@ -24,6 +24,7 @@ var batchCases = []suiteCase{
 	{"BatchCompleteAndReleaseCheckTokens", TestBatchCompleteAndReleaseCheckTokens},
 	{"BatchOrigin", TestBatchOrigin},
 	{"BatchOneRequest", TestBatchOneRequest},
+	{"BatchFences", TestBatchFences},
 }
 
 // RunBatch runs every case of the batch capability (dedup.BatchStore:
@@ -435,4 +436,43 @@ func TestBatchOneRequest(t *testing.T, newStore Constructor, features Features) 
 	measure("ClaimBatch of 5 duplicates and 5 live", func() {
 		e.expectBatch(append(reqs[:5:5], req(e.key("live"), ""), req(e.key("live"), "")), append(outcomes(5, dedup.Duplicate), dedup.Acquired, dedup.InProgress)...)
 	})
+}
+
+// TestBatchFences: a ClaimBatch gives every record it wins a fence, as a
+// single claim does: larger than the fence of the key's earlier winners
+// (a record released and claimed again with the next batch), and none to a
+// record it does not win (the same key twice in one batch). Without
+// Features.Fencing every fence is 0.
+func TestBatchFences(t *testing.T, newStore Constructor, features Features) {
+	e := newBatchEnv(t, "BatchFences", newStore, features)
+	a, b := e.key("a"), e.key("b")
+	req := func(key string) dedup.ClaimRequest {
+		return dedup.ClaimRequest{Key: key, Lease: longLease}
+	}
+	first := e.expectBatch([]dedup.ClaimRequest{req(a), req(b), req(a)}, dedup.Acquired, dedup.Acquired, dedup.InProgress)
+	if !e.features.Fencing {
+		for i, r := range first {
+			if r.Claim.Fence != 0 {
+				t.Fatalf("record %d: fence %d from a store that does not declare Features.Fencing", i, r.Claim.Fence)
+			}
+		}
+		return
+	}
+	if first[0].Claim.Fence == 0 || first[1].Claim.Fence == 0 {
+		t.Fatalf("won records with fences %d and %d, want both set", first[0].Claim.Fence, first[1].Claim.Fence)
+	}
+	if first[2].Claim.Fence != 0 {
+		t.Fatalf("the copy that found the record in progress carries fence %d", first[2].Claim.Fence)
+	}
+	for _, err := range e.bs.ReleaseBatch(e.ctx, []dedup.Claim{first[0].Claim, first[1].Claim}) {
+		if err != nil {
+			t.Fatalf("ReleaseBatch: %v", err)
+		}
+	}
+	again := e.expectBatch([]dedup.ClaimRequest{req(a), req(b)}, dedup.Acquired, dedup.Acquired)
+	for i := range again {
+		if again[i].Claim.Fence <= first[i].Claim.Fence {
+			t.Fatalf("record %d claimed again after its release: fence %d, not larger than %d", i, again[i].Claim.Fence, first[i].Claim.Fence)
+		}
+	}
 }

@@ -50,6 +50,9 @@ var storeCases = []suiteCase{
 	{"ClaimIsOneRequest", TestClaimIsOneRequest},
 	{"WatchAfterChange", TestWatchAfterChange},
 	{"WatchWakesWaiters", TestWatchWakesWaiters},
+	{"FenceIncreases", TestFenceIncreases},
+	{"FencesOfContendersIncrease", TestFencesOfContendersIncrease},
+	{"NoFenceWithoutFencing", TestNoFenceWithoutFencing},
 }
 
 // Run runs every case of the store contract (Claim, Complete, Release,

@@ -149,6 +149,14 @@ type Features struct {
 	// and the store does not implement the interface.
 	Watch bool
 
+	// Fencing: every Acquired claim carries a fence (dedup.Claim.Fence),
+	// larger than every earlier winning claim's fence for the key, through
+	// release, lease expiry, takeover and retention (TestFenceIncreases,
+	// TestFencesOfContendersIncrease, and the batch's TestBatchFences).
+	// Without it the suite requires Fence 0 on every claim: a store that
+	// does not fence never makes one up (TestNoFenceWithoutFencing).
+	Fencing bool
+
 	// Transactions, when set, says the store completes a record in the
 	// handler's own transaction; RunRouter then runs
 	// TestRouterEffectInTransaction.

@@ -36,12 +36,13 @@ var features = storetest.Features{
 	CountsTakeovers:   true,
 	RecordDetails:     true,
 	Watch:             true,
+	Fencing:           true,
 }
 
 // realTime is features on the wall clock, with one store shared by every
 // case.
 var realTime = storetest.Features{ShortDuration: 20 * time.Millisecond, AlreadyCompleted: true, Admin: true, ListFillsPages: true,
-	Provenance: true, CountsTakeovers: true, RecordDetails: true, Watch: true}
+	Provenance: true, CountsTakeovers: true, RecordDetails: true, Watch: true, Fencing: true}
 
 func TestConformance(t *testing.T) { storetest.Run(t, newStore, features) }
 func TestAdmin(t *testing.T)       { storetest.RunAdmin(t, newStore, features) }

@@ -52,7 +52,10 @@ type memRecord struct {
 	status      int16
 	token       string
 	fingerprint string
-	deadline    time.Time // lease deadline (in progress, released) or expiry (completed)
+	// fence is the fence of the claim that wrote the record (see
+	// dedup.Claim.Fence): the next winner's is larger.
+	fence    uint64
+	deadline time.Time // lease deadline (in progress, released) or expiry (completed)
 	result      []byte
 
 	// Who and when (see dedup.Store.Claim): the first claim's origin and
@@ -139,13 +142,18 @@ func (s *Store) claimLocked(key, fingerprint string, lease time.Duration, origin
 	raw := storekit.RawToken()
 	token := string(raw[:]) // 16 bytes; tokens never leave the process
 	r := &memRecord{token: token, fingerprint: fingerprint, deadline: now.Add(lease), claimedAt: now, claims: 1}
+	var prev uint64
+	if old != nil { // the record the claim replaces, even one deleted on the way (live)
+		prev = old.fence
+	}
+	r.fence = storekit.NextFence(prev, now)
 	if old != nil && !old.completed { // released, or its lease ended: one more claim
 		r.origin, r.claimedAt, r.claims = old.origin, old.claimedAt, old.claims+1
 	} else {
 		r.origin = origin
 	}
 	s.records[key] = r
-	return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}
+	return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token, Fence: r.fence}}
 }
 
 // owned returns the claim's live in-progress record, or nil.
