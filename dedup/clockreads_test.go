@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
@@ -24,39 +26,52 @@ func (c *countingClock) Now() time.Time {
 }
 
 // TestQuietEngineReadsTheClockForTheLeaseOnly: an engine that tells nobody
-// (no Observer, the NopLogger, no Tracer) reads its clock for the lease
-// alone, twice per new key (the claim's time, and the keeper's timer): not
-// for the durations it would report. With an Observer it reads it for
-// them too, and reports them.
+// of a new key's decisions (no Observer, no Tracer, and no Logger, which
+// writes only the error level to slog, or the NopLogger) reads its clock
+// for the lease alone, twice per new key (the claim's time, and the
+// keeper's timer): not for the durations it would report. With an
+// Observer it reads it for them too, and reports them.
 func TestQuietEngineReadsTheClockForTheLeaseOnly(t *testing.T) {
 	for _, observed := range []bool{false, true} {
-		clock := &countingClock{Clock: fakeclock.New(time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC))}
-		cfg := dedup.Config{Store: memstore.New(nil), Clock: clock, Lease: time.Minute}
-		obs := newDecisions()
-		if observed {
-			cfg.Observer = obs
+		for _, nop := range []bool{false, true} {
+			if observed && nop {
+				continue
+			}
+			quietEngineReads(t, observed, nop)
 		}
-		e := newEngine(t, cfg)
-		res, err := e.Do(context.Background(), dedup.Call{Scope: "s", Key: "k"}, func(context.Context) ([]byte, error) {
-			clock.Advance(5 * time.Second) // the work's time, before its lease's heartbeat
-			return nil, nil
-		})
-		if err != nil || res.Outcome != dedup.Acquired {
-			t.Fatalf("observed %v: Do = %v, %v", observed, res.Outcome, err)
-		}
-		want := int64(2)
-		if observed {
-			want = 3 // and the completion's elapsed time
-		}
-		if got := clock.reads.Load(); got != want {
-			t.Errorf("observed %v: %d clock readings for a new key, want %d", observed, got, want)
-		}
-		if !observed {
-			continue
-		}
-		done := obs.of(event.Completed)
-		if len(done) != 1 || done[0].Elapsed != 5*time.Second {
-			t.Errorf("completed decisions %+v, want one of 5s", done)
-		}
+	}
+}
+
+func quietEngineReads(t *testing.T, observed, nop bool) {
+	clock := &countingClock{Clock: fakeclock.New(time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC))}
+	cfg := dedup.Config{Store: memstore.New(nil), Clock: clock, Lease: time.Minute}
+	if nop {
+		cfg.Logger = watermill.NopLogger{}
+	}
+	obs := newDecisions()
+	if observed {
+		cfg.Observer = obs
+	}
+	e := newEngine(t, cfg)
+	res, err := e.Do(context.Background(), dedup.Call{Scope: "s", Key: "k"}, func(context.Context) ([]byte, error) {
+		clock.Advance(5 * time.Second) // the work's time, before its lease's heartbeat
+		return nil, nil
+	})
+	if err != nil || res.Outcome != dedup.Acquired {
+		t.Fatalf("observed %v: Do = %v, %v", observed, res.Outcome, err)
+	}
+	want := int64(2)
+	if observed {
+		want = 3 // and the completion's elapsed time
+	}
+	if got := clock.reads.Load(); got != want {
+		t.Errorf("observed %v, NopLogger %v: %d clock readings for a new key, want %d", observed, nop, got, want)
+	}
+	if !observed {
+		return
+	}
+	done := obs.of(event.Completed)
+	if len(done) != 1 || done[0].Elapsed != 5*time.Second {
+		t.Errorf("completed decisions %+v, want one of 5s", done)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/watermill-dedup/watermill-dedup/internal/defaultlog"
 	"github.com/watermill-dedup/watermill-dedup/internal/keys"
 )
 
@@ -211,8 +212,19 @@ type Config struct {
 	// (see Tracer; package oteldedup makes trace spans). Defaults to nil.
 	Tracer Tracer
 
-	// Logger receives one event per decision (see Event). Defaults to
-	// watermill.NopLogger.
+	// Logger receives one line per decision, at the level package event
+	// gives each event. Defaults to DefaultLogger(): the decisions at
+	// error level (key_missing, transport_key, key_reuse, store_error,
+	// claim_lost, fail_open) and the panics recovered on a lease's
+	// goroutine go to log/slog's default logger (slog.Default() at each
+	// line, so slog.SetDefault applies) at slog.LevelError; the others
+	// (claim_won, completed, skip_duplicate, in_progress, released,
+	// would_skip, would_reject) are neither logged nor built, so a message
+	// that goes well costs what it costs without a logger. Set it to
+	// watermill.NopLogger{} to log nothing at all. With any Logger, a
+	// message refused for good again and again (a router without a poison
+	// queue) is logged once, with a hint, and then counted: a line every
+	// 30s at most, with the count (see docs/router.md).
 	Logger watermill.LoggerAdapter
 
 	// Observer, when set, is told of every decision and every store
@@ -272,7 +284,7 @@ func (c *Config) setDefaults() {
 		c.InProgressFallback = defaultInProgressFallback
 	}
 	if c.Logger == nil {
-		c.Logger = watermill.NopLogger{}
+		c.Logger = defaultlog.New()
 	}
 	if c.Clock == nil {
 		c.Clock = realClock{}

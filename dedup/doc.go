@@ -17,6 +17,14 @@
 // to run a function at most once per key, and [Engine.DoBatch] to claim a
 // whole batch in one store request (stores that implement [BatchStore]).
 //
+// Every decision is a line of Config.Logger and a call of Config.Observer.
+// With no Logger set, the lines at error level (messages refused for good,
+// store errors, lost claims) reach log/slog's default logger
+// ([DefaultLogger]) and nothing else is logged or built;
+// watermill.NopLogger{} logs nothing. A message refused for good that
+// keeps coming back (a router without a poison queue) is logged once and
+// then counted, whatever the Logger.
+//
 // The package imports no store and no broker. Stores live in their own
 // packages (stores/memory for tests and single-process use, stores/redis,
 // stores/dynamo, stores/postgres) and must pass the conformance suite in

@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
+	"github.com/watermill-dedup/watermill-dedup/internal/defaultlog"
 	"github.com/watermill-dedup/watermill-dedup/internal/keys"
 )
 
@@ -26,8 +27,18 @@ type Engine struct {
 	claims chan struct{}
 	// wallClock: cfg.Clock is the wall clock, whose timers can be pooled.
 	wallClock bool
-	// quiet: no Observer and the NopLogger: decisions go nowhere.
+	// quiet: no Observer, and the NopLogger or the default logger
+	// (DefaultLogger): decisions below error level go nowhere.
 	quiet bool
+	// errorsLogged: the Logger is the default logger, which writes the
+	// decisions at error level: those are decided even when quiet.
+	errorsLogged bool
+	// logs: the Logger is not the NopLogger.
+	logs bool
+	// repeats counts the refusals of messages that come back (see
+	// repeatLog); hint is the advice of their first line.
+	repeats repeatLog
+	hint    string
 	// timed: someone is told how long a claim or a store operation took
 	// (not quiet, or a Tracer): only then is the clock read for it.
 	timed bool
@@ -36,13 +47,17 @@ type Engine struct {
 // newEngine returns the engine of a validated config with its defaults set.
 func newEngine(config Config) *Engine {
 	_, wall := config.Clock.(realClock)
-	quiet := config.Observer == nil
+	quiet, errorsLogged, logs := config.Observer == nil, false, true
 	switch config.Logger.(type) {
 	case watermill.NopLogger, *watermill.NopLogger:
+		logs = false
+	case *defaultlog.Logger:
+		errorsLogged = true
 	default:
 		quiet = false
 	}
 	return &Engine{cfg: config, claims: make(chan struct{}, config.MaxClaimsInFlight), wallClock: wall, quiet: quiet,
+		errorsLogged: errorsLogged, logs: logs, hint: refusedHint,
 		timed: !quiet || config.Tracer != nil}
 }
 
@@ -208,17 +223,19 @@ func (e *Engine) heartbeat(lease time.Duration) time.Duration {
 }
 
 // tell is report for the fields of a Decision. It builds the Decision
-// only when there is someone to tell (an Observer, a logger that is not
-// the NopLogger).
+// only when there is someone to tell (an Observer, a logger that writes
+// the event's level, the call's trace).
 func (e *Engine) tell(call *Call, ev event.Event, op, key string, elapsed time.Duration, err error) {
-	if !e.listened(call) {
+	if !e.listened(call) && !(e.errorsLogged && levelOf(ev) == levelError) {
 		return
 	}
 	e.report(call, Decision{Event: ev, Op: op, Key: key, Elapsed: elapsed, Err: err})
 }
 
-// listened reports whether the call's decisions go somewhere: an Observer, a
-// logger that is not the NopLogger, or the call's trace.
+// listened reports whether the call's decisions below error level go
+// somewhere: an Observer, a logger that is neither the NopLogger nor the
+// default logger, or the call's trace. Those at error level go somewhere
+// also when errorsLogged.
 func (e *Engine) listened(call *Call) bool { return !e.quiet || call.trace != nil }
 
 // stopwatch starts timing something someone is told about: the clock is
@@ -240,7 +257,9 @@ func lap(start time.Time) time.Duration {
 
 func (e *Engine) report(call *Call, dec Decision) {
 	dec.Handler, dec.Topic, dec.MessageUUID = call.Handler, call.Topic, call.MessageUUID
-	dec.log(e.cfg.Logger)
+	if e.logs {
+		e.logDecision(call, dec)
+	}
 	if e.cfg.Observer != nil {
 		e.cfg.Observer.ObserveDecision(dec)
 	}

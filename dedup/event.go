@@ -8,6 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
+	"github.com/watermill-dedup/watermill-dedup/internal/defaultlog"
 )
 
 // keyEvent is the event of a key that cannot be claimed: transport_key
@@ -123,22 +124,67 @@ func (d Decision) fields() watermill.LogFields {
 	return f
 }
 
-func (d Decision) log(l watermill.LoggerAdapter) {
+// DefaultLogger returns the Logger of a Config that sets none (and of
+// httpdedup's and lambdadedup's): it writes the lines at error level to
+// log/slog's default logger, slog.Default() read at each line (so that
+// slog.SetDefault applies), at slog.LevelError with the fields as
+// attributes and the error as "error", and drops the lines at info,
+// debug and trace level. The engine recognises it and builds no decision
+// below error level for it: a message that goes well costs what it costs
+// with watermill.NopLogger{}, which logs nothing at all. An entry point
+// of your own that logs decisions can default to it too.
+func DefaultLogger() watermill.LoggerAdapter { return defaultlog.New() }
+
+// level is the level a decision is logged at.
+type level int8
+
+const (
+	levelDebug level = iota
+	levelInfo
+	levelError
+)
+
+// levelOf is the level of an event's lines, the one mapping of events to
+// levels (package event's constants say it): debug for a fresh run,
+// info for what a healthy consumer meets (copies, handler failures,
+// shadow mode), error for the rest (refusals, store errors, lost claims).
+func levelOf(ev event.Event) level {
+	switch ev {
+	case event.ClaimWon, event.Completed:
+		return levelDebug
+	case event.SkipDuplicate, event.InProgress, event.Released, event.WouldSkip, event.WouldReject:
+		return levelInfo
+	}
+	return levelError
+}
+
+// log writes the decision's line to l, with the fields of extra added.
+// The fields are not built for a logger that would drop the line: the
+// NopLogger, or the default logger (DefaultLogger) below error level.
+func (d Decision) log(l watermill.LoggerAdapter, extra watermill.LogFields) {
+	lv := levelOf(d.Event)
 	switch l.(type) {
 	case watermill.NopLogger, *watermill.NopLogger:
 		return // skip building the fields
+	case *defaultlog.Logger:
+		if lv < levelError {
+			return
+		}
 	}
 	msg := "dedup: " + string(d.Event)
-	switch d.Event {
-	case event.ClaimWon, event.Completed:
-		l.Debug(msg, d.fields())
-	case event.SkipDuplicate, event.InProgress, event.Released, event.WouldSkip, event.WouldReject:
-		f := d.fields()
+	f := d.fields()
+	for k, v := range extra {
+		f[k] = v
+	}
+	switch lv {
+	case levelDebug:
+		l.Debug(msg, f)
+	case levelInfo:
 		if d.Err != nil {
 			f["err"] = d.Err.Error()
 		}
 		l.Info(msg, f)
 	default:
-		l.Error(msg, d.Err, d.fields())
+		l.Error(msg, d.Err, f)
 	}
 }

@@ -17,3 +17,9 @@ const MinLease = minLease
 
 // DeliverySize is the size of the middleware's allocation per message.
 const DeliverySize = unsafe.Sizeof(delivery{})
+
+// RememberedRefusals is how many messages e's log of refusals remembers.
+func RememberedRefusals(e *Engine) int { return e.repeats.remembered() }
+
+// RepeatMessages bounds RememberedRefusals.
+const RepeatMessages = repeatMessages

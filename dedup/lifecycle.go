@@ -398,7 +398,7 @@ func (c *callRun) completeAgain(err error, result *[]byte, attempt int) (again, 
 func (c *callRun) completed(err error) {
 	e, call, keeper := c.e, &c.call, &c.keeper
 	keeper.stop()
-	if !e.listened(call) {
+	if !e.listened(call) && (err == nil || !e.errorsLogged) {
 		return // the clock is not read for nobody
 	}
 	claim := keeper.claim()
@@ -431,7 +431,7 @@ func (c *callRun) release(ctx context.Context, cause error) {
 func (c *callRun) released(err, cause error) {
 	e, call, keeper := c.e, &c.call, &c.keeper
 	keeper.stop()
-	if !e.listened(call) {
+	if !e.listened(call) && (err == nil || !e.errorsLogged) {
 		return
 	}
 	claim := keeper.claim()

@@ -27,7 +27,9 @@ func New(config Config) (*Deduplicator, error) {
 		return nil, err
 	}
 	config.setDefaults()
-	return &Deduplicator{cfg: config, engine: newEngine(config)}, nil
+	e := newEngine(config)
+	e.hint = routerRefusedHint
+	return &Deduplicator{cfg: config, engine: e}, nil
 }
 
 // Middleware has the shape of Watermill's message.HandlerMiddleware. For each

@@ -57,7 +57,7 @@ var harnesses = map[blockKey]harness{
 	// docs/router.md: the wiring of the Quick start, as a fragment.
 	{"docs/router.md", "poison, err := middleware.PoisonQueueWithFilter(publisher, \"orders.poison\", dedup.IsPermanent)"}: {
 		imports: []string{"time", "github.com/ThreeDotsLabs/watermill", "github.com/ThreeDotsLabs/watermill/message", "github.com/ThreeDotsLabs/watermill/message/router/middleware", "github.com/watermill-dedup/watermill-dedup/dedup"},
-		names:   "publisher message.Publisher\nlogger watermill.LoggerAdapter\nrouter *message.Router\nd *dedup.Deduplicator",
+		names:   "publisher message.Publisher\nsubscriber message.Subscriber\nlogger watermill.LoggerAdapter\nrouter *message.Router\nd *dedup.Deduplicator\nchargeOrder, readPoison func(*message.Message) error",
 		results: "error",
 		after:   "return nil",
 	},

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
-
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 )
 
@@ -152,7 +150,13 @@ type Config struct {
 	// CompleteRetries the response is sent anyway and the record stays in
 	// progress until its lease ends (retries get 409). Decisions go to
 	// Logger (a client's key reuse at info level, not as an error) and
-	// Observer with Handler "METHOD route" and Topic "http"; Tracer's spans
+	// Observer with Handler "METHOD route" and Topic "http". Logger left
+	// nil is dedup.DefaultLogger(): what is logged at error level (the
+	// server's problems: store_error, claim_lost, fail_open) reaches
+	// log/slog's default logger (slog.Default(), so slog.SetDefault
+	// applies) at slog.LevelError, and nothing else: a client's problems
+	// (no key, a key reused: 400, 422) are at info level and not written;
+	// watermill.NopLogger{} logs nothing at all. Tracer's spans
 	// are parented by the request's span when otelhttp runs first. For HTTP:
 	//
 	//   - Scope must be empty (New refuses one): the scope of each record
@@ -281,7 +285,7 @@ func (c *Config) setDefaults() {
 		c.Dedup.MaxKeyLength = DefaultMaxKeyLength // HTTP's bound, not the engine's 1024
 	}
 	if c.Dedup.Logger == nil {
-		c.Dedup.Logger = watermill.NopLogger{} // the middleware logs decisions of its own
+		c.Dedup.Logger = dedup.DefaultLogger() // the middleware logs decisions of its own
 	}
 	if c.Key == nil {
 		c.Key = HeaderKey(DefaultHeader)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
+	"github.com/watermill-dedup/watermill-dedup/internal/defaultlog"
 )
 
 // decide logs a decision and passes it to the Observer. Handler is
@@ -51,10 +52,15 @@ func (m *Middleware) observeOp(op string, elapsed time.Duration, err error) {
 	}
 }
 
+// engineLogger is the Logger of the Engine for the middleware's Logger l:
+// l with a client's key reuse at info level (for the default logger,
+// which writes nothing at info level, not at all).
 func engineLogger(l watermill.LoggerAdapter) watermill.LoggerAdapter {
-	switch l.(type) {
+	switch l := l.(type) {
 	case watermill.NopLogger, *watermill.NopLogger:
 		return l
+	case *defaultlog.Logger:
+		return l.Except(event.KeyReuse) // still the default logger: the engine builds no decision below error level
 	}
 	return clientProblemsAtInfo{l}
 }

@@ -32,6 +32,12 @@
 // handler in a database transaction in which the response is stored and
 // the key completed: the handler's rows and the record commit together.
 //
+// Logging: with Config.Dedup.Logger unset, the server's problems
+// (store_error, claim_lost, fail_open) reach log/slog's default logger at
+// error level (dedup.DefaultLogger) and nothing else is logged; a
+// client's problems are info-level lines of a Logger you set.
+// watermill.NopLogger{} logs nothing.
+//
 // Webhook receivers use the provider's event id as the key (HeaderKey with
 // the provider's header, or BodyKey with a keyfuncs function) and a
 // StaticIdentity.

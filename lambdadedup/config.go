@@ -31,6 +31,17 @@ type Config struct {
 	// elsewhere, and a record written here is a duplicate there and the
 	// other way round. Dedup.Replay is not used (an SQS handler publishes
 	// no output messages).
+	//
+	// Dedup.Logger left nil is dedup.DefaultLogger(): what is logged at
+	// error level reaches log/slog's default logger (slog.Default(), so
+	// slog.SetDefault applies) at slog.LevelError: the records refused for
+	// good (key_missing, transport_key, key_reuse; permanent_dropped with
+	// DropPermanent), handler_panic, store_error, claim_lost and
+	// fail_open. Nothing else is logged (not the info-level
+	// deadline_skipped, group_skipped and the stream warning of
+	// DropPermanent); watermill.NopLogger{} logs nothing at all. A record
+	// refused again on each redelivery is logged once and then counted,
+	// a line every 30s at most (see dedup.Config.Logger).
 	Dedup dedup.Config
 
 	// DropPermanent decides what becomes of a record that can never

@@ -63,6 +63,14 @@
 // (ErrTransportKey). A panicking key function, Fingerprint or TransportIDs
 // is a permanent error of its record, not a handler panic.
 //
+// Logging: with Config.Dedup.Logger unset, what is logged at error level
+// (records refused for good, handler panics, store errors, lost claims,
+// fail-open runs) reaches log/slog's default logger (dedup.DefaultLogger),
+// which Lambda sends to CloudWatch Logs, and nothing else: the record
+// that ends up in BatchItemFailures for want of a key is in the log too.
+// A record refused again on every redelivery is logged once, then every
+// 30s at most with a count. watermill.NopLogger{} logs nothing.
+//
 // Each claim's lease ends at the invocation's deadline at the latest
 // (heartbeats included), so a timed-out invocation leaves no record in
 // progress longer than it could have run. What a claim cannot promise is

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambdacontext"
@@ -74,7 +73,7 @@ func New(config Config, handler message.NoPublishHandlerFunc) (*Handler, error) 
 	config.setDefaults()
 	ecfg := config.Dedup
 	if ecfg.Logger == nil {
-		ecfg.Logger = watermill.NopLogger{}
+		ecfg.Logger = dedup.DefaultLogger()
 	}
 	engine, err := dedup.NewEngine(ecfg)
 	if err != nil {

@@ -4,7 +4,11 @@
 // adapters label by it. The names are stable.
 //
 // Each constant's doc says what the decision means and the log level the
-// middleware writes it at. Package lambdadedup adds events of its own, of
+// middleware writes it at. Without a dedup.Config.Logger only the error
+// level is written (to log/slog's default logger), and a refusal
+// (KeyMissing, TransportKey, KeyReuse) of a message that keeps coming
+// back is logged once and then counted, whatever the Logger (see
+// dedup.Config.Logger). Package lambdadedup adds events of its own, of
 // the same type, for records it decides without the engine
 // (deadline_skipped, group_skipped, permanent_dropped, handler_panic).
 package event
