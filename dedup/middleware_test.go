@@ -16,9 +16,9 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
+	"github.com/watermill-dedup/watermill-dedup/internal/replay"
 	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/faultstore"
 	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/memstore"
-	"github.com/watermill-dedup/watermill-dedup/internal/replay"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 )
 

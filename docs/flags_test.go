@@ -219,9 +219,9 @@ func buildFlagCheckers(t *testing.T, root string) flagCheckers {
 			}
 		}
 		overlay := map[string]map[string]string{"Replace": {
-			filepath.Join(root, "dev", "lab", "zz_docs_flagcheck.go"): filepath.Join(dir, "lab-hook.go"),
-			filepath.Join(root, "cmd", "dedupctl", "zz_docs_flagcheck.go"):  filepath.Join(dir, "ctl-hook.go"),
-			filepath.Join(root, "cmd", "dedupctl", "stores.go"):             filepath.Join(dir, "ctl-stores.go"),
+			filepath.Join(root, "dev", "lab", "zz_docs_flagcheck.go"):      filepath.Join(dir, "lab-hook.go"),
+			filepath.Join(root, "cmd", "dedupctl", "zz_docs_flagcheck.go"): filepath.Join(dir, "ctl-hook.go"),
+			filepath.Join(root, "cmd", "dedupctl", "stores.go"):            filepath.Join(dir, "ctl-stores.go"),
 		}}
 		b, _ := json.Marshal(overlay)
 		overlayFile := filepath.Join(dir, "overlay.json")

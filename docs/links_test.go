@@ -144,7 +144,7 @@ func TestGitHubAnchors(t *testing.T) {
 		"Replication and failover: `WaitReplicas`":      "replication-and-failover-waitreplicas",
 		"AWS Lambda (SQS, Kinesis, DynamoDB Streams)":   "aws-lambda-sqs-kinesis-dynamodb-streams",
 		"The handler's rows — and the key":              "the-handlers-rows--and-the-key",
-		"See [the lab](dev/lab/README.md) *now*":  "see-the-lab-now",
+		"See [the lab](dev/lab/README.md) *now*":        "see-the-lab-now",
 		"snake_case and 1.2.3":                          "snake_case-and-123",
 		"Who and when: every record names its 1st copy": "who-and-when-every-record-names-its-1st-copy",
 	} {
