@@ -38,7 +38,7 @@ type batchSender interface {
 // and every record of the request gets the error. A record that lost a
 // race with a concurrent first claim (Claim's second statement) is
 // claimed again with the locking statement, in a second round trip for
-// all of them.
+// all of them. Each record it wins carries its fence, as Claim's.
 //
 // A DB without SendBatch (see batchSender) gets one Claim per record.
 func (s *Store) ClaimBatch(ctx context.Context, reqs []dedup.ClaimRequest) ([]dedup.ClaimResult, []error) {
@@ -54,9 +54,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []dedup.ClaimRequest) ([]de
 		i                  int
 		token, fingerprint string
 		args               []any
-		gotToken, state    string
-		gotFP              string
-		result             []byte
+		got                claimRow
 	}
 	var recs []*rec
 	for i, r := range reqs {
@@ -79,7 +77,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []dedup.ClaimRequest) ([]de
 			b.Queue(sql, pending[k].args...)
 		}, func(br pgx.BatchResults, k int) error {
 			c := pending[k]
-			return br.QueryRow().Scan(&c.gotToken, &c.state, &c.gotFP, &c.result)
+			return br.QueryRow().Scan(c.got.dest()...)
 		}, func(k int, err error) {
 			c := pending[k]
 			switch {
@@ -87,9 +85,9 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []dedup.ClaimRequest) ([]de
 				s.fallbacks.Add(1)
 				raced = append(raced, c)
 			case err != nil:
-				errs[c.i] = err
+				errs[c.i] = notMigrated(err)
 			default:
-				res[c.i], errs[c.i] = claimOutcome(reqs[c.i].Key, c.token, c.fingerprint, c.gotToken, c.state, c.gotFP, c.result)
+				res[c.i], errs[c.i] = claimOutcome(reqs[c.i].Key, c.token, c.fingerprint, c.got)
 			}
 		})
 		pending = raced
@@ -97,19 +95,21 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []dedup.ClaimRequest) ([]de
 	return res, errs
 }
 
-// claimOutcome decides a claim statement's answer, as Claim does.
-func claimOutcome(key, token, fingerprint, gotToken, state, gotFingerprint string, result []byte) (dedup.ClaimResult, error) {
+// claimOutcome decides a claim statement's answer, as Claim does: the
+// claim won when the row carries its token, and then the row's fence is
+// the claim's.
+func claimOutcome(key, token, fingerprint string, got claimRow) (dedup.ClaimResult, error) {
 	switch {
-	case gotToken == token:
-		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil
-	case fingerprint != "" && gotFingerprint != "" && fingerprint != gotFingerprint:
+	case got.token == token:
+		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token, Fence: uint64(got.fence)}}, nil
+	case fingerprint != "" && got.fingerprint != "" && fingerprint != got.fingerprint:
 		return dedup.ClaimResult{Outcome: dedup.Conflict}, nil
-	case state == stateCompleted:
-		return dedup.ClaimResult{Outcome: dedup.Duplicate, Result: result}, nil
-	case state == stateInProgress:
+	case got.state == stateCompleted:
+		return dedup.ClaimResult{Outcome: dedup.Duplicate, Result: got.result}, nil
+	case got.state == stateInProgress:
 		return dedup.ClaimResult{Outcome: dedup.InProgress}, nil
 	default:
-		return dedup.ClaimResult{}, fmt.Errorf("postgres: claim: record has unknown state %q", state)
+		return dedup.ClaimResult{}, fmt.Errorf("postgres: claim: record has unknown state %q", got.state)
 	}
 }
 

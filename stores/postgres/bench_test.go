@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/dedup/storekit"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
 )
@@ -46,8 +47,8 @@ func BenchmarkPaths(b *testing.B) {
 		b.Fatal(err)
 	}
 	rawSQL := "INSERT INTO " + raw + " (key) VALUES ($1) ON CONFLICT DO NOTHING"
-	upsert := &sqlClaimer{sql: postgres.ClaimLockedSQL(s)}
-	cteLock := &sqlClaimer{sql: strings.ReplaceAll(cteLockSQL, "{table}", s.Table())}
+	upsert := &sqlClaimer{sql: postgres.ClaimLockedSQL(s), params: 9}
+	cteLock := &sqlClaimer{sql: strings.ReplaceAll(cteLockSQL, "{table}", s.Table()), params: 5}
 	h := o.chain(b, dedup.Config{}, func(msg *message.Message) ([]*message.Message, error) { return nil, o.insert(msg) })
 
 	// Keys that stay completed, for the duplicate paths.
@@ -160,8 +161,8 @@ func BenchmarkPaths(b *testing.B) {
 func BenchmarkContention(b *testing.B) {
 	ctx := testCtx(b)
 	s := newStore(b, postgres.Config{})
-	upsert := &sqlClaimer{sql: postgres.ClaimLockedSQL(s)}
-	cteLock := &sqlClaimer{sql: strings.ReplaceAll(cteLockSQL, "{table}", s.Table())}
+	upsert := &sqlClaimer{sql: postgres.ClaimLockedSQL(s), params: 9}
+	cteLock := &sqlClaimer{sql: strings.ReplaceAll(cteLockSQL, "{table}", s.Table()), params: 5}
 	const n = 16
 	race := func(key string, claim func(context.Context, string, string, time.Duration) (dedup.ClaimResult, error)) (time.Duration, error) {
 		var (
@@ -249,22 +250,36 @@ UNION ALL
 SELECT token, state, fingerprint, result FROM {table}
 WHERE key_hash = $1 AND expires_at > clock_timestamp() AND NOT EXISTS (SELECT 1 FROM ins)`
 
-// sqlClaimer runs one claim statement, again while it returns no row.
+// sqlClaimer runs one claim statement, again while it returns no row. The
+// statement takes the first params of Claim's arguments (the key's hash,
+// the key, the token, the fingerprint, the lease in microseconds, the
+// scope, the business key, the transport and message ids) and returns the
+// token, state, fingerprint and result first.
 type sqlClaimer struct {
 	sql     string
+	params  int
 	retries atomicCounter
 }
 
 func (c *sqlClaimer) claim(ctx context.Context, key, fingerprint string, lease time.Duration) (dedup.ClaimResult, error) {
 	token := storekit.NewToken()
-	hash := sha256Sum(key)
+	scope, business := admin.SplitScopedKey(key)
+	args := []any{sha256Sum(key), key, token, fingerprint, lease.Microseconds(), scope, business, nil, nil}[:c.params]
+	type answer struct {
+		token, state, fingerprint string
+		result                    []byte
+	}
 	for {
-		var (
-			gotToken, state, gotFingerprint string
-			result                          []byte
-		)
-		err := pool.QueryRow(ctx, c.sql, hash, key, token, fingerprint, lease.Microseconds()).
-			Scan(&gotToken, &state, &gotFingerprint, &result)
+		rows, _ := pool.Query(ctx, c.sql, args...) // its error is the rows'
+		got, err := pgx.CollectOneRow(rows, func(row pgx.CollectableRow) (answer, error) {
+			var a answer
+			dest := []any{&a.token, &a.state, &a.fingerprint, &a.result}
+			for len(dest) < len(row.FieldDescriptions()) { // columns the store needs and this claimer does not
+				dest = append(dest, new(any))
+			}
+			err := row.Scan(dest...)
+			return a, err
+		})
 		if errors.Is(err, pgx.ErrNoRows) {
 			c.retries.Add(1)
 			continue
@@ -272,12 +287,12 @@ func (c *sqlClaimer) claim(ctx context.Context, key, fingerprint string, lease t
 		switch {
 		case err != nil:
 			return dedup.ClaimResult{}, err
-		case gotToken == token:
+		case got.token == token:
 			return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil
-		case fingerprint != "" && gotFingerprint != "" && fingerprint != gotFingerprint:
+		case fingerprint != "" && got.fingerprint != "" && fingerprint != got.fingerprint:
 			return dedup.ClaimResult{Outcome: dedup.Conflict}, nil
-		case state == "completed":
-			return dedup.ClaimResult{Outcome: dedup.Duplicate, Result: result}, nil
+		case got.state == "completed":
+			return dedup.ClaimResult{Outcome: dedup.Duplicate, Result: got.result}, nil
 		default:
 			return dedup.ClaimResult{Outcome: dedup.InProgress}, nil
 		}

@@ -31,6 +31,9 @@ var features = storetest.Features{
 	Provenance:       true,
 	CountsTakeovers:  true,
 	RecordDetails:    true,
+	// The claim statements compute the fence on the server's clock and
+	// keep it in the fence column (schema step 4).
+	Fencing: true,
 	// As stored: verbatim when it is text, else its digest.
 	AdminFingerprint: func(fp string) string {
 		if fp == "" || utf8.ValidString(fp) && !strings.ContainsRune(fp, 0) && !strings.HasPrefix(fp, "\x01") {
@@ -60,14 +63,19 @@ func TestAdmin(t *testing.T) {
 }
 
 // The watch cases on a store with Config.Notify (WatchKey; the
-// completing and releasing statements pg_notify), shared by both.
+// completing and releasing statements pg_notify), shared by every case,
+// and the fence cases, whose releases run Notify's statements.
 func TestConformanceNotify(t *testing.T) {
 	s := notifyStore(t)
 	f := features
 	f.Watch = true
+	f.Batch, f.BatchRequestSize = true, postgres.BatchRequestSize
 	shared := func(*testing.T) (dedup.Store, func(time.Duration)) { return s, nil }
 	t.Run("WatchAfterChange", func(t *testing.T) { t.Parallel(); storetest.TestWatchAfterChange(t, shared, f) })
 	t.Run("WatchWakesWaiters", func(t *testing.T) { t.Parallel(); storetest.TestWatchWakesWaiters(t, shared, f) })
+	t.Run("FenceIncreases", func(t *testing.T) { t.Parallel(); storetest.TestFenceIncreases(t, shared, f) })
+	t.Run("FencesOfContendersIncrease", func(t *testing.T) { t.Parallel(); storetest.TestFencesOfContendersIncrease(t, shared, f) })
+	t.Run("BatchFences", func(t *testing.T) { t.Parallel(); storetest.TestBatchFences(t, shared, f) })
 }
 
 // The middleware through a router, and the effect in the handler's own

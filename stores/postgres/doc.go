@@ -20,8 +20,11 @@
 // a claim that loses a race against a concurrent first claim or takeover of
 // the same key (committed while its statement ran, so invisible to its
 // snapshot) gets no row back; it then runs a second statement, an INSERT …
-// ON CONFLICT DO UPDATE that always locks the row and returns it. Complete,
-// Release and Extend are single statements conditioned on the owner token.
+// ON CONFLICT DO UPDATE that always locks the row and returns it. Both
+// give a claim that acquires the key its fence (dedup.Claim.Fence), from
+// the clock reading of its lease, and keep it in the fence column (see
+// Store.Claim for what the fence's order rests on). Complete, Release and
+// Extend are single statements conditioned on the owner token.
 //
 // Time: every expiry is decided with the server's clock_timestamp(), the
 // actual time when the expression is evaluated. now() (and

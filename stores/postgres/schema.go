@@ -2,11 +2,13 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // A schema step is one additive, idempotent change of the table, in the
@@ -62,6 +64,14 @@ type schemaStep struct {
 //     empty).
 //   - claims: how many claims acquired the record (1, plus one per retry
 //     after a release and per takeover of an abandoned lease).
+//
+// Step 4, fencing (see dedup.Claim.Fence):
+//   - fence: the fence of the claim that created or last took over the
+//     record (microseconds since the epoch on the server's clock, or the
+//     previous fence plus one). NULL on rows written before it, and on
+//     rows a process of an earlier version creates after it; a claim
+//     reads NULL as 0, older than any fence. An earlier version's takeover
+//     leaves the column as it was: the next fence is still larger.
 var schemaSteps = []schemaStep{
 	{
 		ddl: `CREATE TABLE IF NOT EXISTS {table} (
@@ -98,6 +108,11 @@ CREATE INDEX IF NOT EXISTS {index:_business_key_idx} ON {table} USING hash (busi
 	ADD COLUMN IF NOT EXISTS message_id   text,
 	ADD COLUMN IF NOT EXISTS claims       integer;`,
 		columns: []string{"claimed_at", "transport_id", "message_id", "claims"},
+	},
+	{
+		ddl: `ALTER TABLE {table}
+	ADD COLUMN IF NOT EXISTS fence bigint;`,
+		columns: []string{"fence"},
 	},
 }
 
@@ -261,4 +276,22 @@ func (s *Store) Migrate(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// ErrNotMigrated: a claim found the table without a column this version
+// writes (SQLSTATE 42703): the table was created, or last upgraded, by an
+// earlier version, and nothing was written. New does not look at the
+// table; run Migrate at start-up, or the statements of SchemaSQL (each is
+// idempotent) before deploying this version. The error also keeps the
+// driver's *pgconn.PgError.
+var ErrNotMigrated = errors.New("postgres: the table lacks a column of this version: run Migrate, or the statements of SchemaSQL")
+
+// notMigrated adds ErrNotMigrated to a claim's error when the server
+// reported an undefined column.
+func notMigrated(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42703" { // undefined_column
+		return fmt.Errorf("%w: %w", ErrNotMigrated, err)
+	}
+	return err
 }

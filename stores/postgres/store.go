@@ -54,8 +54,11 @@ const (
 // Validate reports), applies its defaults and returns a Store on
 // Config.DB. It does not touch the database, so ctx is not used and New
 // costs no round trip: call Migrate once, or create the table with
-// SchemaSQL through your own migrations. With Config.Notify it refuses a
-// DB that is not a *pgxpool.Pool (ErrNotifyNeedsPool).
+// SchemaSQL through your own migrations. Neither does it check the table:
+// on a table of an earlier version not yet upgraded (Migrate, or the
+// statements of SchemaSQL), claims fail with ErrNotMigrated and write
+// nothing until it is. With Config.Notify it refuses a DB that is not a
+// *pgxpool.Pool (ErrNotifyNeedsPool).
 func New(ctx context.Context, config Config) (*Store, error) {
 	if err := config.Validate(); err != nil {
 		return nil, err
@@ -89,16 +92,22 @@ func (s *Store) Table() string { return s.table }
 // writes nothing when the key has a live record, so a duplicate costs no row
 // version, no lock and no WAL flush at commit:
 //
-//   - n reads the server's clock once; every branch uses that instant.
-//   - ins creates the record; the unique index arbitrates concurrent
-//     inserts (DO NOTHING neither locks nor writes on conflict).
+//   - n reads the server's clock once; every branch uses that instant,
+//     the fence too: the clock in microseconds since the epoch, as
+//     storekit.NextFence takes it.
+//   - ins creates the record, with that fence; the unique index
+//     arbitrates concurrent inserts (DO NOTHING neither locks nor writes
+//     on conflict).
 //   - upd takes over an expired record. It locks the row and re-checks the
 //     condition on the row's latest committed version, so two claims never
 //     both take over one record. An in-progress record (released, or its
 //     lease ended) keeps its provenance and counts one more claim; a
-//     completed one starts afresh.
+//     completed one starts afresh. Its fence is storekit.NextFence's: the
+//     clock's, or the row's fence plus one when that is not larger (a row
+//     without one, written before the fence column existed or by an
+//     earlier version, reads as 0).
 //   - otherwise the live record, as this statement's snapshot sees it, is
-//     returned.
+//     returned, with fence 0 (the fence belongs to its holder).
 //
 // Under READ COMMITTED, the snapshot is taken when the statement starts. If
 // ins conflicted with a row committed after that (a concurrent first claim
@@ -107,15 +116,16 @@ func (s *Store) Table() string { return s.table }
 // nothing was written, and Claim runs claimLockedSQL.
 const claimSQL = `
 WITH n AS MATERIALIZED (
-  SELECT c.at, c.at + $5::bigint * interval '1 microsecond' AS deadline FROM (SELECT clock_timestamp() AS at) AS c
+  SELECT c.at, c.at + $5::bigint * interval '1 microsecond' AS deadline, (extract(epoch FROM c.at) * 1000000)::bigint AS fence
+  FROM (SELECT clock_timestamp() AS at) AS c
 ),
 ins AS (
   INSERT INTO {table} (key_hash, key, state, token, fingerprint, lease_until, expires_at, result, created_at, scope, business_key,
-    claimed_at, transport_id, message_id, claims)
+    claimed_at, transport_id, message_id, claims, fence)
   SELECT $1::bytea, $2::text, 'in_progress', $3::text, $4::text, n.deadline, n.deadline, NULL, n.at, $6::text, $7::text,
-    n.at, $8::text, $9::text, 1 FROM n
+    n.at, $8::text, $9::text, 1, n.fence FROM n
   ON CONFLICT (key_hash) DO NOTHING
-  RETURNING token, state, fingerprint, result
+  RETURNING token, state, fingerprint, result, fence
 ),
 upd AS (
   UPDATE {table} AS r SET key = $2::text, state = 'in_progress', token = $3::text, fingerprint = $4::text,
@@ -124,16 +134,17 @@ upd AS (
     claimed_at   = CASE WHEN r.state = 'completed' OR r.claimed_at IS NULL THEN n.at     ELSE r.claimed_at   END,
     transport_id = CASE WHEN r.state = 'completed' OR r.claimed_at IS NULL THEN $8::text ELSE r.transport_id END,
     message_id   = CASE WHEN r.state = 'completed' OR r.claimed_at IS NULL THEN $9::text ELSE r.message_id   END,
-    claims       = CASE WHEN r.state = 'completed' THEN 1 ELSE coalesce(r.claims, 0) + 1 END
+    claims       = CASE WHEN r.state = 'completed' THEN 1 ELSE coalesce(r.claims, 0) + 1 END,
+    fence        = greatest(coalesce(r.fence, 0) + 1, n.fence)
   FROM n
   WHERE r.key_hash = $1::bytea AND r.expires_at <= n.at AND NOT EXISTS (SELECT FROM ins)
-  RETURNING r.token, r.state, r.fingerprint, r.result
+  RETURNING r.token, r.state, r.fingerprint, r.result, r.fence
 )
-SELECT token, state, fingerprint, result FROM ins
+SELECT token, state, fingerprint, result, fence FROM ins
 UNION ALL
-SELECT token, state, fingerprint, result FROM upd
+SELECT token, state, fingerprint, result, fence FROM upd
 UNION ALL
-SELECT r.token, r.state, r.fingerprint, r.result FROM {table} AS r, n
+SELECT r.token, r.state, r.fingerprint, r.result, 0::bigint FROM {table} AS r, n
 WHERE r.key_hash = $1::bytea AND r.expires_at > n.at AND NOT EXISTS (SELECT FROM ins) AND NOT EXISTS (SELECT FROM upd)`
 
 // claimLockedSQL is the fallback after claimSQL returned no row: it always
@@ -144,15 +155,18 @@ WHERE r.key_hash = $1::bytea AND r.expires_at > n.at AND NOT EXISTS (SELECT FROM
 // committed version, never on a stale snapshot. The clock is read once (the
 // subquery n) and carried in EXCLUDED.created_at, so that every CASE takes
 // the same decision. The caller tells Acquired from the rest by the
-// returned token: only a created or taken-over record carries the new one.
+// returned token: only a created or taken-over record carries the new one,
+// and only for it is the returned fence the claim's (claimSQL's fence).
 const claimLockedSQL = `
 INSERT INTO {table} AS r (key_hash, key, state, token, fingerprint, lease_until, expires_at, result, created_at, scope, business_key,
-  claimed_at, transport_id, message_id, claims)
+  claimed_at, transport_id, message_id, claims, fence)
 SELECT $1::bytea, $2::text, 'in_progress', $3::text, $4::text,
        n.at + $5::bigint * interval '1 microsecond', n.at + $5::bigint * interval '1 microsecond', NULL, n.at, $6::text, $7::text,
-       n.at, $8::text, $9::text, 1
+       n.at, $8::text, $9::text, 1, (extract(epoch FROM n.at) * 1000000)::bigint
 FROM (SELECT clock_timestamp() AS at) AS n
 ON CONFLICT (key_hash) DO UPDATE SET
+  fence           = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN greatest(coalesce(r.fence, 0) + 1, EXCLUDED.fence)
+                         ELSE r.fence END,
   claimed_at      = CASE WHEN r.expires_at > EXCLUDED.created_at THEN r.claimed_at
                          WHEN r.state = 'completed' OR r.claimed_at IS NULL THEN EXCLUDED.claimed_at ELSE r.claimed_at END,
   transport_id    = CASE WHEN r.expires_at > EXCLUDED.created_at THEN r.transport_id
@@ -173,7 +187,7 @@ ON CONFLICT (key_hash) DO UPDATE SET
   response_status = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN NULL                  ELSE r.response_status END,
   completed_at    = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN NULL                  ELSE r.completed_at    END,
   expires_at      = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.expires_at   ELSE r.expires_at      END
-RETURNING r.token, r.state, r.fingerprint, r.result`
+RETURNING r.token, r.state, r.fingerprint, r.result, coalesce(r.fence, 0)`
 
 // completeSQL, releaseSQL and extendSQL act only on a live in_progress
 // record carrying the claim's token. A row that passes the WHERE is locked,
@@ -259,7 +273,18 @@ func micros(d time.Duration) int64 {
 // races a concurrent first claim or takeover of the same key, committed
 // while its statement ran, needs a second statement, which locks the row
 // and always answers: at most two round trips. Errors are the driver's
-// (e.g. *pgconn.PgError), wrapped.
+// (e.g. *pgconn.PgError), wrapped; on a table without a column of this
+// version they also match ErrNotMigrated.
+//
+// An Acquired claim carries its fence (dedup.Claim.Fence), computed by the
+// same statement on the server's clock as storekit.NextFence computes it
+// and kept in the record's fence column: larger than every earlier
+// winner's while the row stays (through release, lease expiry, takeover
+// and a completed record past its retention). Once the row is deleted
+// (DeleteExpired, Evict), the next fence is the server's clock in
+// microseconds: larger than the deleted row's as long as the server's
+// clock has not gone back by more than the time since that row's last
+// claim (a failover to a server whose clock is behind, a clock set back).
 //
 // Any fingerprint works, raw digest bytes included: one that the text
 // column cannot hold (invalid UTF-8, a NUL byte) is stored as
@@ -274,19 +299,27 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 	scope, business := admin.SplitScopedKey(key)
 	origin, _ := dedup.OriginFromContext(ctx)
 	args := []any{keyHash(key), key, token, fingerprint, micros(lease), scope, business, nullText(origin.TransportID), nullText(origin.MessageID)}
-	var (
-		gotToken, state, gotFingerprint string
-		result                          []byte
-	)
-	err := s.db.QueryRow(ctx, s.sql.claim, args...).Scan(&gotToken, &state, &gotFingerprint, &result)
+	var got claimRow
+	err := s.db.QueryRow(ctx, s.sql.claim, args...).Scan(got.dest()...)
 	if errors.Is(err, pgx.ErrNoRows) { // lost a race; nothing was written
 		s.fallbacks.Add(1)
-		err = s.db.QueryRow(ctx, s.sql.claimLocked, args...).Scan(&gotToken, &state, &gotFingerprint, &result)
+		err = s.db.QueryRow(ctx, s.sql.claimLocked, args...).Scan(got.dest()...)
 	}
 	if err != nil {
-		return dedup.ClaimResult{}, fmt.Errorf("postgres: claim: %w", err)
+		return dedup.ClaimResult{}, notMigrated(fmt.Errorf("postgres: claim: %w", err))
 	}
-	return claimOutcome(key, token, fingerprint, gotToken, state, gotFingerprint, result)
+	return claimOutcome(key, token, fingerprint, got)
+}
+
+// claimRow is what the claim statements return.
+type claimRow struct {
+	token, state, fingerprint string
+	result                    []byte
+	fence                     int64 // the claim's, when token is its
+}
+
+func (r *claimRow) dest() []any {
+	return []any{&r.token, &r.state, &r.fingerprint, &r.result, &r.fence}
 }
 
 // Complete implements dedup.Store.Complete: one UPDATE conditioned on the
