@@ -161,9 +161,23 @@ type Config struct {
 	// SkipTableCheck makes New send no request: for callers without the
 	// dynamodb:DescribeTable and dynamodb:DescribeTimeToLive permissions. A
 	// missing table or a wrong key schema then shows on the first claim,
-	// as a store error on every message. Defaults to false: New checks the
-	// table once (see New).
+	// as a store error on every message, and a global table replicated
+	// with eventual consistency is not refused at all. Defaults to false:
+	// New checks the table once (see New).
 	SkipTableCheck bool
+
+	// AllowEventuallyConsistentReplicas accepts a global table replicated
+	// with multi-Region eventual consistency (MREC), which New otherwise
+	// refuses with a *ReplicasError (ErrEventuallyConsistentReplicas).
+	// There each Region decides a conditional write against its own copy
+	// and replication keeps the last writer: consumers in two Regions can
+	// both acquire one key, both run the effect, and take fences that do
+	// not order them. Set it only when every consumer of the table writes
+	// to one Region (the other replicas standing by for failover), knowing
+	// that a failover may repeat effects and reorder fences for the keys
+	// whose last writes had not replicated yet. A table replicated with
+	// strong consistency (MRSC) needs no option. Defaults to false.
+	AllowEventuallyConsistentReplicas bool
 
 	// Clock supplies "now" for deadlines and expiry checks. Defaults to the
 	// wall clock; tests pass a fakeclock.

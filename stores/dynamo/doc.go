@@ -83,6 +83,18 @@
 // the lease or retention that let TTL delete the item plus
 // ClockSkewMargin and TTL's own delay (hours to days). See Store.Claim.
 //
+// # Global tables
+//
+// New refuses a global table replicated with multi-Region eventual
+// consistency (a *ReplicasError, ErrEventuallyConsistentReplicas): there
+// each Region decides conditional writes against its own copy, so two
+// Regions can both acquire a key. Config.AllowEventuallyConsistentReplicas
+// accepts it, for tables that every consumer writes in one Region. A
+// global table with multi-Region strong consistency decides every
+// conditional write across Regions and is accepted; DynamoDB gives it
+// neither TTL (set Config.SkipTTL) nor transactions (RunInTx refuses to
+// start: ErrNoTransactions).
+//
 // # Waiting copies poll
 //
 // A copy that waits for a held key (dedup.Config.InProgressWait) polls:

@@ -74,6 +74,9 @@ type Store struct {
 	// condition (ALL_OLD), as DynamoDB does and dynalite does not; a
 	// failure without one then means there is no item.
 	oldItems atomic.Bool
+	// strongReplicas: New found a global table with multi-Region strong
+	// consistency, which has no transactions (RunInTx refuses to start).
+	strongReplicas bool
 }
 
 var _ dedup.Store = (*Store)(nil)
@@ -83,8 +86,14 @@ var _ dedup.Store = (*Store)(nil)
 // the store's records safely, with an error that says what to change: a
 // missing table (ErrTableNotFound), a key schema other than a string
 // partition key named AttributeNames.PartitionKey without a sort key
-// (ErrTableSchema), Time to Live not enabled on AttributeNames.TTL
-// (ErrTTLDisabled, unless Config.SkipTTL). A region or credentials failure
+// (ErrTableSchema), a global table replicated with multi-Region eventual
+// consistency, where a claim is not atomic (a *ReplicasError matching
+// ErrEventuallyConsistentReplicas, unless
+// Config.AllowEventuallyConsistentReplicas), Time to Live not enabled on
+// AttributeNames.TTL (ErrTTLDisabled, unless Config.SkipTTL; a global
+// table with multi-Region strong consistency has no TTL: it needs
+// SkipTTL, and RunInTx then refuses to start, as such a table has no
+// transactions). A region or credentials failure
 // of the AWS SDK is an *AWSConfigError (ErrAWSConfig), not a DynamoDB that
 // does not answer. Cost: one DescribeTable and one DescribeTimeToLive
 // (none with Config.SkipTableCheck, no DescribeTimeToLive with SkipTTL),
@@ -113,7 +122,7 @@ func New(ctx context.Context, config Config) (*Store, error) {
 	}
 	s.maxResult = MaxItemBytes - overhead
 	if !config.SkipTableCheck {
-		if err := s.checkTable(ctx, config.SkipTTL); err != nil {
+		if err := s.checkTable(ctx, &config); err != nil {
 			return nil, err
 		}
 	}
