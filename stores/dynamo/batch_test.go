@@ -30,6 +30,17 @@ func TestBatchConformance(t *testing.T) {
 	storetest.RunBatch(t, perCase(client, testTable, true), batchFeatures(t))
 }
 
+// The batch cases with every attribute named otherwise, on dynalite.
+func TestBatchConformanceCustomAttributes(t *testing.T) {
+	table, err := customTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := featuresOf(t, customAttributes)
+	f.Batch, f.BatchRequestSize = true, dynamo.BatchConcurrency
+	storetest.RunBatch(t, perCaseOf(dynamo.Config{Client: client, Table: table, Attributes: customAttributes}, true), f)
+}
+
 // The batch cases on moto, which returns the old item with a failed
 // condition as DynamoDB does (skipped where moto_server is missing).
 func TestBatchConformanceMoto(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -37,7 +38,39 @@ var (
 	// DynamoDB: fix the environment (AWS_REGION, AWS_PROFILE, the
 	// credentials), not the network. New returns it as an *AWSConfigError.
 	ErrAWSConfig = errors.New("dynamo: the AWS SDK configuration cannot reach DynamoDB")
+
+	// ErrEventuallyConsistentReplicas: the table is a global table
+	// replicated with multi-Region eventual consistency (MREC), where a
+	// claim is not atomic: each Region decides a conditional write against
+	// its own copy of the item, so claims of one key in two Regions can
+	// both succeed (replication then keeps the last writer), both run the
+	// effect, and carry fences that do not order them. New returns it as
+	// a *ReplicasError. Use a single-Region table, a global table created
+	// with multi-Region strong consistency (MRSC), or, with every consumer
+	// writing to one Region, set Config.AllowEventuallyConsistentReplicas.
+	ErrEventuallyConsistentReplicas = errors.New("dynamo: the table is replicated across Regions with eventual consistency")
 )
+
+// ReplicasError is New's refusal of a global table replicated with
+// eventual consistency (see ErrEventuallyConsistentReplicas). It matches
+// ErrEventuallyConsistentReplicas.
+type ReplicasError struct {
+	// Table is the table's name.
+	Table string
+	// Regions are the Regions of its replicas, as DescribeTable lists
+	// them.
+	Regions []string
+}
+
+func (e *ReplicasError) Error() string {
+	return fmt.Sprintf("%v: table %q has replicas in %s (multi-Region eventual consistency): "+
+		"claims of one key in two Regions can both succeed; use a single-Region table or one with multi-Region strong consistency, "+
+		"or, if every consumer writes to one Region, set Config.AllowEventuallyConsistentReplicas",
+		ErrEventuallyConsistentReplicas, e.Table, strings.Join(e.Regions, ", "))
+}
+
+// Unwrap makes the error match ErrEventuallyConsistentReplicas.
+func (e *ReplicasError) Unwrap() error { return ErrEventuallyConsistentReplicas }
 
 // AWSConfigError is a region or credentials failure of the AWS SDK (see
 // ErrAWSConfig), told apart from a DynamoDB that does not answer. It
@@ -61,11 +94,15 @@ func (e *AWSConfigError) Error() string {
 func (e *AWSConfigError) Unwrap() []error { return []error{ErrAWSConfig, e.Err} }
 
 // checkTable checks, once, that the table can hold the store's records: it
-// exists, its key schema is the store's, and (unless skipTTL) Time to Live
-// is on for the TTL attribute. A failure of the request itself is told
-// apart: a region or credentials failure is an *AWSConfigError. Cost:
-// DescribeTable, and DescribeTimeToLive unless skipTTL.
-func (s *Store) checkTable(ctx context.Context, skipTTL bool) error {
+// exists, its key schema is the store's, it is not replicated with
+// eventual consistency (unless allowed), and (unless SkipTTL) Time to Live
+// is on for the TTL attribute. It notes a table replicated with strong
+// consistency, on which RunInTx is refused. A failure of the request
+// itself is told apart: a region or credentials failure is an
+// *AWSConfigError. Cost: DescribeTable, and DescribeTimeToLive unless
+// SkipTTL.
+func (s *Store) checkTable(ctx context.Context, config *Config) error {
+	skipTTL := config.SkipTTL
 	var opts *dynamodb.Options // the client's, once it used the option
 	capture := func(o *dynamodb.Options) { c := *o; opts = &c }
 	out, err := s.client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(s.table)}, capture)
@@ -79,6 +116,11 @@ func (s *Store) checkTable(ctx context.Context, skipTTL bool) error {
 	if err := s.checkKeySchema(out.Table); err != nil {
 		return err
 	}
+	strong, err := checkReplicas(out.Table, s.table, config.AllowEventuallyConsistentReplicas)
+	if err != nil {
+		return err
+	}
+	s.strongReplicas = strong
 	if skipTTL {
 		return nil
 	}
@@ -93,9 +135,42 @@ func (s *Store) checkTable(ctx context.Context, skipTTL bool) error {
 		if d != nil {
 			status, attr = string(d.TimeToLiveStatus), aws.ToString(d.AttributeName)
 		}
+		if strong {
+			return fmt.Errorf("%w: table %q has Time to Live %s on %q: it is a global table with multi-Region strong consistency, "+
+				"which DynamoDB gives no Time to Live: set Config.SkipTTL (expired records then stay in the table, treated as absent; delete them otherwise)",
+				ErrTTLDisabled, s.table, status, attr)
+		}
 		return fmt.Errorf("%w: table %q has Time to Live %s on %q, the store writes %q: enable it (dynamo.EnableTTL), or set Config.SkipTTL", ErrTTLDisabled, s.table, status, attr, s.attr.TTL)
 	}
 	return nil
+}
+
+// checkReplicas decides from DescribeTable whether the table's claims are
+// atomic: a single-Region table's are, and so are those of a global table
+// with multi-Region strong consistency (MRSC: strong reports it); a
+// global table with multi-Region eventual consistency (MREC, also when
+// MultiRegionConsistency is absent, its default) is a *ReplicasError
+// unless allowed. A table is global when DescribeTable lists replicas or
+// a witness (which only MRSC tables have); its consistency mode alone
+// does not make it one. A replica of global tables version 2017.11.29
+// (Legacy, always eventually consistent) is not described as such by
+// DescribeTable and passes: only DescribeGlobalTable tells.
+func checkReplicas(t *types.TableDescription, table string, allowEventual bool) (strong bool, _ error) {
+	if len(t.Replicas) == 0 && len(t.GlobalTableWitnesses) == 0 {
+		return false, nil
+	}
+	if t.MultiRegionConsistency == types.MultiRegionConsistencyStrong ||
+		t.MultiRegionConsistency == "" && len(t.GlobalTableWitnesses) > 0 {
+		return true, nil
+	}
+	if allowEventual {
+		return false, nil
+	}
+	regions := make([]string, 0, len(t.Replicas))
+	for _, r := range t.Replicas {
+		regions = append(regions, aws.ToString(r.RegionName))
+	}
+	return false, &ReplicasError{Table: table, Regions: regions}
 }
 
 // checkKeySchema checks that the table's key is a string partition key

@@ -27,6 +27,7 @@ const (
 	DefaultTransportIDAttribute = "transport_id"
 	DefaultMessageIDAttribute   = "message_id"
 	DefaultClaimsAttribute      = "claims"
+	DefaultFenceAttribute       = "fence"
 )
 
 // AttributeNames names the item's attributes. Every field defaults to the
@@ -80,6 +81,12 @@ type AttributeNames struct {
 	// Claims is how many claims acquired the record (N). Defaults to
 	// "claims".
 	Claims string
+
+	// Fence is the fence of the claim that last acquired the record (N,
+	// dedup.Claim.Fence): storekit.NextFence of the fence it replaced and
+	// the claiming client's clock. Absent in items written before fencing,
+	// which read as fence 0. Defaults to "fence".
+	Fence string
 }
 
 func (a *AttributeNames) setDefaults() {
@@ -100,11 +107,12 @@ func (a *AttributeNames) setDefaults() {
 	set(&a.TransportID, DefaultTransportIDAttribute)
 	set(&a.MessageID, DefaultMessageIDAttribute)
 	set(&a.Claims, DefaultClaimsAttribute)
+	set(&a.Fence, DefaultFenceAttribute)
 }
 
 func (a AttributeNames) list() []string {
 	return []string{a.PartitionKey, a.State, a.Token, a.Fingerprint, a.Deadline, a.Result, a.TTL,
-		a.ClaimedAt, a.CompletedAt, a.TransportID, a.MessageID, a.Claims}
+		a.ClaimedAt, a.CompletedAt, a.TransportID, a.MessageID, a.Claims, a.Fence}
 }
 
 // Config configures a Store. It is passed by value; New never writes to the
@@ -123,7 +131,7 @@ type Config struct {
 	// Attributes names the item's attributes. Zero fields take their
 	// defaults ("pk", "state", "token", "fingerprint", "deadline", "result",
 	// "ttl", "claimed_at", "completed_at", "transport_id", "message_id",
-	// "claims").
+	// "claims", "fence").
 	Attributes AttributeNames
 
 	// ClockSkewMargin is how far past its deadline a record must be, by the
@@ -153,9 +161,23 @@ type Config struct {
 	// SkipTableCheck makes New send no request: for callers without the
 	// dynamodb:DescribeTable and dynamodb:DescribeTimeToLive permissions. A
 	// missing table or a wrong key schema then shows on the first claim,
-	// as a store error on every message. Defaults to false: New checks the
-	// table once (see New).
+	// as a store error on every message, and a global table replicated
+	// with eventual consistency is not refused at all. Defaults to false:
+	// New checks the table once (see New).
 	SkipTableCheck bool
+
+	// AllowEventuallyConsistentReplicas accepts a global table replicated
+	// with multi-Region eventual consistency (MREC), which New otherwise
+	// refuses with a *ReplicasError (ErrEventuallyConsistentReplicas).
+	// There each Region decides a conditional write against its own copy
+	// and replication keeps the last writer: consumers in two Regions can
+	// both acquire one key, both run the effect, and take fences that do
+	// not order them. Set it only when every consumer of the table writes
+	// to one Region (the other replicas standing by for failover), knowing
+	// that a failover may repeat effects and reorder fences for the keys
+	// whose last writes had not replicated yet. A table replicated with
+	// strong consistency (MRSC) needs no option. Defaults to false.
+	AllowEventuallyConsistentReplicas bool
 
 	// Clock supplies "now" for deadlines and expiry checks. Defaults to the
 	// wall clock; tests pass a fakeclock.

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,15 +21,21 @@ import (
 )
 
 // features of the store with the default attribute names: a fake clock per
-// case, DynamoDB's 400 KB item limit, the operator's view.
+// case, DynamoDB's 400 KB item limit, the operator's view, fences.
 func features(t *testing.T) storetest.Features {
+	return featuresOf(t, dynamo.AttributeNames{})
+}
+
+// featuresOf is features for a store with the attribute names attrs.
+func featuresOf(t *testing.T, attrs dynamo.AttributeNames) storetest.Features {
 	return storetest.Features{
 		ControllableClock: true,
-		MaxResultSize:     newStore(t, dynamo.Config{}).MaxResultSize(),
+		MaxResultSize:     newStore(t, dynamo.Config{Attributes: attrs, SkipTableCheck: true}).MaxResultSize(),
 		Admin:             true,
 		AlreadyCompleted:  true,
 		Provenance:        true,
 		CountsTakeovers:   true,
+		Fencing:           true,
 		ListedKey: func(key string) string {
 			pk, err := dynamo.PartitionKey(key)
 			if err != nil {
@@ -92,10 +99,18 @@ func (r requestCounter) Requests() int64 { return r.c.n.Load() }
 // below the suite's ShortDuration (100ms), which it waits twice over.
 // Without withAdmin the store is passed without its admin methods.
 func perCase(c dynamo.Client, table string, withAdmin bool) storetest.Constructor {
+	return perCaseOf(dynamo.Config{Client: c, Table: table}, withAdmin)
+}
+
+// perCaseOf is perCase for a store configured as base (Client, Table,
+// Attributes).
+func perCaseOf(base dynamo.Config, withAdmin bool) storetest.Constructor {
 	return func(t *testing.T) (dedup.Store, func(time.Duration)) {
 		clock := fakeclock.New(epoch)
-		cc := &countingClient{Client: c}
-		s := newStore(t, dynamo.Config{Client: cc, Table: table, Clock: clock, ClockSkewMargin: 40 * time.Millisecond})
+		cc := &countingClient{Client: base.Client}
+		config := base
+		config.Client, config.Clock, config.ClockSkewMargin = cc, clock, 40*time.Millisecond
+		s := newStore(t, config)
 		if withAdmin {
 			return struct {
 				*dynamo.Store
@@ -119,6 +134,34 @@ func TestConformance(t *testing.T) {
 
 func TestAdmin(t *testing.T)  { storetest.RunAdmin(t, perCase(client, testTable, true), features(t)) }
 func TestRouter(t *testing.T) { storetest.RunRouter(t, perCase(client, testTable, true), features(t)) }
+
+// customAttributes names every attribute otherwise, as a table shared with
+// another schema might: the suite and the batch cases run on it too
+// (TestConformanceCustomAttributes, TestBatchConformanceCustomAttributes).
+var customAttributes = dynamo.AttributeNames{
+	PartitionKey: "id", State: "st", Token: "owner", Fingerprint: "fp", Deadline: "until",
+	Result: "out", TTL: "expires_at", ClaimedAt: "first_claim", CompletedAt: "done_at",
+	TransportID: "tid", MessageID: "mid", Claims: "n_claims", Fence: "fencing_token",
+}
+
+// customTable creates, once per test binary, a table keyed by
+// customAttributes.PartitionKey on dynalite.
+var customTable = sync.OnceValues(func() (string, error) {
+	name := "custom_attrs"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return name, dynamo.CreateTable(ctx, client, dynamo.TableConfig{Table: name, PartitionKey: customAttributes.PartitionKey, SkipTTL: true})
+})
+
+// The suite with every attribute named otherwise (fences included), on
+// dynalite.
+func TestConformanceCustomAttributes(t *testing.T) {
+	table, err := customTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	storetest.Run(t, perCaseOf(dynamo.Config{Client: client, Table: table, Attributes: customAttributes}, true), featuresOf(t, customAttributes))
+}
 
 // The suite again on the wall clock with one shared store: proves the
 // real-time path (deadlines from time.Now, millisecond rounding). The

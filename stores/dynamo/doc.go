@@ -21,6 +21,9 @@
 //	transport_id S  the first claim's dedup.Origin.TransportID, absent when empty
 //	message_id   S  the first claim's dedup.Origin.MessageID, absent when empty
 //	claims       N  how many claims acquired the record
+//	fence        N  the fence of the claim that last acquired the record
+//	                (dedup.Claim.Fence); absent in items written before
+//	                fencing (fence 0)
 //
 // # Operations
 //
@@ -33,10 +36,11 @@
 //     one strongly consistent GetItem more. A record no longer live costs
 //     one write more: a released or abandoned item is taken over by an
 //     UpdateItem if attribute_not_exists(pk) OR (deadline < now-margin AND
-//     state <> completed), keeping its who-and-when attributes
-//     (if_not_exists) and counting the claim; a completed item past its
-//     retention is replaced by a PutItem (if attribute_not_exists(pk) OR
-//     deadline < now-margin): a new count.
+//     state <> completed AND fence below the new one), keeping its
+//     who-and-when attributes (if_not_exists) and counting the claim; a
+//     completed item past its retention is replaced by a PutItem (if
+//     attribute_not_exists(pk) OR (deadline < now-margin AND fence below
+//     the new one)): a new count.
 //   - Complete: UpdateItem (state, deadline, ttl, completed_at, result) if
 //     token = :token AND state = in_progress AND deadline > now.
 //   - Extend: UpdateItem (deadline, ttl) under the same condition.
@@ -65,6 +69,32 @@
 // TTL on it (CreateTable does, EnableTTL does for an existing table).
 // Without TTL the store stays correct but expired items are kept forever.
 //
+// # Fences
+//
+// Every won claim carries a fence (dedup.Claim.Fence), written with the
+// claim in the same request: storekit.NextFence of the item's fence and
+// the store's Clock, so a key without an item gets the clock's
+// microseconds and its claim stays one PutItem. While the item exists,
+// each winner's fence is larger than the last by construction (the
+// takeover writes require the stored fence to be below the new one).
+// Once DynamoDB TTL has deleted the item, the next fence is the claiming
+// client's clock: larger than the last as long as the clocks of the
+// consumers agree within the time since the last claim, which is at least
+// the lease or retention that let TTL delete the item plus
+// ClockSkewMargin and TTL's own delay (hours to days). See Store.Claim.
+//
+// # Global tables
+//
+// New refuses a global table replicated with multi-Region eventual
+// consistency (a *ReplicasError, ErrEventuallyConsistentReplicas): there
+// each Region decides conditional writes against its own copy, so two
+// Regions can both acquire a key. Config.AllowEventuallyConsistentReplicas
+// accepts it, for tables that every consumer writes in one Region. A
+// global table with multi-Region strong consistency decides every
+// conditional write across Regions and is accepted; DynamoDB gives it
+// neither TTL (set Config.SkipTTL) nor transactions (RunInTx refuses to
+// start: ErrNoTransactions).
+//
 // # Waiting copies poll
 //
 // A copy that waits for a held key (dedup.Config.InProgressWait) polls:
@@ -79,7 +109,7 @@
 // Keys must be non-empty UTF-8 ([ErrInvalidKey]); long keys are hashed as
 // above, so any length works. A result is stored whole or refused with
 // [ErrResultTooLarge] when the item would exceed DynamoDB's 400 KB
-// (Store.MaxResultSize: 408498 bytes with the default attribute names).
+// (Store.MaxResultSize: 408472 bytes with the default attribute names).
 //
 // # The effect and its record in one transaction
 //

@@ -84,5 +84,5 @@ func ExampleStore_Claim() {
 	// acquired
 	// duplicate "receipt-7"
 	// conflict ""
-	// largest result: 408498 bytes
+	// largest result: 408472 bytes
 }

@@ -16,9 +16,10 @@ import (
 type prepared struct {
 	condition, update *string
 	names             map[string]string
-	// keys[i] is the value key (":0", ...) of the i-th placeholder; fixed
-	// holds the values that are the same for every request.
-	keys  []string
+	// keys[i] are the value keys (":0", ...) of the i-th placeholder (more
+	// than one where the expression names it twice); fixed holds the
+	// values that are the same for every request.
+	keys  [][]string
 	fixed map[string]types.AttributeValue
 }
 
@@ -33,7 +34,7 @@ func prepare(b expression.Builder, n int) (prepared, error) {
 	if err != nil {
 		return prepared{}, err
 	}
-	p := prepared{condition: expr.Condition(), update: expr.Update(), names: expr.Names(), keys: make([]string, n),
+	p := prepared{condition: expr.Condition(), update: expr.Update(), names: expr.Names(), keys: make([][]string, n),
 		fixed: map[string]types.AttributeValue{}}
 	found := 0
 	for k, v := range expr.Values() {
@@ -41,8 +42,10 @@ func prepare(b expression.Builder, n int) (prepared, error) {
 		var i int
 		if ok {
 			if _, err := fmt.Sscanf(s.Value, "\x00placeholder-%d", &i); err == nil && i >= 0 && i < n {
-				p.keys[i] = k
-				found++
+				if len(p.keys[i]) == 0 {
+					found++
+				}
+				p.keys[i] = append(p.keys[i], k)
 				continue
 			}
 		}
@@ -60,12 +63,14 @@ func prepare(b expression.Builder, n int) (prepared, error) {
 // values returns the value map of a request: the fixed values and vs under
 // the placeholders' keys.
 func (p *prepared) values(vs ...types.AttributeValue) map[string]types.AttributeValue {
-	m := make(map[string]types.AttributeValue, len(p.fixed)+len(vs))
+	m := make(map[string]types.AttributeValue, len(p.fixed)+len(vs)+1)
 	for k, v := range p.fixed {
 		m[k] = v
 	}
 	for i, v := range vs {
-		m[p.keys[i]] = v
+		for _, k := range p.keys[i] {
+			m[k] = v
+		}
 	}
 	return m
 }
@@ -75,16 +80,25 @@ type statements struct {
 	// create: attribute_not_exists(pk), the PutItem of a claim that finds
 	// no record (the first attempt of every claim); it takes no placeholder.
 	create prepared
-	// claim: attribute_not_exists(pk) OR deadline < placeholder 0 (now -
-	// margin): the PutItem of a claim that starts a record afresh.
+	// claim: attribute_not_exists(pk) OR (deadline < placeholder 0 (now -
+	// margin) AND fenceBelow(1)): the PutItem of a claim that starts a
+	// record afresh.
 	claim prepared
 	// takeOver[v] (the UpdateItem of a claim): attribute_not_exists(pk) OR
-	// (deadline < 0 AND state <> completed), and SET state = in_progress,
-	// token = 1, deadline = 2, ttl = 3, claims = if_not_exists(claims, 0)
-	// + 1, claimed_at = if_not_exists(claimed_at, 4), then by the bits of
-	// v: fingerprint = next placeholder (1) or REMOVE fingerprint,
-	// transport_id = if_not_exists(transport_id, next) (2), message_id
-	// likewise (4); REMOVE result, completed_at.
+	// (deadline < 0 AND state <> completed AND fenceBelow(5)), and SET
+	// state = in_progress, token = 1, deadline = 2, ttl = 3, fence = 5,
+	// claims = if_not_exists(claims, 0) + 1, claimed_at =
+	// if_not_exists(claimed_at, 4), then by the bits of v: fingerprint =
+	// next placeholder (1) or REMOVE fingerprint, transport_id =
+	// if_not_exists(transport_id, next) (2), message_id likewise (4);
+	// REMOVE result, completed_at.
+	//
+	// fenceBelow(i) is attribute_not_exists(fence) OR fence < placeholder
+	// i, the new fence: a takeover computed from a record read earlier
+	// never lowers the fence that another claim wrote meanwhile (a claim
+	// that took the record over and released it again, after this one
+	// read it, with a clock ahead of this one's). The claim then reads the
+	// record again and writes a fence above the new one.
 	takeOver [8]prepared
 	// owned (Release): token = 0 AND state = in_progress AND deadline > 1.
 	owned prepared
@@ -112,23 +126,29 @@ func prepareStatements(a AttributeNames) (statements, error) {
 	if st.create, err = prepare(expression.NewBuilder().WithCondition(create), 0); err != nil {
 		return st, err
 	}
+	fenceBelow := func(i int) expression.ConditionBuilder {
+		return expression.AttributeNotExists(expression.Name(a.Fence)).Or(expression.Name(a.Fence).LessThan(placeholder(i)))
+	}
 	claim := expression.AttributeNotExists(expression.Name(a.PartitionKey)).
-		Or(expression.Name(a.Deadline).LessThan(placeholder(0)))
-	if st.claim, err = prepare(expression.NewBuilder().WithCondition(claim), 1); err != nil {
+		Or(expression.Name(a.Deadline).LessThan(placeholder(0)).And(fenceBelow(1)))
+	if st.claim, err = prepare(expression.NewBuilder().WithCondition(claim), 2); err != nil {
 		return st, err
 	}
 	takeOver := expression.AttributeNotExists(expression.Name(a.PartitionKey)).
-		Or(expression.Name(a.Deadline).LessThan(placeholder(0)).And(expression.Name(a.State).NotEqual(expression.Value(stateCompleted))))
+		Or(expression.Name(a.Deadline).LessThan(placeholder(0)).And(
+			expression.Name(a.State).NotEqual(expression.Value(stateCompleted)),
+			fenceBelow(5)))
 	for v := range st.takeOver {
 		u := expression.Set(expression.Name(a.State), expression.Value(stateInProgress)).
 			Set(expression.Name(a.Token), placeholder(1)).
 			Set(expression.Name(a.Deadline), placeholder(2)).
 			Set(expression.Name(a.TTL), placeholder(3)).
+			Set(expression.Name(a.Fence), placeholder(5)).
 			Set(expression.Name(a.Claims), expression.Plus(expression.IfNotExists(expression.Name(a.Claims), expression.Value(0)), expression.Value(1))).
 			Set(expression.Name(a.ClaimedAt), expression.IfNotExists(expression.Name(a.ClaimedAt), placeholder(4))).
 			Remove(expression.Name(a.Result)).
 			Remove(expression.Name(a.CompletedAt))
-		n := 5
+		n := 6
 		if v&withFingerprint != 0 {
 			u = u.Set(expression.Name(a.Fingerprint), placeholder(n))
 			n++

@@ -74,6 +74,9 @@ type Store struct {
 	// condition (ALL_OLD), as DynamoDB does and dynalite does not; a
 	// failure without one then means there is no item.
 	oldItems atomic.Bool
+	// strongReplicas: New found a global table with multi-Region strong
+	// consistency, which has no transactions (RunInTx refuses to start).
+	strongReplicas bool
 }
 
 var _ dedup.Store = (*Store)(nil)
@@ -83,8 +86,14 @@ var _ dedup.Store = (*Store)(nil)
 // the store's records safely, with an error that says what to change: a
 // missing table (ErrTableNotFound), a key schema other than a string
 // partition key named AttributeNames.PartitionKey without a sort key
-// (ErrTableSchema), Time to Live not enabled on AttributeNames.TTL
-// (ErrTTLDisabled, unless Config.SkipTTL). A region or credentials failure
+// (ErrTableSchema), a global table replicated with multi-Region eventual
+// consistency, where a claim is not atomic (a *ReplicasError matching
+// ErrEventuallyConsistentReplicas, unless
+// Config.AllowEventuallyConsistentReplicas), Time to Live not enabled on
+// AttributeNames.TTL (ErrTTLDisabled, unless Config.SkipTTL; a global
+// table with multi-Region strong consistency has no TTL: it needs
+// SkipTTL, and RunInTx then refuses to start, as such a table has no
+// transactions). A region or credentials failure
 // of the AWS SDK is an *AWSConfigError (ErrAWSConfig), not a DynamoDB that
 // does not answer. Cost: one DescribeTable and one DescribeTimeToLive
 // (none with Config.SkipTableCheck, no DescribeTimeToLive with SkipTTL),
@@ -106,14 +115,14 @@ func New(ctx context.Context, config Config) (*Store, error) {
 		return nil, err
 	}
 	s.st = st
-	overhead := maxPartitionKeyBytes + tokenBytes + len(stateInProgress) + maxStoredFingerprintBytes + 3*maxNumberBytes +
+	overhead := maxPartitionKeyBytes + tokenBytes + len(stateInProgress) + maxStoredFingerprintBytes + 4*maxNumberBytes +
 		2*len("2006-01-02T15:04:05.000Z") + 2*dedup.MaxOriginIDLength
 	for _, n := range s.attr.list() {
 		overhead += len(n)
 	}
 	s.maxResult = MaxItemBytes - overhead
 	if !config.SkipTableCheck {
-		if err := s.checkTable(ctx, config.SkipTTL); err != nil {
+		if err := s.checkTable(ctx, &config); err != nil {
 			return nil, err
 		}
 	}
@@ -122,9 +131,9 @@ func New(ctx context.Context, config Config) (*Store, error) {
 
 // MaxResultSize is the largest result, in bytes, that Complete accepts: 400
 // KB less the largest possible rest of the item (attribute names, the
-// longest partition key, token, state, fingerprint digest, three numbers,
+// longest partition key, token, state, fingerprint digest, four numbers,
 // two times and two ids of dedup.MaxOriginIDLength).
-// With the default attribute names it is 408498 bytes.
+// With the default attribute names it is 408472 bytes.
 func (s *Store) MaxResultSize() int { return s.maxResult }
 
 // record is a decoded item.
@@ -134,6 +143,7 @@ type record struct {
 	fingerprint string
 	deadline    int64 // Unix milliseconds
 	result      []byte
+	fence       uint64 // 0 in items written before fencing
 
 	// Who and when; zero in items of earlier versions.
 	claimedAt, completedAt time.Time
@@ -152,16 +162,31 @@ type record struct {
 //
 //   - released, or in progress with its lease ended: a conditional UpdateItem,
 //     attribute_not_exists(pk) OR (deadline < now - ClockSkewMargin AND
-//     state <> completed), that takes it over keeping its who-and-when;
+//     state <> completed AND the stored fence is below the new one), that
+//     takes it over keeping its who-and-when;
 //   - completed and past its retention: a conditional PutItem,
-//     attribute_not_exists(pk) OR deadline < now - ClockSkewMargin, that
-//     starts it afresh.
+//     attribute_not_exists(pk) OR (deadline < now - ClockSkewMargin AND the
+//     stored fence is below the new one), that starts it afresh.
 //
 // If the record is gone, or has changed, by the time that write runs, the
 // claim decides again on what its failure returns, at most four writes in
 // all before ErrContended. A record carrying the token this claim just wrote
 // (the SDK retried a request whose response was lost) is recognised as
 // Acquired.
+//
+// Fencing: every write that acquires the record stores the claim's fence
+// (AttributeNames.Fence), storekit.NextFence of the record's fence and the
+// store's Clock (microseconds since the epoch, or the record's fence plus
+// one): 0 for a key without an item, so a fresh key's claim stays the one
+// PutItem. Both takeover writes also require the stored fence to be below
+// the new one (or absent), so that a write computed from an item read
+// earlier never lowers a fence another claim wrote meanwhile. While the
+// item exists each winner's fence is therefore larger than the last by
+// construction; once DynamoDB TTL (or Evict) deleted it, the next fence is
+// the claiming client's clock, larger than the last as long as that clock
+// is not behind the last claimer's by more than the time since (at least
+// the lease or retention that let TTL delete the item, ClockSkewMargin and
+// TTL's own delay). An item without the attribute reads as fence 0.
 //
 // Who and when: the item keeps the claim's dedup.Origin, the time of the
 // claim (by the store's Clock) and a claim count of 1. The UpdateItem that
@@ -189,10 +214,13 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 	}
 	origin, _ := dedup.OriginFromContext(ctx)
 	write := writeCreate // what the last record found calls for; none yet
+	var fence uint64     // the largest fence found under the key, 0 for none
 	for attempt := 1; ; attempt++ {
-		now := s.clock.Now().UnixMilli()
+		clock := s.clock.Now()
+		now := clock.UnixMilli()
 		token := storekit.NewToken()
-		c := claimWrite{pk: pk, token: token, fingerprint: fingerprint, origin: origin, now: now, deadline: now + ceilMillis(lease)}
+		c := claimWrite{pk: pk, token: token, fingerprint: fingerprint, origin: origin, now: now, deadline: now + ceilMillis(lease),
+			fence: storekit.NextFence(fence, clock)}
 		var (
 			old map[string]types.AttributeValue
 			err error
@@ -212,7 +240,7 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 			return dedup.ClaimResult{}, err
 		}
 		if old == nil {
-			return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil
+			return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token, Fence: c.fence}}, nil
 		}
 		if len(old) == 0 { // the condition failed without the old item
 			if old, err = s.get(ctx, pk); err != nil {
@@ -228,8 +256,9 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 			if rec.token == token {
 				// Our own write: the SDK retried a request whose first
 				// attempt succeeded but whose response was lost.
-				return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil
+				return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token, Fence: c.fence}}, nil
 			}
+			fence = max(fence, rec.fence)
 			if rec.deadline >= now-s.marginMs { // live: the reason the condition failed
 				return outcome(rec, fingerprint), nil
 			}
@@ -271,6 +300,7 @@ type claimWrite struct {
 	pk, token, fingerprint string
 	origin                 dedup.Origin
 	now, deadline          int64 // Unix milliseconds
+	fence                  uint64
 }
 
 // put issues the conditional PutItem of a claim that starts a record,
@@ -279,7 +309,7 @@ type claimWrite struct {
 // when the item was written, and the old item (empty but non-nil when the
 // server did not return it) when the condition failed.
 func (s *Store) put(ctx context.Context, c *claimWrite, p *prepared) (map[string]types.AttributeValue, error) {
-	item := make(map[string]types.AttributeValue, 10)
+	item := make(map[string]types.AttributeValue, 11)
 	item[s.attr.PartitionKey] = str(c.pk)
 	item[s.attr.State] = str(stateInProgress)
 	item[s.attr.Token] = str(c.token)
@@ -287,6 +317,7 @@ func (s *Store) put(ctx context.Context, c *claimWrite, p *prepared) (map[string
 	item[s.attr.TTL] = number(s.ttl(c.deadline))
 	item[s.attr.ClaimedAt] = str(formatTime(c.now))
 	item[s.attr.Claims] = number(1)
+	item[s.attr.Fence] = unsigned(c.fence)
 	if c.fingerprint != "" {
 		item[s.attr.Fingerprint] = str(c.fingerprint)
 	}
@@ -298,7 +329,8 @@ func (s *Store) put(ctx context.Context, c *claimWrite, p *prepared) (map[string
 	}
 	var values map[string]types.AttributeValue // DynamoDB refuses an empty map
 	if len(p.keys) > 0 {
-		values = p.values(number(c.now - s.marginMs))
+		// statements.claim: now - margin, and the new fence.
+		values = p.values(number(c.now-s.marginMs), unsigned(c.fence))
 	}
 	_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:                           &s.table,
@@ -316,9 +348,9 @@ func (s *Store) put(ctx context.Context, c *claimWrite, p *prepared) (map[string
 // whose lease ended, keeping its provenance. Returns as put.
 func (s *Store) takeOver(ctx context.Context, c *claimWrite) (map[string]types.AttributeValue, error) {
 	variant := 0
-	vals := make([]types.AttributeValue, 5, 8)
+	vals := make([]types.AttributeValue, 6, 9)
 	vals[0], vals[1], vals[2] = number(c.now-s.marginMs), str(c.token), number(c.deadline)
-	vals[3], vals[4] = number(s.ttl(c.deadline)), str(formatTime(c.now))
+	vals[3], vals[4], vals[5] = number(s.ttl(c.deadline)), str(formatTime(c.now)), unsigned(c.fence)
 	if c.fingerprint != "" {
 		variant |= withFingerprint
 		vals = append(vals, str(c.fingerprint))
@@ -415,6 +447,15 @@ func (s *Store) decode(item map[string]types.AttributeValue) (record, error) {
 			return record{}, fmt.Errorf("%w: attribute %q is not binary", ErrMalformedRecord, s.attr.Result)
 		}
 		rec.result = b.Value
+	}
+	if v, ok := item[s.attr.Fence]; ok {
+		n, ok := v.(*types.AttributeValueMemberN)
+		if !ok {
+			return record{}, fmt.Errorf("%w: attribute %q is not a number", ErrMalformedRecord, s.attr.Fence)
+		}
+		if rec.fence, err = strconv.ParseUint(n.Value, 10, 64); err != nil {
+			return record{}, fmt.Errorf("%w: attribute %q: %w", ErrMalformedRecord, s.attr.Fence, err)
+		}
 	}
 	if err := s.decodeProvenance(item, &rec, str); err != nil {
 		return record{}, err
@@ -634,6 +675,10 @@ func (s *Store) ttl(deadlineMs int64) int64 {
 
 func number(n int64) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
+}
+
+func unsigned(n uint64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatUint(n, 10)}
 }
 
 // ceilMillis rounds d up to whole milliseconds, so that a positive lease

@@ -263,8 +263,13 @@ func TestItemLayout(t *testing.T) {
 	}
 
 	item := rawItem(t, key)
-	if len(item) != 10 {
-		t.Fatalf("in-progress item has %d attributes, want 10: %v", len(item), item)
+	if len(item) != 11 {
+		t.Fatalf("in-progress item has %d attributes, want 11: %v", len(item), item)
+	}
+	// The fence: the claim's, microseconds since the epoch by the store's
+	// clock for a key without an item.
+	if got := num(item, "fence"); got != epoch.UnixMicro() || uint64(got) != claim.Fence {
+		t.Fatalf("fence = %d, claim's fence %d, want both %d", got, claim.Fence, epoch.UnixMicro())
 	}
 	deadline := epoch.Add(30 * time.Second).UnixMilli()
 	if str(item, "pk") != key || str(item, "state") != "in_progress" || str(item, "token") != claim.Token ||
@@ -289,7 +294,7 @@ func TestItemLayout(t *testing.T) {
 	if str(item, "state") != "completed" || num(item, "deadline") != expiry.UnixMilli() ||
 		num(item, "ttl") != expiry.Add(2*time.Second).Unix() || str(item, "token") != claim.Token ||
 		str(item, "completed_at") != epoch.Add(5*time.Second).UTC().Format("2006-01-02T15:04:05.000Z") ||
-		str(item, "claimed_at") != claimedAt || num(item, "claims") != 1 {
+		str(item, "claimed_at") != claimedAt || num(item, "claims") != 1 || uint64(num(item, "fence")) != claim.Fence {
 		t.Fatalf("completed item = %v", item)
 	}
 	if b, ok := item["result"].(*types.AttributeValueMemberB); !ok || string(b.Value) != "out" {
@@ -343,12 +348,12 @@ func TestLongKeysAndFingerprintsAreHashed(t *testing.T) {
 // up to it are stored and one byte more is refused with ErrResultTooLarge
 // is storetest's TestResultTooLarge (TestConformance).
 func TestMaxResultSize(t *testing.T) {
-	if got := newStore(t, dynamo.Config{}).MaxResultSize(); got != 408498 {
-		t.Fatalf("MaxResultSize with default names = %d, want 408498", got)
+	if got := newStore(t, dynamo.Config{}).MaxResultSize(); got != 408472 {
+		t.Fatalf("MaxResultSize with default names = %d, want 408472", got)
 	}
 	named := newStore(t, dynamo.Config{Attributes: dynamo.AttributeNames{Result: strings.Repeat("r", 200)}})
-	if got := named.MaxResultSize(); got != 408498-194 {
-		t.Fatalf("MaxResultSize with a 200-byte result name = %d, want %d", got, 408498-194)
+	if got := named.MaxResultSize(); got != 408472-194 {
+		t.Fatalf("MaxResultSize with a 200-byte result name = %d, want %d", got, 408472-194)
 	}
 }
 
@@ -501,5 +506,137 @@ func TestItemOfThePreviousVersionHasNoCompletedAt(t *testing.T) {
 	}
 	if !r.ClaimedAt.IsZero() || !r.CompletedAt.IsZero() || r.Claims != 0 {
 		t.Errorf("record of an item without who-and-when: claimed at %v, completed at %v, claims %d; want all zero", r.ClaimedAt, r.CompletedAt, r.Claims)
+	}
+}
+
+// previousLayout is an item as the version before fencing wrote it: every
+// attribute but the fence, and one this version does not know (as the
+// fence is to the previous version), which must be ignored.
+func previousLayout(t *testing.T, key, state string, deadline time.Time) map[string]types.AttributeValue {
+	t.Helper()
+	pk, err := dynamo.PartitionKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]types.AttributeValue{
+		"pk":         &types.AttributeValueMemberS{Value: pk},
+		"state":      &types.AttributeValueMemberS{Value: state},
+		"token":      &types.AttributeValueMemberS{Value: storekit.NewToken()},
+		"deadline":   &types.AttributeValueMemberN{Value: strconv.FormatInt(deadline.UnixMilli(), 10)},
+		"ttl":        &types.AttributeValueMemberN{Value: strconv.FormatInt(deadline.Add(2*time.Second).Unix(), 10)},
+		"claimed_at": &types.AttributeValueMemberS{Value: epoch.Add(-time.Hour).UTC().Format("2006-01-02T15:04:05.000Z")},
+		"claims":     &types.AttributeValueMemberN{Value: "1"},
+		"x_future":   &types.AttributeValueMemberS{Value: "an attribute of a later version"},
+	}
+}
+
+// Items written before fencing, without a fence attribute, keep working:
+// they read as fence 0, so a live one answers as before and one no longer
+// live is taken over (UpdateItem) or started afresh (PutItem) under the
+// fence condition's attribute_not_exists branch, with a fence from the
+// clock; an attribute the store does not know is ignored, as the previous
+// version ignores the fence.
+func TestItemOfThePreviousLayoutHasFenceZero(t *testing.T) {
+	ctx := context.Background()
+	clock := fakeclock.New(epoch)
+	s := newStore(t, dynamo.Config{Clock: clock})
+	put := func(item map[string]types.AttributeValue) {
+		t.Helper()
+		if _, err := client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(testTable), Item: item}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name, state string
+		deadline    time.Time
+		want        dedup.Outcome
+	}{
+		{"live in progress", "in_progress", epoch.Add(time.Minute), dedup.InProgress},
+		{"live completed", "completed", epoch.Add(time.Hour), dedup.Duplicate},
+		{"released", "released", time.UnixMilli(0), dedup.Acquired},
+		{"lease ended", "in_progress", epoch.Add(-time.Minute), dedup.Acquired},
+		{"retention passed", "completed", epoch.Add(-time.Minute), dedup.Acquired},
+	} {
+		key := testKey(t, tc.name)
+		put(previousLayout(t, key, tc.state, tc.deadline))
+		if tc.state == "in_progress" && tc.want == dedup.InProgress {
+			if r, err := s.Inspect(ctx, key); err != nil || r.Claims != 1 {
+				t.Errorf("%s: Inspect = %+v, %v", tc.name, r, err)
+			}
+		}
+		res := mustClaim(t, s, key, "", time.Minute, tc.want)
+		if tc.want != dedup.Acquired {
+			continue
+		}
+		if res.Claim.Fence != uint64(epoch.UnixMicro()) {
+			t.Errorf("%s: fence %d, want the clock's %d (the item had none)", tc.name, res.Claim.Fence, epoch.UnixMicro())
+		}
+		if got := rawItem(t, key)["fence"]; got == nil || got.(*types.AttributeValueMemberN).Value != strconv.FormatUint(res.Claim.Fence, 10) {
+			t.Errorf("%s: stored fence %v, want %d", tc.name, got, res.Claim.Fence)
+		}
+		mustComplete(t, s, res.Claim, nil, time.Hour)
+	}
+}
+
+// A takeover computed from an item read before another claim took the
+// item over and released it again never lowers the fence that claim
+// wrote: its condition requires the stored fence to be below the new one,
+// so it fails, the claim reads the item again and writes a fence above
+// the other claim's. Both takeover writes: the UpdateItem of a released
+// item, the PutItem after a completed item's retention. The other claim's
+// clock runs ahead, so without the condition the stale write's fence
+// would be no larger than the other claim's.
+func TestTakeoverNeverLowersTheFence(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// behind is the stale claimer's clock; the item's first claim
+		// runs at epoch+1s, the other claim at epoch+11s.
+		behind        time.Duration
+		completed     bool
+		puts, updates int64
+	}{
+		// PutItem (fails), the stale UpdateItem (refused), UpdateItem.
+		{name: "released", behind: 0, puts: 1, updates: 2},
+		// PutItem (fails), the stale PutItem (refused), UpdateItem: the
+		// item is released by then.
+		{name: "retention passed", behind: 5 * time.Second, completed: true, puts: 2, updates: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			key := testKey(t, "k")
+			aheadClock := fakeclock.New(epoch.Add(time.Second))
+			ahead := newStore(t, dynamo.Config{Clock: aheadClock})
+			first := mustClaim(t, ahead, key, "", time.Minute, dedup.Acquired).Claim
+			if tc.completed {
+				mustComplete(t, ahead, first, nil, time.Millisecond)
+			} else if err := ahead.Release(ctx, first); err != nil {
+				t.Fatal(err)
+			}
+			aheadClock.Advance(10 * time.Second)
+
+			var other dedup.Claim
+			c := &hookClient{Client: client}
+			c.getItem = func(ctx context.Context, in *dynamodb.GetItemInput) (*dynamodb.GetItemOutput, error) {
+				out, err := client.GetItem(ctx, in)
+				if c.gets.Load() == 1 { // the item is read: another claim wins it and releases it
+					other = mustClaim(t, ahead, key, "", time.Minute, dedup.Acquired).Claim
+					if rerr := ahead.Release(ctx, other); rerr != nil {
+						t.Error(rerr)
+					}
+				}
+				return out, err
+			}
+			behind := newStore(t, dynamo.Config{Client: c, Clock: fakeclock.New(epoch.Add(tc.behind))})
+			res := mustClaim(t, behind, key, "", time.Minute, dedup.Acquired)
+			if other.Fence <= first.Fence {
+				t.Fatalf("the other claim's fence %d is not above the first's %d", other.Fence, first.Fence)
+			}
+			if res.Claim.Fence <= other.Fence {
+				t.Fatalf("the stale takeover took fence %d, not above the fence %d of the claim that won meanwhile", res.Claim.Fence, other.Fence)
+			}
+			if p, u := c.puts.Load(), c.updates.Load(); p != tc.puts || u != tc.updates {
+				t.Errorf("%d PutItem and %d UpdateItem calls, want %d and %d", p, u, tc.puts, tc.updates)
+			}
+		})
 	}
 }

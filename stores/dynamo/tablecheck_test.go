@@ -3,6 +3,7 @@ package dynamo_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/storekit"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
 )
@@ -122,5 +124,132 @@ func TestNewReportsAWSConfigFailures(t *testing.T) {
 		if !errors.Is(err, dynamo.ErrAWSConfig) || !errors.As(err, &cfgErr) || cfgErr.What != tc.what {
 			t.Errorf("%s: %v, want an *AWSConfigError about %s", name, err, tc.what)
 		}
+	}
+}
+
+// replicasAnswer forwards everything to dynalite, which has no global
+// tables, except that DescribeTable's answer gets the replicas, witnesses
+// and consistency mode of a global table (as DynamoDB describes one), and
+// DescribeTimeToLive answers ttl.
+type replicasAnswer struct {
+	*dynamodb.Client
+	replicas    []string
+	witness     string
+	consistency types.MultiRegionConsistency
+	ttl         types.TimeToLiveStatus
+}
+
+func (c *replicasAnswer) DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, opts ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error) {
+	out, err := c.Client.DescribeTable(ctx, in, opts...)
+	if err != nil {
+		return nil, err
+	}
+	t := *out.Table
+	for _, r := range c.replicas {
+		t.Replicas = append(t.Replicas, types.ReplicaDescription{RegionName: aws.String(r), ReplicaStatus: types.ReplicaStatusActive})
+	}
+	if c.witness != "" {
+		t.GlobalTableWitnesses = []types.GlobalTableWitnessDescription{{RegionName: aws.String(c.witness), WitnessStatus: types.WitnessStatusActive}}
+	}
+	if len(c.replicas) > 0 {
+		t.GlobalTableVersion = aws.String("2019.11.21")
+	}
+	t.MultiRegionConsistency = c.consistency
+	return &dynamodb.DescribeTableOutput{Table: &t}, nil
+}
+
+func (c *replicasAnswer) DescribeTimeToLive(context.Context, *dynamodb.DescribeTimeToLiveInput, ...func(*dynamodb.Options)) (*dynamodb.DescribeTimeToLiveOutput, error) {
+	return &dynamodb.DescribeTimeToLiveOutput{TimeToLiveDescription: &types.TimeToLiveDescription{
+		TimeToLiveStatus: c.ttl, AttributeName: aws.String(dynamo.DefaultTTLAttribute)}}, nil
+}
+
+// TestNewRefusesEventuallyConsistentReplicas: a global table replicated
+// with multi-Region eventual consistency (MREC), where two Regions'
+// conditional writes can both succeed, is refused at New with a
+// *ReplicasError naming the Regions and the option, unless
+// AllowEventuallyConsistentReplicas; a single-Region table, and a global
+// table with multi-Region strong consistency (MRSC), are accepted. The
+// global tables are DescribeTable answers made up after DynamoDB's
+// (neither dynalite nor moto 5.2.1 has global tables: moto accepts
+// UpdateTable's ReplicaUpdates and MultiRegionConsistency and ignores
+// them).
+func TestNewRefusesEventuallyConsistentReplicas(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		answer replicasAnswer
+		allow  bool
+		refuse bool
+	}{
+		{name: "MREC, consistency not reported", answer: replicasAnswer{replicas: []string{"us-east-1", "eu-west-1"}}, refuse: true},
+		{name: "MREC", answer: replicasAnswer{replicas: []string{"us-east-1", "eu-west-1"}, consistency: types.MultiRegionConsistencyEventual}, refuse: true},
+		{name: "MREC, allowed", answer: replicasAnswer{replicas: []string{"us-east-1", "eu-west-1"}}, allow: true},
+		{name: "MRSC, three replicas", answer: replicasAnswer{replicas: []string{"us-east-1", "us-east-2", "us-west-2"}, consistency: types.MultiRegionConsistencyStrong}},
+		{name: "MRSC, a witness", answer: replicasAnswer{replicas: []string{"us-east-1", "us-east-2"}, witness: "us-west-2", consistency: types.MultiRegionConsistencyStrong}},
+		{name: "a witness, consistency not reported", answer: replicasAnswer{replicas: []string{"us-east-1", "us-east-2"}, witness: "us-west-2"}},
+		{name: "one Region, a consistency mode reported", answer: replicasAnswer{consistency: types.MultiRegionConsistencyEventual}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.answer
+			c.Client, c.ttl = client, types.TimeToLiveStatusEnabled
+			s, err := dynamo.New(ctx, dynamo.Config{Client: &c, Table: testTable, SkipTTL: tc.answer.consistency == types.MultiRegionConsistencyStrong || tc.answer.witness != "",
+				AllowEventuallyConsistentReplicas: tc.allow})
+			if !tc.refuse {
+				if err != nil || s == nil {
+					t.Fatalf("New: %v", err)
+				}
+				return
+			}
+			var re *dynamo.ReplicasError
+			if !errors.Is(err, dynamo.ErrEventuallyConsistentReplicas) || !errors.As(err, &re) || s != nil {
+				t.Fatalf("New: %v, want a *ReplicasError matching ErrEventuallyConsistentReplicas", err)
+			}
+			if re.Table != testTable || fmt.Sprint(re.Regions) != fmt.Sprint(tc.answer.replicas) {
+				t.Errorf("ReplicasError %+v, want table %q and Regions %v", re, testTable, tc.answer.replicas)
+			}
+			for _, want := range []string{"AllowEventuallyConsistentReplicas", "strong consistency", "us-east-1, eu-west-1"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("the error does not say %q: %v", want, err)
+				}
+			}
+			// SkipTableCheck looks at nothing, replicas included.
+			if _, err := dynamo.New(ctx, dynamo.Config{Client: &c, Table: testTable, SkipTableCheck: true}); err != nil {
+				t.Errorf("SkipTableCheck: %v", err)
+			}
+		})
+	}
+}
+
+// TestStronglyConsistentReplicas: DynamoDB gives a global table with
+// multi-Region strong consistency (MRSC) neither Time to Live nor
+// transactions. New without SkipTTL refuses it with ErrTTLDisabled saying
+// so; with SkipTTL the store claims as anywhere, and RunInTx refuses to
+// start (ErrNoTransactions) before its work runs, instead of failing the
+// transaction after the effect's work.
+func TestStronglyConsistentReplicas(t *testing.T) {
+	ctx := context.Background()
+	c := &replicasAnswer{Client: client, replicas: []string{"us-east-1", "us-east-2"}, witness: "us-west-2",
+		consistency: types.MultiRegionConsistencyStrong, ttl: types.TimeToLiveStatusDisabled}
+	_, err := dynamo.New(ctx, dynamo.Config{Client: c, Table: testTable})
+	if !errors.Is(err, dynamo.ErrTTLDisabled) || !strings.Contains(err.Error(), "strong consistency") || !strings.Contains(err.Error(), "SkipTTL") {
+		t.Fatalf("New of an MRSC table without SkipTTL: %v, want ErrTTLDisabled explaining that MRSC has no TTL", err)
+	}
+	s, err := dynamo.New(ctx, dynamo.Config{Client: c, Table: testTable, SkipTTL: true})
+	if err != nil {
+		t.Fatalf("New of an MRSC table with SkipTTL: %v", err)
+	}
+	e := newTxEngine(t, s)
+	ran := false
+	res, err := e.Do(ctx, dedup.Call{Scope: "mrsc-" + storekit.NewToken()[:8], Key: "k"}, func(ctx context.Context) ([]byte, error) {
+		return s.RunInTx(ctx, func(ctx context.Context) ([]byte, error) {
+			ran = true
+			return nil, nil
+		})
+	})
+	if !errors.Is(err, dynamo.ErrNoTransactions) || !strings.Contains(err.Error(), "strong consistency") {
+		t.Fatalf("RunInTx on an MRSC table: %v, %v; want ErrNoTransactions", res.Outcome, err)
+	}
+	if ran {
+		t.Fatal("RunInTx ran its work on a table without transactions")
 	}
 }

@@ -64,7 +64,9 @@ var (
 	// (a wrapper that hides TransactWriteItems), so RunInTx cannot send
 	// the transaction. Nothing was written. Add the method to the wrapper;
 	// *dynamodb.Client has it. Also returned when the server does not
-	// know the operation (dynalite has no transactions).
+	// know the operation (dynalite has no transactions), and before work
+	// runs when New found a global table with multi-Region strong
+	// consistency (MRSC), which DynamoDB gives no transactions.
 	ErrNoTransactions = errors.New("dynamo: the client cannot send TransactWriteItems")
 
 	// ErrTxLimit: the handler's writes break a limit of TransactWriteItems
@@ -467,6 +469,11 @@ func (s *Store) TxMiddleware(h message.HandlerFunc) message.HandlerFunc {
 //     engine's release then finds the record completed and changes
 //     nothing) or neither (the release frees it).
 //
+// On a global table with multi-Region strong consistency (MRSC), which
+// has no transactions, RunInTx fails with ErrNoTransactions before work
+// runs (when New checked the table; with Config.SkipTableCheck DynamoDB
+// refuses the TransactWriteItems after work ran, and nothing is written).
+//
 // A context without a claim fails with ErrNoClaim before work runs, except
 // a run the engine marks as unclaimed (dedup.Config.Shadow, or FailOpen
 // while the store cannot be reached): work's writes are then sent alone,
@@ -486,6 +493,10 @@ func (s *Store) beginTx(ctx context.Context, claim *dedup.Claim) (context.Contex
 	tc, canTx := s.client.(TransactClient)
 	if !canTx {
 		return nil, nil, fmt.Errorf("%w: Config.Client (%T) has no TransactWriteItems method", ErrNoTransactions, s.client)
+	}
+	if s.strongReplicas {
+		return nil, nil, fmt.Errorf("%w: table %q is a global table with multi-Region strong consistency, which has no transactions: "+
+			"complete without RunInTx and TxMiddleware, or keep the records in a single-Region table", ErrNoTransactions, s.table)
 	}
 	tx := &Tx{table: s.table, pkAttr: s.attr.PartitionKey}
 	if claim != nil {
