@@ -144,6 +144,30 @@ var harnesses = map[blockKey]harness{
 		names:    "newStore storetest.Constructor",
 	},
 
+	// docs/fencing.md
+	{"docs/fencing.md", "fence, ok := dedup.FenceFromContext(msg.Context())"}: {
+		imports: []string{"errors", "github.com/ThreeDotsLabs/watermill/message", "github.com/watermill-dedup/watermill-dedup/dedup"},
+		names:   "msg *message.Message",
+		results: "error",
+		after:   "_ = fence\nreturn nil",
+	},
+	{"docs/fencing.md", "var errStale = fmt.Errorf(\"a later claim has written: %w\", dedup.ErrClaimLost)"}: {
+		imports:  []string{"errors", "fmt", "github.com/ThreeDotsLabs/watermill/message", "github.com/jackc/pgx/v5/pgxpool", "github.com/watermill-dedup/watermill-dedup/dedup"},
+		topLevel: true,
+		names:    "db *pgxpool.Pool\norderOf func(*message.Message) (string, int)",
+	},
+	{"docs/fencing.md", "req, err := http.NewRequestWithContext(ctx, http.MethodPost, shippingURL, body)"}: {
+		imports: []string{"context", "fmt", "io", "net/http", "strconv"},
+		names:   "ctx context.Context\nshippingURL string\nbody io.Reader\norderID string\nfence uint64\nerrStale error",
+		results: "error",
+		after:   "return nil",
+	},
+	{"docs/fencing.md", "cond := expression.Or("}: {
+		imports: []string{"context", "errors", "fmt", "strconv", "github.com/aws/aws-sdk-go-v2/aws", "github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression", "github.com/aws/aws-sdk-go-v2/service/dynamodb", "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"},
+		names:   "ctx context.Context\nclient *dynamodb.Client\norderID string\namount int\nfence uint64\nerrStale error",
+		results: "error",
+	},
+
 	// docs/custom-store.md
 	{"docs/custom-store.md", "// runInTx is a store's RunInTx: the shared sequence with the store's own"}: {
 		imports:  []string{"context", "time", "github.com/ThreeDotsLabs/watermill/message", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/dedup/storekit"},

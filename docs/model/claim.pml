@@ -16,6 +16,14 @@
  *                           Complete/Release may come after the lease has ended
  *   TXN_COMPLETE            the effect and Complete commit in one transaction (PostgreSQL store),
  *                           so no crash can fall between them
+ *   FENCED                  every winning claim gets a fence (larger than every earlier
+ *                           winner's) and the effect is a write to a downstream that keeps the
+ *                           largest fence it accepted and refuses a smaller one; a refused
+ *                           write makes the handler return an error (the claim is lost)
+ *   MUTANT_FENCE_REUSE      (FENCED) a takeover of a record whose lease ended gets the fence of
+ *                           the claim it replaces instead of a larger one
+ *   MUTANT_NO_FENCE_CHECK   (FENCED) the downstream accepts every write (no fence condition)
+ *   REACH_FENCE_REFUSED     (FENCED) sanity: assert that the downstream never refuses a write
  *   MUTANT_RELEASE_NO_TOKEN Release deletes the record without comparing the token
  *   MUTANT_ACK_INPROGRESS   an InProgress copy is acked instead of nacked
  *   MUTANT_LATE_CANCEL      the code before the lease engine (9525892): no deadline timer; the
@@ -110,6 +118,23 @@ bool foreign;           /* some Complete/Release/Extend changed a record it did 
 byte span[NCONS];       /* ticks the current handler has been running */
 #endif
 
+#ifdef FENCED
+/* ---- fences (FENCED) ----
+ * Fences are kept *relative*: only their order matters (the downstream
+ * compares them, the store gives a new one above all), so after every
+ * change the values in use are renumbered 1, 2, ... in order (compact):
+ * the state space stays finite, the comparisons are unchanged. */
+byte rfence;            /* the fence of the key's last winning claim: the store keeps it with the
+                           record, through release and takeover (deletion after retention, where
+                           a clock takes over, is not modelled) */
+byte fen[NCONS];        /* the fence of the consumer's current claim, 0 = none */
+byte dfence;            /* the downstream: the largest fence it accepted for the key, 0 = none */
+/* ghost: claim order, kept independently of the fences */
+bool older[NCONS * NCONS];  /* older[a*NCONS+b]: a's current claim won before b's current claim */
+bool overtaken[NCONS];  /* a claim that won after i's current one has had its write accepted */
+bool late;              /* the downstream accepted the write of a claim after a later claim's write */
+#endif
+
 #if NCONS == 2
 #define HELD(t)   (tok[0] == t || tok[1] == t)
 #define URGENT    (UR(0) || UR(1))
@@ -165,6 +190,32 @@ byte span[NCONS];       /* ticks the current handler has been running */
 #define OWNED(i) (rstate == INPROG && rlease > 0 && rtok == tok[i])
 
 #define CLEARMINE(j) mine[j] = 0
+
+#ifdef FENCED
+/* is value v (1..) held anywhere? */
+#if NCONS == 2
+#define FUSED(v) (rfence == v || dfence == v || fen[0] == v || fen[1] == v)
+#else
+#define FUSED(v) (rfence == v || dfence == v || fen[0] == v || fen[1] == v || fen[2] == v)
+#endif
+#define FSHIFT(j) if :: fen[j] > t -> fen[j]-- :: else -> skip fi
+/* renumber the fences in use 1, 2, ... keeping their order (uses the
+ * consumer's local t, which is 0 outside claim) */
+#define COMPACT t = 1; \
+	do \
+	:: t > rfence -> break \
+	:: t <= rfence && FUSED(t) -> t++ \
+	:: t <= rfence && !FUSED(t) -> rfence--; FORALL(FSHIFT); \
+		if :: dfence > t -> dfence-- :: else -> skip fi \
+	od; t = 0
+/* consumer i's new claim won after every other current claim */
+#define ORDER(j) if :: j != i && tok[j] != 0 -> older[j * NCONS + i] = 1 :: else -> older[j * NCONS + i] = 0 fi; \
+	older[i * NCONS + j] = 0
+/* consumer i's claim is gone */
+#define UNORDER(j) older[j * NCONS + i] = 0; older[i * NCONS + j] = 0
+/* consumer i's write was accepted: every older current claim is overtaken */
+#define OVERTAKE(j) if :: older[j * NCONS + i] -> overtaken[j] = 1 :: else -> skip fi
+#endif
 #define DEC(j)  if :: hb[j] && hbt[j] > 0 -> hbt[j]-- :: else -> skip fi; \
 	if :: lt[j] > 0 -> lt[j]-- :: else -> skip fi
 #ifdef REACH_LONG_HANDLER
@@ -204,8 +255,18 @@ inline claim(i) {
 		:: t == rtok || HELD(t) -> t++
 		:: else -> break
 		od;
+#if defined(FENCED) && defined(MUTANT_FENCE_REUSE)
+		/* the mutant: a takeover keeps the replaced claim's fence */
+		if :: rstate == INPROG && rfence > 0 -> fen[i] = rfence :: else -> rfence++; fen[i] = rfence fi;
+#elif defined(FENCED)
+		rfence++; fen[i] = rfence;      /* storekit.NextFence: larger than every earlier one */
+#endif
 		rstate = INPROG; rtok = t; rlease = LEASE;
 		tok[i] = t; t = 0; lt[i] = LEASE;
+#ifdef FENCED
+		FORALL(ORDER); overtaken[i] = 0;
+		COMPACT;
+#endif
 		FORALL(CLEARMINE); mine[i] = 1;
 		ph[i] = RUN;
 #ifndef NO_HEARTBEAT
@@ -215,6 +276,32 @@ inline claim(i) {
 		printf("MSC: C%d claims m%d: Acquired, token %d\n", i, msg[i], tok[i])
 	fi
 }
+
+#ifdef FENCED
+/* the effect: a write to the downstream with the claim's fence; it keeps
+ * the largest fence it accepted and refuses a smaller one (WHERE
+ * charges.fence <= EXCLUDED.fence). ok: accepted. */
+inline write(i) {
+	if
+#ifdef MUTANT_NO_FENCE_CHECK
+	:: true ->
+#else
+	:: fen[i] >= dfence ->
+#endif
+		if :: overtaken[i] -> late = 1 :: else -> skip fi;
+		dfence = fen[i]; FORALL(OVERTAKE);
+		effects++; ok = 1;
+		printf("MSC: C%d writes with fence %d: accepted (effects=%d)\n", i, fen[i], effects)
+	:: else ->
+#ifdef REACH_FENCE_REFUSED
+		assert(fen[i] >= dfence);
+#endif
+		ok = 0;
+		printf("MSC: C%d writes with fence %d: refused, the downstream holds %d: the handler returns an error\n", i, fen[i], dfence)
+	fi;
+	COMPACT
+}
+#endif
 
 /* Complete(claim): only if the record still carries the claim's token */
 inline complete(i) {
@@ -276,8 +363,14 @@ inline extend_failed(i) {
 #endif
 
 /* the consumer's in-flight state is gone: after ack, nack or crash */
+#ifdef FENCED
+#define RESET_FENCE(i) ; fen[i] = 0; overtaken[i] = 0; FORALL(UNORDER); COMPACT
+#else
+#define RESET_FENCE(i)  /* nothing: the other builds' state spaces stay as they were */
+#endif
 #define RESET(i) ph[i] = IDLE; msg[i] = 0; tok[i] = 0; hb[i] = 0; hbt[i] = 0; \
-	cancel[i] = 0; lt[i] = 0; hung[i] = 0; retry[i] = 0; mine[i] = 0; RESET_SPAN(i); res = 0; ok = 0
+	cancel[i] = 0; lt[i] = 0; hung[i] = 0; retry[i] = 0; mine[i] = 0; RESET_SPAN(i); res = 0; ok = 0 \
+	RESET_FENCE(i)
 
 #define CAN_CRASH (crashes < MAXCRASH)
 
@@ -320,11 +413,15 @@ end_idle:
 		:: else -> goto nack
 		fi
 #else
+#ifdef FENCED
+	:: d_step { !cancel[i] -> write(i); ph[i] = FIN }
+#else
 	:: d_step { !cancel[i] -> effects++; ok = 1; ph[i] = FIN;
 #ifdef MUTANT_HB_STOPS_AT_COMPLETE
 		hb[i] = 0; hbt[i] = 0;
 #endif
 		printf("MSC: C%d handler ok, the effect runs (effects=%d)\n", i, effects) }
+#endif
 #endif
 	:: d_step { (fails < MAXFAIL || cancel[i]) ->
 		if :: !cancel[i] -> fails++ :: else -> skip fi;
@@ -461,4 +558,9 @@ ltl strictly_once { [] (effects <= 1) }
 ltl eventually_once { <> [] (ALL_ACKED && effects >= 1 && effects <= 1 + torn) }
 /* 3. Complete/Release/Extend only ever change a record their own claim created */
 ltl owner_only { [] !foreign }
+#ifdef FENCED
+/* 4. the downstream never accepts a claim's write once a later claim's write is in:
+ *    a holder that paused for any time is refused once its successor has written */
+ltl fenced_order { [] !late }
+#endif
 #endif

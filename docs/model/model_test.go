@@ -51,6 +51,9 @@ func builds() []build {
 		{name: "pauses", defines: []string{"-DPAUSES", "-DNCONS=2", "-DMAXNET=0"}, checks: []check{
 			{claim: "owner_only", what: "P3 holds even when processes pause past their lease"},
 		}},
+		{name: "fenced-pauses", defines: []string{"-DFENCED", "-DPAUSES", "-DNCONS=2", "-DMAXNET=0"}, checks: []check{
+			{claim: "fenced_order", what: "P5: with fences, the downstream never accepts a claim's write after a later claim's, however long processes pause"},
+		}},
 		{name: "real", defines: []string{"-DMAXNET=0"}, checks: []check{
 			{claim: "at_most_once", what: "P1: at most once (one extra run per crash between effect and Complete), 3 consumers"},
 			{claim: "owner_only", what: "P3: Complete/Release/Extend only change a record their claim created, 3 consumers"},
@@ -85,6 +88,18 @@ func builds() []build {
 			{claim: "at_most_once", wantErrors: true, cause: "effects<=(1+torn)", trail: true,
 				what: "limit: a whole-process pause defeats the lease (heartbeat included)"},
 		}},
+		{name: "fenced-pauses-bfs", defines: []string{"-DFENCED", "-DPAUSES", "-DNCONS=2"}, bfs: true, checks: []check{
+			{claim: "at_most_once", wantErrors: true, cause: "effects<=(1+torn)", trail: true,
+				what: "limit: with fences, a paused holder's write that lands before its successor's is accepted, and the successor's after it"},
+		}},
+		{name: "mutant-fence-reuse", defines: []string{"-DFENCED", "-DMUTANT_FENCE_REUSE", "-DPAUSES", "-DNCONS=2"}, bfs: true, checks: []check{
+			{claim: "fenced_order", wantErrors: true, cause: "late", trail: true,
+				what: "mutant: a takeover given the fence of the claim it replaces lets the paused holder's write in after its successor's"},
+		}},
+		{name: "mutant-no-fence-check", defines: []string{"-DFENCED", "-DMUTANT_NO_FENCE_CHECK", "-DPAUSES", "-DNCONS=2"}, bfs: true, checks: []check{
+			{claim: "fenced_order", wantErrors: true, cause: "late", trail: true,
+				what: "mutant: a downstream without the fence condition accepts the paused holder's write after its successor's"},
+		}},
 		{name: "no-heartbeat", defines: []string{"-DNO_HEARTBEAT"}, bfs: true, checks: []check{
 			{claim: "at_most_once", wantErrors: true, cause: "effects<=(1+torn)", trail: true,
 				what: "P4: without the heartbeat a Complete retried past the lease lets a second claim run the effect"},
@@ -114,6 +129,9 @@ func builds() []build {
 		}},
 		{name: "reach-long-handler", defines: []string{"-DNOLTL", "-DREACH_LONG_HANDLER"}, bfs: true, checks: []check{
 			{wantErrors: true, cause: "span[i]<=3", what: "sanity: a handler outlives its lease and the heartbeat keeps the claim"},
+		}},
+		{name: "reach-fence-refused", defines: []string{"-DNOLTL", "-DREACH_FENCE_REFUSED", "-DFENCED", "-DPAUSES", "-DNCONS=2"}, bfs: true, checks: []check{
+			{wantErrors: true, cause: "fen[i]>=dfence", what: "sanity: the downstream does refuse a paused holder's write"},
 		}},
 		{name: "reach-foreign-refused", defines: []string{"-DNOLTL", "-DREACH_FOREIGN_REFUSED", "-DPAUSES", "-DNCONS=2"}, bfs: true, checks: []check{
 			{wantErrors: true, cause: "rtok!=tok[", what: "sanity: the token check does turn away a call on another claim's live record"},

@@ -2,7 +2,9 @@
 // test re-executes its own binary as a child process running the same
 // test, the child reports on its standard output when it reaches the
 // point, and blocks there; the parent waits for that report and kills the
-// child with SIGKILL. No sleeps decide when the crash happens.
+// child with SIGKILL. No sleeps decide when the crash happens. A child can
+// also freeze itself at a point (Pause: SIGSTOP, as a GC pause or a frozen
+// VM would freeze it) until the parent resumes it (Child.Continue).
 //
 //	func TestCrash(t *testing.T) {
 //		if crashtest.IsChild(t) {
