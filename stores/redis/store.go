@@ -205,18 +205,29 @@ func millis(d time.Duration) int64 {
 // compare-and-set script), keeping its Origin and time and counting one
 // more claim. A record whose lease ended is gone from Redis: the claim
 // that follows counts 1 again.
+//
+// Every Acquired claim carries a fence (Claim.Fence), kept in the record
+// it wrote: this process's clock in microseconds (storekit.NextFence) for
+// a key without a record, and for a takeover at least the released
+// record's fence plus one, which the compare-and-set makes larger than
+// every earlier winner's. After Redis deleted a record (its lease or
+// retention ended), the next fence is larger than the last as long as the
+// consumers' clocks agree within that lease or retention (docs/redis.md,
+// "Fencing").
 func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.Duration) (dedup.ClaimResult, error) {
 	if err := storekit.CheckDuration("lease", lease); err != nil {
 		return dedup.ClaimResult{}, err
 	}
 	raw := storekit.RawToken()
 	fp := fingerprintDigest(fingerprint)
-	p := firstClaim(ctx)
+	now := time.Now()
+	p := firstClaim(ctx, now)
+	fence := storekit.NextFence(0, now)
 	if s.waitReplicas > 0 {
-		return s.claimWait(ctx, key, raw, fp, &p, lease)
+		return s.claimWait(ctx, key, raw, fp, &p, fence, lease)
 	}
 	a := claimArgsPool.Get().(*claimArgs)
-	v := appendInProgress(a.value.b[:0], &raw, fp, &p)
+	v := appendInProgress(a.value.b[:0], &raw, fp, &p, fence)
 	a.value.len = uint16(len(v))
 	// One string holds the command's key and then the record: the record
 	// is the claim's token (see Claim.Token), the key the claim's note
@@ -235,7 +246,7 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 		return dedup.ClaimResult{}, fmt.Errorf("dedup/redis: claim: %w", err)
 	}
 	if !found {
-		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil
+		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token, Fence: fence}}, nil
 	}
 	res, err := outcomeOf(old, raw, fp, key, token)
 	if err == errReleased {
@@ -280,10 +291,10 @@ func joinKeyRecord(prefix, key string, v []byte) string {
 	return b.String()
 }
 
-// firstClaim is the provenance of a claim that creates a record: its
-// Origin, now, one claim.
-func firstClaim(ctx context.Context) provenance {
-	p := provenance{claimedAt: time.Now().UnixMilli(), claims: 1}
+// firstClaim is the provenance of a claim that creates a record at now:
+// its Origin, now, one claim.
+func firstClaim(ctx context.Context, now time.Time) provenance {
+	p := provenance{claimedAt: now.UnixMilli(), claims: 1}
 	p.origin, _ = dedup.OriginFromContext(ctx)
 	return p
 }
@@ -388,9 +399,9 @@ func parseBulkReply(raw []byte) (v []byte, found, ok bool) {
 // claimWait is Claim with Config.WaitReplicas: SET NX PX GET and WAIT in
 // one pipeline to the key's master. An acquired claim that WAIT does not
 // confirm is released (best effort) and refused with a *ReplicationError.
-func (s *Store) claimWait(ctx context.Context, key string, raw [tokenLen]byte, fp []byte, p *provenance, lease time.Duration) (dedup.ClaimResult, error) {
+func (s *Store) claimWait(ctx context.Context, key string, raw [tokenLen]byte, fp []byte, p *provenance, fence uint64, lease time.Duration) (dedup.ClaimResult, error) {
 	var cmd *goredis.Cmd
-	value := appendInProgress(nil, &raw, fp, p)
+	value := appendInProgress(nil, &raw, fp, p, fence)
 	token := string(value) // see Claim.Token
 	n, err := s.withWait(ctx, s.prefix+key, nil, func(p goredis.Pipeliner) goredis.Cmder {
 		cmd = p.Do(ctx, "set", s.prefix+key, value, "nx", "px", millis(lease), "get")
@@ -409,7 +420,7 @@ func (s *Store) claimWait(ctx context.Context, key string, raw [tokenLen]byte, f
 			s.releaseRefused(ctx, key, &raw)
 			return dedup.ClaimResult{}, err
 		}
-		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil
+		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token, Fence: fence}}, nil
 	}
 	if err != nil {
 		return dedup.ClaimResult{}, fmt.Errorf("dedup/redis: claim: %w", err)
@@ -445,8 +456,9 @@ func outcomeOf(old []byte, token [tokenLen]byte, fp []byte, key, claimToken stri
 		return dedup.ClaimResult{}, errReleased
 	}
 	if r.state == stateInProgress && r.token == token {
-		// Our own record, written by an earlier attempt of this command.
-		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: claimToken}}, nil
+		// Our own record, written by an earlier attempt of this command,
+		// with its fence.
+		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: claimToken, Fence: r.fence}}, nil
 	}
 	if len(fp) > 0 && len(r.fp) > 0 && string(fp) != string(r.fp) {
 		return dedup.ClaimResult{Outcome: dedup.Conflict}, nil
