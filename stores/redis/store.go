@@ -104,15 +104,21 @@ var _ dedup.ClaimAdmitter = (*Store)(nil)
 
 // New checks that every server the client writes to runs Redis 7.0 or newer
 // (INFO server on each Cluster master or Ring shard, on the one server or
-// the current Sentinel master otherwise) and, unless Config.AllowEviction,
-// that its maxmemory-policy is noeviction (INFO memory, else CONFIG GET),
-// and returns the store. A server that is too old gives a *VersionError
-// matching ErrServerTooOld, an evicting one an *EvictionPolicyError matching
-// ErrEvictionPolicy, an unreachable one the client's error: all at
-// construction, not at the first message. A server that tells its policy
-// neither way is accepted with a warning through Config.Logger.
-// Cost: two round trips per server (three where INFO memory lacks the
-// policy), one with AllowEviction, within ctx. A Config that Validate
+// the current Sentinel master otherwise), that it is a master (INFO
+// replication, else ROLE) and not an instance of an Active-Active database
+// (COMMAND INFO CRDT.DEBUG) unless Config.AllowActiveActive, and, unless
+// Config.AllowEviction, that its maxmemory-policy is noeviction (INFO
+// memory, else CONFIG GET), and returns the store. A server that is too
+// old gives a *VersionError matching ErrServerTooOld, a replica a
+// *ReplicaError matching ErrReplica, an Active-Active instance an
+// *ActiveActiveError matching ErrActiveActive, an evicting one an
+// *EvictionPolicyError matching ErrEvictionPolicy, an unreachable one the
+// client's error: all at construction, not at the first message. A server
+// that tells its policy, its role or its commands neither way is accepted
+// with a warning through Config.Logger. What cannot be detected (a proxy
+// that hides the servers behind it) is in docs/redis.md.
+// Cost: three round trips per server (four where INFO memory lacks the
+// policy), two with AllowEviction, within ctx. A Config that Validate
 // refuses (ErrNoClient, ErrAmbiguousPrefix, ...) is refused before any
 // round trip. The client (Config.Client) is not closed by the store.
 func New(ctx context.Context, config Config) (*Store, error) {
@@ -128,6 +134,12 @@ func New(ctx context.Context, config Config) (*Store, error) {
 	}
 	check := func(ctx context.Context, c goredis.Cmdable, addr string) error {
 		if err := checkVersion(ctx, c, addr); err != nil {
+			return err
+		}
+		warn := func(msg string, err error) {
+			config.Logger.Info(msg, watermill.LogFields{"addr": addr, "reason": err.Error()})
+		}
+		if err := checkTopology(ctx, c, addr, config.AllowActiveActive, warn); err != nil {
 			return err
 		}
 		if config.AllowEviction {
