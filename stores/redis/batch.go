@@ -31,7 +31,8 @@ const waitReplicasConcurrency = 16
 // scripts the server did not know). One round trip for a batch of new,
 // live or expired records (per BatchRequestSize records), two when some
 // take over a released record. A failure part-way (a connection dropped
-// after part of a pipeline) fails only the records without a reply.
+// after part of a pipeline) fails only the records without a reply. Each
+// acquired record has its fence, as Claim gives it.
 //
 // With Config.WaitReplicas the records are claimed one by one (each
 // waiting for its replicas), up to 16 at once.
@@ -49,18 +50,20 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []dedup.ClaimRequest) ([]de
 		raw   [tokenLen]byte
 		fp    []byte
 		value []byte
+		fence uint64
 		cmd   *goredis.Cmd
 		old   []byte // a released record found, for the takeover
 	}
-	now := time.Now().UnixMilli()
+	now := time.Now()
+	fence := storekit.NextFence(0, now) // every key's own: one claim each here
 	recs := make([]*claimRec, 0, len(reqs))
 	for i, r := range reqs {
 		if errs[i] = storekit.CheckDuration("lease", r.Lease); errs[i] != nil {
 			continue
 		}
-		c := &claimRec{i: i, raw: storekit.RawToken(), fp: fingerprintDigest(r.Fingerprint)}
-		p := provenance{claimedAt: now, claims: 1, origin: r.Origin}
-		c.value = appendInProgress(nil, &c.raw, c.fp, &p)
+		c := &claimRec{i: i, raw: storekit.RawToken(), fp: fingerprintDigest(r.Fingerprint), fence: fence}
+		p := provenance{claimedAt: now.UnixMilli(), claims: 1, origin: r.Origin}
+		c.value = appendInProgress(nil, &c.raw, c.fp, &p, c.fence)
 		recs = append(recs, c)
 	}
 	s.pipelined(ctx, len(recs), func(p goredis.Pipeliner, k int) {
@@ -86,7 +89,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []dedup.ClaimRequest) ([]de
 		v, err := c.cmd.Text()
 		switch {
 		case errors.Is(err, goredis.Nil):
-			res[c.i] = dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: reqs[c.i].Key, Token: string(c.value)}}
+			res[c.i] = dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: reqs[c.i].Key, Token: string(c.value), Fence: c.fence}}
 		case err != nil:
 			errs[c.i] = fmt.Errorf("dedup/redis: claim: %w", err)
 		case decide(c, []byte(v)):
@@ -106,18 +109,19 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []dedup.ClaimRequest) ([]de
 			c      *claimRec
 			keys   []string
 			value  []byte
+			fence  uint64
 			lease  int64
 			cmd    *goredis.Cmd
 			failed bool
 		}
 		var tos []*takeover
 		for _, c := range released {
-			value, err := takeoverValue(c.old, &c.raw, c.fp, reqs[c.i].Origin)
+			value, fence, err := takeoverValue(c.old, &c.raw, c.fp, reqs[c.i].Origin)
 			if err != nil {
 				errs[c.i] = err
 				continue
 			}
-			tos = append(tos, &takeover{c: c, keys: []string{s.prefix + reqs[c.i].Key}, value: value, lease: millis(reqs[c.i].Lease)})
+			tos = append(tos, &takeover{c: c, keys: []string{s.prefix + reqs[c.i].Key}, value: value, fence: fence, lease: millis(reqs[c.i].Lease)})
 		}
 		s.scripted(ctx, takeoverScript, len(tos), func(p goredis.Pipeliner, k int, sha bool) *goredis.Cmd {
 			t := tos[k]
@@ -134,7 +138,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []dedup.ClaimRequest) ([]de
 			v, err := t.cmd.Text()
 			switch {
 			case errors.Is(err, goredis.Nil):
-				res[c.i] = dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: reqs[c.i].Key, Token: string(t.value)}}
+				res[c.i] = dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: reqs[c.i].Key, Token: string(t.value), Fence: t.fence}}
 			case err != nil:
 				errs[c.i] = fmt.Errorf("dedup/redis: claim: %w", err)
 			case decide(c, []byte(v)):
@@ -146,20 +150,28 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []dedup.ClaimRequest) ([]de
 }
 
 // takeoverValue is the in-progress record a claim writes over the
-// released record old: old's provenance with one more claim, or (a record
-// of an earlier version) the claim's own.
-func takeoverValue(old []byte, raw *[tokenLen]byte, fp []byte, origin dedup.Origin) ([]byte, error) {
+// released record old, and its fence: old's provenance with one more
+// claim, or (a record of an earlier version) the claim's own, and
+// storekit.NextFence of old's fence (0 when old has none) by this
+// process's clock. The takeover script writes it only over old exactly,
+// so the fence is larger than the one it replaces whatever the clocks of
+// the processes that wrote them: the clock only keeps fences near the
+// time, for the claim that follows the record's deletion (see
+// docs/redis.md, "Fencing").
+func takeoverValue(old []byte, raw *[tokenLen]byte, fp []byte, origin dedup.Origin) ([]byte, uint64, error) {
 	r, err := decodeRecord(old)
 	if err != nil {
-		return nil, fmt.Errorf("dedup/redis: claim: %w", err)
+		return nil, 0, fmt.Errorf("dedup/redis: claim: %w", err)
 	}
+	now := time.Now()
 	p, ok := decodeProvenance(r.prov)
 	if ok {
 		p.claims++
 	} else {
-		p = provenance{claimedAt: time.Now().UnixMilli(), claims: 1, origin: origin}
+		p = provenance{claimedAt: now.UnixMilli(), claims: 1, origin: origin}
 	}
-	return appendInProgress(nil, raw, fp, &p), nil
+	fence := storekit.NextFence(r.fence, now)
+	return appendInProgress(nil, raw, fp, &p, fence), fence, nil
 }
 
 // CompleteBatch implements [dedup.BatchStore.CompleteBatch]: as Complete

@@ -20,8 +20,9 @@ import (
 // Complete script builds from the record it finds are the same bytes, for
 // every kind of in-progress record: with and without fingerprint,
 // provenance with every kind of id, claimed in the past, the future or at
-// the epoch, fields of later versions, with and without a result, with and
-// without Config.OmitProvenance. The script takes the client's record only
+// the epoch, fields of later versions, with and without a fence (which
+// neither keeps), with and without a result, with and without
+// Config.OmitProvenance. The script takes the client's record only
 // when the record under the key is the one expected.
 func TestCompletedBuiltByClient(t *testing.T) {
 	ctx := context.Background()
@@ -48,8 +49,14 @@ func TestCompletedBuiltByClient(t *testing.T) {
 		for _, at := range []int64{now - 5000, now - 10*24*3600*1000, now + 1000, 0, 1<<48 - 1} {
 			for _, claims := range []uint64{1, 300, 1 << 63} {
 				for i, o := range origins {
-					recs = append(recs, rec{fmt.Sprintf("fp=%q at=%d claims=%d origin=%d", fp, at, claims, i),
-						redis.InProgressRecord(newToken(t), fp, at, claims, o)})
+					// A fence (dropped on completion), or none: a record
+					// written before fencing.
+					fence := uint64(0)
+					if (i+int(claims))%2 == 0 {
+						fence = uint64(at)*1000 + 1
+					}
+					recs = append(recs, rec{fmt.Sprintf("fp=%q at=%d claims=%d origin=%d fence=%d", fp, at, claims, i, fence),
+						redis.InProgressRecord(newToken(t), fp, at, claims, o, fence)})
 				}
 			}
 		}
@@ -58,7 +65,7 @@ func TestCompletedBuiltByClient(t *testing.T) {
 	// carry over without knowing them), up to the 255 bytes of fields, so
 	// that completed-at sometimes does not fit.
 	for _, n := range []int{0, 200, 240, 250, 251, 252, 253, 255} {
-		base := redis.InProgressRecord(newToken(t), "fp", now-1234, 2, origins[2])
+		base := redis.InProgressRecord(newToken(t), "fp", now-1234, 2, origins[2], uint64(now)*1000)
 		fields := base[19:]
 		if pad := n - len(fields) - 2; pad >= 0 {
 			fields += string([]byte{9, byte(pad)}) + strings.Repeat("z", pad)

@@ -60,6 +60,21 @@ type Config struct {
 	// alert on Redis' evicted_keys. Defaults to false.
 	AllowEviction bool
 
+	// AllowActiveActive lets New accept an instance of an Active-Active
+	// database (Redis Enterprise or Redis Cloud Active-Active, "CRDB"),
+	// which New otherwise refuses with an *ActiveActiveError when the
+	// server knows the command CRDT.DEBUG. Every instance of such a
+	// database takes writes and replicates them to the others
+	// asynchronously: SET NX is atomic within one instance only, so two
+	// consumers claiming a key through two instances (regions) can both
+	// acquire it and both run its effect, with fences that do not order
+	// them; when the instances sync, the later write by wall clock wins.
+	// Set it only where every consumer of a key writes through the same
+	// instance (the other regions on standby); a consumer moved to another
+	// instance then meets only the records that replication brought there.
+	// Defaults to false.
+	AllowActiveActive bool
+
 	// WaitReplicas, when positive, makes a write the store relies on wait
 	// until that many replicas have it before it is reported: Claim when
 	// it acquires, Complete, and Extend each send their write and
@@ -143,10 +158,13 @@ type Config struct {
 	// the effect. Defaults to false: every record keeps its provenance.
 	OmitProvenance bool
 
-	// Logger receives New's warning when a server tells neither INFO
-	// memory's maxmemory_policy nor CONFIG GET maxmemory-policy (logged
-	// once per such server, at info level, with its addr), after which New
-	// proceeds. Defaults to watermill.NopLogger.
+	// Logger receives New's warnings, each logged once per server at info
+	// level with its addr, after which New proceeds: a server that tells
+	// neither INFO memory's maxmemory_policy nor CONFIG GET
+	// maxmemory-policy; one that tells its replication role neither in
+	// INFO replication nor with ROLE; one that refuses COMMAND INFO, so
+	// that an Active-Active database cannot be told apart. Defaults to
+	// watermill.NopLogger.
 	Logger watermill.LoggerAdapter
 }
 

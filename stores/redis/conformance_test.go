@@ -19,7 +19,9 @@ import (
 // features: expiry is decided by the server (PX), so the suite waits in
 // real time; the fingerprint an operator sees is the hex of its 16-byte
 // digest; the completing and releasing scripts announce the change to the
-// key's watches (WatchKey).
+// key's watches (WatchKey); every won claim carries a fence, in every
+// configuration (single server, Sentinel, Cluster, AutoPipeline,
+// WaitReplicas, the Lua claim).
 var features = storetest.Features{
 	ShortDuration:    300 * time.Millisecond,
 	AlreadyCompleted: true,
@@ -27,6 +29,7 @@ var features = storetest.Features{
 	AdminFingerprint: func(fp string) string { sum := sha256.Sum256([]byte(fp)); return hex.EncodeToString(sum[:16]) },
 	Provenance:       true,
 	Watch:            true,
+	Fencing:          true,
 }
 
 // shared returns a constructor that gives every case the same store.

@@ -34,10 +34,12 @@ func (s LuaClaimStore) Claim(ctx context.Context, key, fingerprint string, lease
 	raw := storekit.RawToken()
 	token := string(raw[:])
 	fp := fingerprintDigest(fingerprint)
-	p := firstClaim(ctx)
-	old, err := claimScript.Run(ctx, s.client, []string{s.prefix + key}, appendInProgress(nil, &raw, fp, &p), millis(lease)).Text()
+	now := time.Now()
+	p := firstClaim(ctx, now)
+	fence := storekit.NextFence(0, now)
+	old, err := claimScript.Run(ctx, s.client, []string{s.prefix + key}, appendInProgress(nil, &raw, fp, &p, fence), millis(lease)).Text()
 	if errors.Is(err, goredis.Nil) {
-		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil
+		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token, Fence: fence}}, nil
 	}
 	if err != nil {
 		return dedup.ClaimResult{}, fmt.Errorf("dedup/redis: claim: %w", err)
@@ -57,8 +59,9 @@ func (s *Store) ClaimAs(ctx context.Context, key, token string, lease time.Durat
 	if err != nil {
 		return dedup.ClaimResult{}, err
 	}
-	p := firstClaim(ctx)
-	return s.claimWait(ctx, key, raw, fingerprintDigest(""), &p, lease)
+	now := time.Now()
+	p := firstClaim(ctx, now)
+	return s.claimWait(ctx, key, raw, fingerprintDigest(""), &p, storekit.NextFence(0, now), lease)
 }
 
 // WithAutoPipeliner returns a copy of s that sends its commands through
@@ -71,10 +74,11 @@ func WithAutoPipeliner(s *Store, ap *goredis.AutoPipeliner) *Store {
 }
 
 // InProgressRecord is the in-progress record a claim with token writes
-// for a fingerprint and a provenance.
-func InProgressRecord(token [16]byte, fingerprint string, claimedAt int64, claims uint64, origin dedup.Origin) string {
+// for a fingerprint, a provenance and a fence (0: none, a record written
+// before fencing).
+func InProgressRecord(token [16]byte, fingerprint string, claimedAt int64, claims uint64, origin dedup.Origin, fence uint64) string {
 	p := provenance{claimedAt: claimedAt, claims: claims, origin: origin}
-	return string(appendInProgress(nil, &token, fingerprintDigest(fingerprint), &p))
+	return string(appendInProgress(nil, &token, fingerprintDigest(fingerprint), &p, fence))
 }
 
 // AppendCompleted is appendCompleted: the completed record (without its

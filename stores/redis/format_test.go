@@ -169,3 +169,53 @@ func TestCompletedRecordIsEmbedded(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordsWithoutFence: records written before fencing have no fence
+// field. A released one is taken over with a fence by this process's
+// clock (older than any fence it could have had: none), and the record
+// written then carries it, so the next takeover's fence is larger; an
+// in-progress one is InProgress as before, and its owner (a process of the
+// previous version) completes it. A record with a fence is the format the
+// previous version reads too: it skips field 4 as it skips every field it
+// does not know (TestUnknownFieldsAreSkipped).
+func TestRecordsWithoutFence(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := newClient(t)
+	store := newStore(t, client, redis.Config{KeyPrefix: "nofence:"})
+	key := admin.ScopedKey("s", "released")
+	old := []byte(redis.InProgressRecord(newToken(t), "", time.Now().Add(-time.Second).UnixMilli(), 1, uuidOrigin, 0))
+	old[1] = 'R'
+	if err := client.Set(ctx, store.RedisKey(key), old, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := uint64(time.Now().UnixMicro())
+	res, err := store.Claim(ctx, key, "", time.Minute)
+	if err != nil || res.Outcome != dedup.Acquired || res.Claim.Fence < before {
+		t.Fatalf("claim of a released record without fence: %+v %v, want Acquired with a fence of at least %d", res, err, before)
+	}
+	if rec, err := store.Inspect(ctx, key); err != nil || rec.Claims != 2 || rec.TransportID != uuidOrigin.TransportID {
+		t.Fatalf("inspect after the takeover: %+v %v, want the old record's provenance and 2 claims", rec, err)
+	}
+	if err := store.Release(ctx, res.Claim); err != nil {
+		t.Fatal(err)
+	}
+	next, err := store.Claim(ctx, key, "", time.Minute)
+	if err != nil || next.Outcome != dedup.Acquired || next.Claim.Fence <= res.Claim.Fence {
+		t.Fatalf("next takeover: %+v %v, want a fence larger than %d", next, err, res.Claim.Fence)
+	}
+
+	// An in-progress record of the previous version: InProgress; its
+	// owner's token completes it.
+	token := newToken(t)
+	busy := admin.ScopedKey("s", "busy")
+	if err := client.Set(ctx, store.RedisKey(busy), redis.InProgressRecord(token, "", time.Now().UnixMilli(), 1, uuidOrigin, 0), time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := store.Claim(ctx, busy, "", time.Minute); err != nil || res.Outcome != dedup.InProgress || res.Claim.Fence != 0 {
+		t.Fatalf("claim of an in-progress record without fence: %+v %v, want InProgress", res, err)
+	}
+	if err := store.Complete(ctx, dedup.Claim{Key: busy, Token: string(token[:])}, nil, time.Hour); err != nil {
+		t.Fatalf("complete of a record without fence by its owner's token: %v", err)
+	}
+}

@@ -47,7 +47,8 @@ import (
 // Fields are tag, length, value (one byte each for tag and length), at
 // most 255 bytes in all. A reader skips tags it does not know, so later
 // versions can add fields without a new format version; the Complete
-// script carries every field of the in-progress record over.
+// script carries every field of the in-progress record over but the
+// fence.
 //
 //	tag  written by  value
 //	1    Claim       the fingerprint digest (16 bytes)
@@ -61,6 +62,16 @@ import (
 //	3    Complete    completed-at: milliseconds after the first claim's
 //	                 time (uvarint); left out with field 2
 //	                 (Config.OmitProvenance)
+//	4    Claim       the fence (dedup.Claim.Fence), big-endian: 8 bytes
+//	                 written, 1 to 8 read. In-progress and released
+//	                 records keep it, for the claim that takes the record
+//	                 over (storekit.NextFence); Complete drops it: a
+//	                 completed record is never taken over, only deleted
+//	                 (its TTL, Evict), and it stays as small as before.
+//	                 A record without it (written before fencing, or
+//	                 taken over by a process of that version) has fence
+//	                 0. The previous version skips the field as unknown,
+//	                 and carries it into the completed records it writes.
 //
 // A completed record of a claim with a Watermill UUID and no other id,
 // without fingerprint and result, is 40 to 42 bytes: Redis keeps it
@@ -103,6 +114,11 @@ const (
 	fieldFingerprint    byte = 1
 	fieldProvenance     byte = 2
 	fieldCompletedAfter byte = 3
+	fieldFence          byte = 4
+
+	// fenceField is the length of the fence field as written: tag,
+	// length, 8 bytes.
+	fenceField = 2 + 8
 
 	// Id kinds of the provenance field.
 	idNone byte = 0
@@ -125,6 +141,8 @@ type record struct {
 	result []byte // nil when empty
 	// prov and completedAfter are the values of fields 2 and 3, if any.
 	prov, completedAfter []byte
+	// fence is field 4, 0 when the record has none.
+	fence uint64
 }
 
 // fingerprintDigest returns the stored form of a fingerprint: nil for none,
@@ -141,7 +159,7 @@ func fingerprintDigest(fingerprint string) []byte {
 
 // maxInProgress is the length of the largest in-progress record this
 // version writes.
-const maxInProgress = headerLen + 2 + fpDigestLen + maxProvenance
+const maxInProgress = headerLen + 2 + fpDigestLen + maxProvenance + fenceField
 
 // provenance is the decoded provenance field (see the format).
 type provenance struct {
@@ -151,8 +169,9 @@ type provenance struct {
 }
 
 // appendInProgress appends the value a claim writes: its token, the
-// fingerprint digest (if any) and provenance.
-func appendInProgress(b []byte, token *[tokenLen]byte, fpDigest []byte, p *provenance) []byte {
+// fingerprint digest (if any), provenance and the claim's fence (none
+// when 0).
+func appendInProgress(b []byte, token *[tokenLen]byte, fpDigest []byte, p *provenance, fence uint64) []byte {
 	b = append(b, formatV2, stateInProgress)
 	b = append(b, token[:]...)
 	n := len(b)
@@ -162,6 +181,10 @@ func appendInProgress(b []byte, token *[tokenLen]byte, fpDigest []byte, p *prove
 		b = append(b, fpDigest...)
 	}
 	b = appendProvenance(b, p)
+	if fence != 0 {
+		b = append(b, fieldFence, 8)
+		b = binary.BigEndian.AppendUint64(b, fence)
+	}
 	b[n] = byte(len(b) - n - 1)
 	return b
 }
@@ -303,9 +326,10 @@ const maxCompletedHeader = fieldsOffsetC + 1 + 255
 // result: the same bytes, built here so that the server does not have to
 // (see Store.Complete). It mirrors completeSrc's builder field for field:
 // every field is kept but the provenance with omitProvenance, and field 3
-// (completed-at, after the provenance's claimed-at) is added when it fits.
-// ok is false when the record would keep no field (the script then writes
-// the compact form or the result alone) or v is not such a record.
+// (completed-at, after the provenance's claimed-at) is added when it fits;
+// the fence is dropped. ok is false when the record would keep no field
+// (the script then writes the compact form or the result alone) or v is
+// not such a record.
 func appendCompleted(b []byte, v string, now int64, omitProvenance bool) (_ []byte, ok bool) {
 	if len(v) < headerLen || v[0] != formatV2 || v[1] != stateInProgress || len(v) != headerLen+int(v[fieldsOffsetP]) {
 		return b, false
@@ -324,6 +348,7 @@ func appendCompleted(b []byte, v string, now int64, omitProvenance bool) (_ []by
 			return b[:n-fieldsOffsetC], false // not written by this version
 		}
 		switch {
+		case t == fieldFence:
 		case t != fieldProvenance:
 			b = append(b, fields[i:end]...)
 		case !omitProvenance:
@@ -440,6 +465,14 @@ func decodeV2(v []byte) (record, error) {
 			r.prov = value
 		case tag == fieldCompletedAfter:
 			r.completedAfter = value
+		case tag == fieldFence:
+			if len(value) == 0 || len(value) > 8 {
+				return r, fmt.Errorf("%w: a fence of %d bytes", ErrUnknownFormat, len(value))
+			}
+			r.fence = 0
+			for _, c := range value {
+				r.fence = r.fence<<8 | uint64(c)
+			}
 		}
 		fields = fields[2+len(value):]
 	}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 )
@@ -21,7 +22,7 @@ func testToken() *[tokenLen]byte {
 
 func TestRecordLayout(t *testing.T) {
 	token := testToken()
-	v := appendInProgress(nil, token, nil, &provenance{})
+	v := appendInProgress(nil, token, nil, &provenance{}, 0)
 	want := append(append([]byte{2, 'P'}, token[:]...), 10, fieldProvenance, 8, 0, 0, 0, 0, 0, 0, 0, 0)
 	if !bytes.Equal(v, want) {
 		t.Fatalf("in-progress record without fingerprint and ids = %x, want %x", v, want)
@@ -31,7 +32,7 @@ func TestRecordLayout(t *testing.T) {
 	if len(fp) != 16 {
 		t.Fatalf("fingerprint digest is %d bytes, want 16", len(fp))
 	}
-	v = appendInProgress(nil, token, fp, &provenance{})
+	v = appendInProgress(nil, token, fp, &provenance{}, 0)
 	if len(v) != headerLen+2+fpDigestLen+10 {
 		t.Fatalf("in-progress record with fingerprint is %d bytes, want %d", len(v), headerLen+2+fpDigestLen+10)
 	}
@@ -64,6 +65,92 @@ func TestRecordLayout(t *testing.T) {
 	r, err = decodeRecord(compact)
 	if err != nil || r.state != stateCompleted || r.fp != nil || r.result != nil {
 		t.Fatalf("compact %q decoded %+v %v", compact, r, err)
+	}
+}
+
+// The fence is field 4, 8 bytes big-endian; a reader takes 1 to 8 bytes,
+// and a record without it (written before fencing) has fence 0. The
+// completed record the client builds drops it: the same bytes as for the
+// record without a fence.
+func TestFenceField(t *testing.T) {
+	token := testToken()
+	p := provenance{claimedAt: 1789000000123, claims: 1}
+	const fence = 1789000000123456
+	v := appendInProgress(nil, token, nil, &p, fence)
+	old := appendInProgress(nil, token, nil, &p, 0)
+	want := append(append(append([]byte(nil), old...), fieldFence, 8), 0, 0x06, 0x5b, 0x16, 0x05, 0x82, 0xb2, 0x40)
+	want[fieldsOffsetP] += fenceField
+	if !bytes.Equal(v, want) {
+		t.Fatalf("record with fence %d = %x, want %x", uint64(fence), v, want)
+	}
+	for name, c := range map[string]struct {
+		v     []byte
+		fence uint64
+	}{
+		"written":        {v, fence},
+		"before fencing": {old, 0},
+		"one byte":       {withFields(token, fieldFence, 1, 7), 7},
+		"eight bytes":    {withFields(token, fieldFence, 8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe), 1<<64 - 2},
+	} {
+		r, err := decodeRecord(c.v)
+		if err != nil || r.fence != c.fence {
+			t.Errorf("%s: fence %d (%v), want %d", name, r.fence, err, c.fence)
+		}
+	}
+	for name, v := range map[string][]byte{
+		"empty":   withFields(token, fieldFence, 0),
+		"9 bytes": withFields(token, fieldFence, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9),
+		"cut":     withFields(token, fieldFence, 8, 1, 2),
+	} {
+		if _, err := decodeRecord(v); !errors.Is(err, ErrUnknownFormat) {
+			t.Errorf("%s: %v, want ErrUnknownFormat", name, err)
+		}
+	}
+	for _, omit := range []bool{false, true} {
+		a, okA := appendCompleted(nil, string(v), 1789000000999, omit)
+		b, okB := appendCompleted(nil, string(old), 1789000000999, omit)
+		if okA != okB || !bytes.Equal(a, b) {
+			t.Errorf("omit=%t: completed record of the fenced record %x (%v), of the record without fence %x (%v)", omit, a, okA, b, okB)
+		}
+	}
+}
+
+// withFields is an in-progress record with the given fields' bytes (their
+// length byte computed, even when a field runs past them).
+func withFields(token *[tokenLen]byte, fields ...byte) []byte {
+	v := append(append([]byte{formatV2, stateInProgress}, token[:]...), byte(len(fields)))
+	return append(v, fields...)
+}
+
+// A claim that takes over a released record writes a fence larger than
+// the record's, whatever the clock says: the clock's time when the record
+// has none or an older one, the record's fence plus one when that is not
+// smaller (a record stamped by a clock ahead of this one).
+func TestTakeoverFence(t *testing.T) {
+	token, mine := testToken(), [tokenLen]byte{1}
+	p := provenance{claimedAt: 1789000000123, claims: 2}
+	released := func(fence uint64) []byte {
+		v := appendInProgress(nil, token, nil, &p, fence)
+		v[1] = stateReleased
+		return v
+	}
+	ahead := uint64(time.Now().Add(time.Hour).UnixMicro())
+	for _, prev := range []uint64{0, 1, uint64(time.Now().Add(-time.Hour).UnixMicro()), ahead} {
+		before := uint64(time.Now().UnixMicro())
+		value, fence, err := takeoverValue(released(prev), &mine, nil, dedup.Origin{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fence <= prev || (prev < before && fence < before) || (prev == ahead && fence != ahead+1) {
+			t.Errorf("takeover of a record with fence %d: fence %d", prev, fence)
+		}
+		r, err := decodeRecord(value)
+		if err != nil || r.fence != fence || r.token != mine || r.state != stateInProgress {
+			t.Errorf("takeover of fence %d wrote %+v (%v), want fence %d", prev, r, err, fence)
+		}
+		if q, ok := decodeProvenance(r.prov); !ok || q.claims != 3 || q.claimedAt != p.claimedAt {
+			t.Errorf("takeover of fence %d: provenance %+v, want the record's with one more claim", prev, q)
+		}
 	}
 }
 
@@ -101,7 +188,7 @@ func TestDecodeVersion1(t *testing.T) {
 
 func TestDecodeRefusesOtherFormats(t *testing.T) {
 	token := testToken()
-	good := appendInProgress(nil, token, fingerprintDigest("x"), &provenance{})
+	good := appendInProgress(nil, token, fingerprintDigest("x"), &provenance{}, 0)
 	goodV1 := append(append(append([]byte{1, 'P'}, token[:]...), 16), fingerprintDigest("x")...)
 	for name, v := range map[string][]byte{
 		"nil":                nil,
@@ -131,15 +218,19 @@ func TestOutcomeOfOwnRecord(t *testing.T) {
 	var mine, other [tokenLen]byte
 	mine[0], other[0] = 1, 2
 	fp := fingerprintDigest("a")
-	res, err := outcomeOf(appendInProgress(nil, &mine, fp, &provenance{}), mine, fp, "k", "01")
-	if err != nil || res.Outcome != dedup.Acquired || res.Claim != (dedup.Claim{Key: "k", Token: "01"}) {
-		t.Fatalf("own record: %+v %v, want acquired", res, err)
+	res, err := outcomeOf(appendInProgress(nil, &mine, fp, &provenance{}, 1789), mine, fp, "k", "01")
+	if err != nil || res.Outcome != dedup.Acquired || res.Claim != (dedup.Claim{Key: "k", Token: "01", Fence: 1789}) {
+		t.Fatalf("own record: %+v %v, want acquired with the record's fence", res, err)
 	}
-	res, err = outcomeOf(appendInProgress(nil, &other, fp, &provenance{}), mine, fp, "k", "01")
+	res, err = outcomeOf(appendInProgress(nil, &other, fp, &provenance{}, 1789), mine, fp, "k", "01")
+	if err != nil || res.Outcome != dedup.InProgress || res.Claim.Fence != 0 {
+		t.Fatalf("another's record with a fence: %+v %v, want in progress without fence", res, err)
+	}
+	res, err = outcomeOf(appendInProgress(nil, &other, fp, &provenance{}, 0), mine, fp, "k", "01")
 	if err != nil || res.Outcome != dedup.InProgress {
 		t.Fatalf("another's record: %+v %v, want in progress", res, err)
 	}
-	res, err = outcomeOf(appendInProgress(nil, &other, fp, &provenance{}), mine, fingerprintDigest("b"), "k", "01")
+	res, err = outcomeOf(appendInProgress(nil, &other, fp, &provenance{}, 0), mine, fingerprintDigest("b"), "k", "01")
 	if err != nil || res.Outcome != dedup.Conflict {
 		t.Fatalf("another fingerprint: %+v %v, want conflict", res, err)
 	}
@@ -173,8 +264,8 @@ func TestParseBulkReply(t *testing.T) {
 
 func FuzzDecodeRecord(f *testing.F) {
 	token := testToken()
-	f.Add(appendInProgress(nil, token, nil, &provenance{}))
-	f.Add(appendInProgress(nil, token, fingerprintDigest("x"), &provenance{}))
+	f.Add(appendInProgress(nil, token, nil, &provenance{}, 0))
+	f.Add(appendInProgress(nil, token, fingerprintDigest("x"), &provenance{}, 0))
 	f.Add(appendCompact(nil, token))
 	f.Add([]byte{1, 'C'})
 	f.Add(append(append([]byte{2, 'C'}, token[:8]...), 0, 'r'))
@@ -202,8 +293,10 @@ func TestProvenanceRoundTrip(t *testing.T) {
 		{claims: 3, origin: dedup.Origin{MessageID: "sqs-only"}},
 		{claimedAt: 1<<48 - 1, claims: 1<<64 - 1, origin: dedup.Origin{TransportID: long, MessageID: long[:98] + "."}},
 	} {
-		v := appendInProgress(nil, testToken(), fingerprintDigest("fp"), &p)
-		if len(v) > maxInProgress || int(v[fieldsOffsetP]) > 255-12 {
+		v := appendInProgress(nil, testToken(), fingerprintDigest("fp"), &p, 1<<63)
+		// Complete drops the fence and adds completed-at (at most 12
+		// bytes).
+		if len(v) > maxInProgress || len(v) != headerLen+int(v[fieldsOffsetP]) || int(v[fieldsOffsetP])-fenceField > 255-12 {
 			t.Errorf("%+v: record of %d bytes, fields of %d: no room for completed-at", p, len(v), v[fieldsOffsetP])
 		}
 		r, err := decodeRecord(v)

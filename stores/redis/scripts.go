@@ -50,7 +50,8 @@ end
 // a record without fields and a result becomes ARGV[2] (the compact form);
 // otherwise a version 2 completed record keeping the first 8 token bytes
 // and every field of the in-progress record (a version 1 fingerprint
-// becomes field 1) but the provenance when left out, plus field 3
+// becomes field 1) but the fence (field 4) and the provenance when left
+// out, plus field 3
 // (completed-at, after the provenance's claimed-at), followed by the
 // result. Both ways write the same bytes (TestCompletedBuiltByClient).
 // The retention becomes the key's TTL (PX): the completed record expires
@@ -68,7 +69,8 @@ if f == 2 then
   local kept, i, at = '', 1, nil
   while i + 1 <= string.len(fields) do
     local t, l = string.byte(fields, i, i + 1)
-    if t ~= 2 then
+    if t == 4 then
+    elseif t ~= 2 then
       kept = kept .. string.sub(fields, i, i + 1 + l)
     elseif ARGV[6] ~= '1' then
       kept = kept .. string.sub(fields, i, i + 1 + l)
@@ -154,6 +156,9 @@ return 0
 // compare-and-set on the whole value. It replies nil when it wrote the
 // record (also when the key was gone by then), else the value now under
 // the key, which the claim decides on as it decides on SET NX's reply.
+// The claim built ARGV[2] with a fence larger than ARGV[1]'s (see
+// takeoverValue): the compare on the whole value makes the write atomic
+// with the fence it read, so no clock is read here.
 const takeoverSrc = `
 local v = redis.call('GET', KEYS[1])
 if v and v ~= ARGV[1] then return v end

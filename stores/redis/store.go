@@ -104,15 +104,21 @@ var _ dedup.ClaimAdmitter = (*Store)(nil)
 
 // New checks that every server the client writes to runs Redis 7.0 or newer
 // (INFO server on each Cluster master or Ring shard, on the one server or
-// the current Sentinel master otherwise) and, unless Config.AllowEviction,
-// that its maxmemory-policy is noeviction (INFO memory, else CONFIG GET),
-// and returns the store. A server that is too old gives a *VersionError
-// matching ErrServerTooOld, an evicting one an *EvictionPolicyError matching
-// ErrEvictionPolicy, an unreachable one the client's error: all at
-// construction, not at the first message. A server that tells its policy
-// neither way is accepted with a warning through Config.Logger.
-// Cost: two round trips per server (three where INFO memory lacks the
-// policy), one with AllowEviction, within ctx. A Config that Validate
+// the current Sentinel master otherwise), that it is a master (INFO
+// replication, else ROLE) and not an instance of an Active-Active database
+// (COMMAND INFO CRDT.DEBUG) unless Config.AllowActiveActive, and, unless
+// Config.AllowEviction, that its maxmemory-policy is noeviction (INFO
+// memory, else CONFIG GET), and returns the store. A server that is too
+// old gives a *VersionError matching ErrServerTooOld, a replica a
+// *ReplicaError matching ErrReplica, an Active-Active instance an
+// *ActiveActiveError matching ErrActiveActive, an evicting one an
+// *EvictionPolicyError matching ErrEvictionPolicy, an unreachable one the
+// client's error: all at construction, not at the first message. A server
+// that tells its policy, its role or its commands neither way is accepted
+// with a warning through Config.Logger. What cannot be detected (a proxy
+// that hides the servers behind it) is in docs/redis.md.
+// Cost: three round trips per server (four where INFO memory lacks the
+// policy), two with AllowEviction, within ctx. A Config that Validate
 // refuses (ErrNoClient, ErrAmbiguousPrefix, ...) is refused before any
 // round trip. The client (Config.Client) is not closed by the store.
 func New(ctx context.Context, config Config) (*Store, error) {
@@ -128,6 +134,12 @@ func New(ctx context.Context, config Config) (*Store, error) {
 	}
 	check := func(ctx context.Context, c goredis.Cmdable, addr string) error {
 		if err := checkVersion(ctx, c, addr); err != nil {
+			return err
+		}
+		warn := func(msg string, err error) {
+			config.Logger.Info(msg, watermill.LogFields{"addr": addr, "reason": err.Error()})
+		}
+		if err := checkTopology(ctx, c, addr, config.AllowActiveActive, warn); err != nil {
 			return err
 		}
 		if config.AllowEviction {
@@ -205,18 +217,29 @@ func millis(d time.Duration) int64 {
 // compare-and-set script), keeping its Origin and time and counting one
 // more claim. A record whose lease ended is gone from Redis: the claim
 // that follows counts 1 again.
+//
+// Every Acquired claim carries a fence (Claim.Fence), kept in the record
+// it wrote: this process's clock in microseconds (storekit.NextFence) for
+// a key without a record, and for a takeover at least the released
+// record's fence plus one, which the compare-and-set makes larger than
+// every earlier winner's. After Redis deleted a record (its lease or
+// retention ended), the next fence is larger than the last as long as the
+// consumers' clocks agree within that lease or retention (docs/redis.md,
+// "Fencing").
 func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.Duration) (dedup.ClaimResult, error) {
 	if err := storekit.CheckDuration("lease", lease); err != nil {
 		return dedup.ClaimResult{}, err
 	}
 	raw := storekit.RawToken()
 	fp := fingerprintDigest(fingerprint)
-	p := firstClaim(ctx)
+	now := time.Now()
+	p := firstClaim(ctx, now)
+	fence := storekit.NextFence(0, now)
 	if s.waitReplicas > 0 {
-		return s.claimWait(ctx, key, raw, fp, &p, lease)
+		return s.claimWait(ctx, key, raw, fp, &p, fence, lease)
 	}
 	a := claimArgsPool.Get().(*claimArgs)
-	v := appendInProgress(a.value.b[:0], &raw, fp, &p)
+	v := appendInProgress(a.value.b[:0], &raw, fp, &p, fence)
 	a.value.len = uint16(len(v))
 	// One string holds the command's key and then the record: the record
 	// is the claim's token (see Claim.Token), the key the claim's note
@@ -235,7 +258,7 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 		return dedup.ClaimResult{}, fmt.Errorf("dedup/redis: claim: %w", err)
 	}
 	if !found {
-		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil
+		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token, Fence: fence}}, nil
 	}
 	res, err := outcomeOf(old, raw, fp, key, token)
 	if err == errReleased {
@@ -280,10 +303,10 @@ func joinKeyRecord(prefix, key string, v []byte) string {
 	return b.String()
 }
 
-// firstClaim is the provenance of a claim that creates a record: its
-// Origin, now, one claim.
-func firstClaim(ctx context.Context) provenance {
-	p := provenance{claimedAt: time.Now().UnixMilli(), claims: 1}
+// firstClaim is the provenance of a claim that creates a record at now:
+// its Origin, now, one claim.
+func firstClaim(ctx context.Context, now time.Time) provenance {
+	p := provenance{claimedAt: now.UnixMilli(), claims: 1}
 	p.origin, _ = dedup.OriginFromContext(ctx)
 	return p
 }
@@ -388,9 +411,9 @@ func parseBulkReply(raw []byte) (v []byte, found, ok bool) {
 // claimWait is Claim with Config.WaitReplicas: SET NX PX GET and WAIT in
 // one pipeline to the key's master. An acquired claim that WAIT does not
 // confirm is released (best effort) and refused with a *ReplicationError.
-func (s *Store) claimWait(ctx context.Context, key string, raw [tokenLen]byte, fp []byte, p *provenance, lease time.Duration) (dedup.ClaimResult, error) {
+func (s *Store) claimWait(ctx context.Context, key string, raw [tokenLen]byte, fp []byte, p *provenance, fence uint64, lease time.Duration) (dedup.ClaimResult, error) {
 	var cmd *goredis.Cmd
-	value := appendInProgress(nil, &raw, fp, p)
+	value := appendInProgress(nil, &raw, fp, p, fence)
 	token := string(value) // see Claim.Token
 	n, err := s.withWait(ctx, s.prefix+key, nil, func(p goredis.Pipeliner) goredis.Cmder {
 		cmd = p.Do(ctx, "set", s.prefix+key, value, "nx", "px", millis(lease), "get")
@@ -409,7 +432,7 @@ func (s *Store) claimWait(ctx context.Context, key string, raw [tokenLen]byte, f
 			s.releaseRefused(ctx, key, &raw)
 			return dedup.ClaimResult{}, err
 		}
-		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token}}, nil
+		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token, Fence: fence}}, nil
 	}
 	if err != nil {
 		return dedup.ClaimResult{}, fmt.Errorf("dedup/redis: claim: %w", err)
@@ -445,8 +468,9 @@ func outcomeOf(old []byte, token [tokenLen]byte, fp []byte, key, claimToken stri
 		return dedup.ClaimResult{}, errReleased
 	}
 	if r.state == stateInProgress && r.token == token {
-		// Our own record, written by an earlier attempt of this command.
-		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: claimToken}}, nil
+		// Our own record, written by an earlier attempt of this command,
+		// with its fence.
+		return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: claimToken, Fence: r.fence}}, nil
 	}
 	if len(fp) > 0 && len(r.fp) > 0 && string(fp) != string(r.fp) {
 		return dedup.ClaimResult{Outcome: dedup.Conflict}, nil

@@ -24,18 +24,18 @@ const maxTakeovers = 4
 // takeOver is the rest of a claim that found the released record old
 // (see Claim): it writes the claim's in-progress record in its place with
 // takeoverScript, keeping the released record's provenance and counting
-// one more claim. One round trip per attempt (with Config.WaitReplicas,
+// one more claim, with a fence larger than old's (takeoverValue). One round trip per attempt (with Config.WaitReplicas,
 // the script and WAIT share it).
 func (s *Store) takeOver(ctx context.Context, key string, old []byte, raw [tokenLen]byte, fp []byte, token string, lease time.Duration) (dedup.ClaimResult, error) {
 	for attempt := 1; ; attempt++ {
 		origin, _ := dedup.OriginFromContext(ctx)
-		value, err := takeoverValue(old, &raw, fp, origin)
+		value, fence, err := takeoverValue(old, &raw, fp, origin)
 		if err != nil {
 			return dedup.ClaimResult{}, err
 		}
 		reply, err := s.casReleased(ctx, key, old, value, &raw, lease)
 		if errors.Is(err, goredis.Nil) {
-			return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: string(value)}}, nil
+			return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: string(value), Fence: fence}}, nil
 		}
 		if err != nil {
 			return dedup.ClaimResult{}, err
