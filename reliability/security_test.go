@@ -288,9 +288,9 @@ func TestStoreHoldsOnlyWhatTheReadmeSays(t *testing.T) {
 				}
 			}
 			sort.Strings(names)
-			want := "claimed_at claims completed_at deadline fingerprint pk state token transport_id ttl"
+			want := "claimed_at claims completed_at deadline fence fingerprint pk state token transport_id ttl"
 			if replay {
-				want = "claimed_at claims completed_at deadline fingerprint pk result state token transport_id ttl"
+				want = "claimed_at claims completed_at deadline fence fingerprint pk result state token transport_id ttl"
 			}
 			t.Logf("DynamoDB item attributes: %s", strings.Join(names, " "))
 			if strings.Join(names, " ") != want {

@@ -121,8 +121,7 @@ func readTopology(ctx context.Context, c goredis.Cmdable) (topology, error) {
 	if err := cmd.Err(); err != nil {
 		t.crdtErr = err
 	} else {
-		reply, _ := cmd.Val().([]any)
-		t.crdt = len(reply) > 0 && reply[0] != nil
+		t.crdt = knowsCommand(cmd.Val(), crdtCommand)
 	}
 	if info.Err() == nil {
 		s := info.Val()
@@ -180,4 +179,25 @@ func checkTopology(ctx context.Context, c goredis.Cmdable, addr string, allowAct
 		return &ActiveActiveError{Addr: addr, Evidence: "it knows the command " + strings.ToUpper(crdtCommand)}
 	}
 	return nil
+}
+
+// knowsCommand reports whether a reply of COMMAND INFO name describes that
+// command. Redis answers one entry per name asked, nil for a command it
+// does not know (a renamed command is described under its original name,
+// so the entry's name is not checked). An emulator that ignores the
+// argument and lists every command (miniredis) knows it only if the list
+// names it.
+func knowsCommand(reply any, name string) bool {
+	entries, _ := reply.([]any)
+	if len(entries) == 1 {
+		return entries[0] != nil
+	}
+	for _, e := range entries {
+		if desc, _ := e.([]any); len(desc) > 0 {
+			if got, _ := desc[0].(string); strings.EqualFold(got, name) {
+				return true
+			}
+		}
+	}
+	return false
 }

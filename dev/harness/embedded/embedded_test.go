@@ -37,7 +37,7 @@ func TestMiniredisConformance(t *testing.T) {
 	}
 	storetest.Run(t, func(t *testing.T) (dedup.Store, func(time.Duration)) {
 		return store, nil
-	}, storetest.Features{ShortDuration: time.Second})
+	}, storetest.Features{ShortDuration: time.Second, Fencing: true})
 }
 
 // A key set on the embedded Redis right after the server was busy for a
