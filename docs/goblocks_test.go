@@ -111,6 +111,13 @@ var harnesses = map[blockKey]harness{
 		imports: []string{"log", "github.com/ThreeDotsLabs/watermill/message", "github.com/aws/aws-lambda-go/lambda", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/keyfuncs", "github.com/watermill-dedup/watermill-dedup/lambdadedup"},
 		names:   "store dedup.Store\nchargeOrder func(*message.Message) error",
 	},
+	// docs/migrating-from-powertools.md
+	{"docs/migrating-from-powertools.md", "store, err := dynamo.New(ctx, dynamo.Config{"}: {
+		imports: []string{"context", "log", "time", "github.com/ThreeDotsLabs/watermill/message", "github.com/aws/aws-lambda-go/lambda", "github.com/aws/aws-sdk-go-v2/aws",
+			"github.com/aws/aws-sdk-go-v2/service/dynamodb", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/lambdadedup",
+			"github.com/watermill-dedup/watermill-dedup/lambdadedup/powertools", "github.com/watermill-dedup/watermill-dedup/stores/dynamo"},
+		names: "ctx context.Context\nawsConfig aws.Config\nchargeOrder func(*message.Message) error",
+	},
 	// docs/operations.md
 	{"docs/operations.md", "obs, err := metrics.New(prometheus.DefaultRegisterer, metrics.Config{})"}: {
 		imports: []string{"github.com/ThreeDotsLabs/watermill/message", "github.com/prometheus/client_golang/prometheus", "github.com/watermill-dedup/watermill-dedup/dedup", "github.com/watermill-dedup/watermill-dedup/metrics"},

@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/aws/aws-lambda-go v1.55.1
+	github.com/jmespath/go-jmespath v0.4.0
 	github.com/watermill-dedup/watermill-dedup v0.0.0-00010101000000-000000000000
 )
 

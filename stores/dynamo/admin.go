@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -52,7 +53,7 @@ const (
 // gives an error wrapping ErrMalformedRecord. Cost: one read of the item
 // (one strongly consistent read unit per 4 KB).
 func (s *Store) Inspect(ctx context.Context, key string) (admin.Record, error) {
-	pk, err := PartitionKey(key)
+	pk, err := s.partitionKey(key)
 	if err != nil {
 		return admin.Record{}, err
 	}
@@ -109,7 +110,7 @@ func (s *Store) info(key string, rec record, now time.Time) (admin.Record, bool)
 // item was a live record (or an item this store cannot read). An expired
 // item is deleted too, and reported as false. Cost: one write.
 func (s *Store) Evict(ctx context.Context, key string) (bool, error) {
-	pk, err := PartitionKey(key)
+	pk, err := s.partitionKey(key)
 	if err != nil {
 		return false, err
 	}
@@ -206,7 +207,7 @@ func (s *Store) list(ctx context.Context, prefix, cursor string, limit int, with
 	input := &dynamodb.ScanInput{TableName: aws.String(s.table)}
 	if prefix != "" {
 		expr, err := expression.NewBuilder().WithFilter(
-			expression.Name(s.attr.PartitionKey).BeginsWith(prefix)).Build()
+			expression.Name(s.attr.PartitionKey).BeginsWith(s.listPrefix(prefix))).Build()
 		if err != nil {
 			return nil, "", fmt.Errorf("dynamo: list: building the filter: %w", err)
 		}
@@ -234,8 +235,8 @@ func (s *Store) list(ctx context.Context, prefix, cursor string, limit int, with
 			}
 			rec, err := s.decode(item)
 			if err != nil {
-				records = append(records, admin.Record{Key: pkv.Value, State: admin.StateUnreadable, Problem: err.Error()})
-			} else if info, live := s.info(pkv.Value, rec, now); live || withAbandoned && rec.state == stateInProgress {
+				records = append(records, admin.Record{Key: s.listedKey(pkv.Value), State: admin.StateUnreadable, Problem: err.Error()})
+			} else if info, live := s.info(s.listedKey(pkv.Value), rec, now); live || withAbandoned && rec.state == stateInProgress {
 				records = append(records, info) // in progress and not live: abandoned
 			}
 			if len(records) == limit {
@@ -258,6 +259,21 @@ func (s *Store) list(ctx context.Context, prefix, cursor string, limit int, with
 		}
 	}
 	return records, encodeScanCursor(c.Prefix, c.After), nil
+}
+
+// listPrefix is the partition-key prefix of the keys that start with
+// prefix: prefix itself, or in FormatPowertools its escaped form (the
+// escaping of PowertoolsPartitionKey maps a key's prefix to a prefix of
+// its partition key).
+func (s *Store) listPrefix(prefix string) string {
+	if s.pt == nil {
+		return prefix
+	}
+	scope, rest, scoped := strings.Cut(prefix, ":")
+	if !scoped {
+		return ptEscaper.Replace(prefix)
+	}
+	return ptEscaper.Replace(scope) + "#" + rest
 }
 
 func encodeScanCursor(prefix uint32, after string) string {

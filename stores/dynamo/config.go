@@ -182,9 +182,34 @@ type Config struct {
 	// Clock supplies "now" for deadlines and expiry checks. Defaults to the
 	// wall clock; tests pass a fakeclock.
 	Clock dedup.Clock
+
+	// Format is the layout of the items: FormatNative, the store's own
+	// (see the package documentation), or FormatPowertools, the layout of
+	// Powertools for AWS Lambda's DynamoDBPersistenceLayer, so that
+	// functions using Powertools' idempotency utility and this store share
+	// one table (see Powertools and docs/migrating-from-powertools.md).
+	// Defaults to FormatNative. The two layouts cannot share a table.
+	Format Format
+
+	// Powertools names the attributes of FormatPowertools as
+	// DynamoDBPersistenceLayer names them, and says which Powertools
+	// runtime writes the table's results. Required with FormatPowertools
+	// (its Runtime); must be zero with FormatNative.
+	Powertools PowertoolsLayout
 }
 
 func (c *Config) setDefaults() {
+	if c.Format == FormatPowertools {
+		c.Powertools.setDefaults()
+		// Powertools' attributes stand for the store's own: the partition
+		// key, the status, the TTL (expiration) and the fingerprint
+		// (validation). Validate refuses those set in Attributes.
+		c.Attributes.PartitionKey = c.Powertools.KeyAttr
+		c.Attributes.State = c.Powertools.StatusAttr
+		c.Attributes.TTL = c.Powertools.ExpiryAttr
+		c.Attributes.Fingerprint = c.Powertools.ValidationKeyAttr
+		c.Attributes.Deadline = c.Powertools.InProgressExpiryAttr
+	}
 	c.Attributes.setDefaults()
 	if c.ClockSkewMargin == 0 {
 		c.ClockSkewMargin = DefaultClockSkewMargin
@@ -197,8 +222,29 @@ func (c *Config) setDefaults() {
 // Validate reports every problem in the configuration at once (joined with
 // errors.Join), after applying defaults to a copy.
 func (c Config) Validate() error {
-	c.setDefaults()
 	var errs []error
+	switch c.Format {
+	case FormatNative:
+		if c.Powertools != (PowertoolsLayout{}) {
+			errs = append(errs, errors.New("dynamo: Config.Powertools is set, but Config.Format is not FormatPowertools"))
+		}
+	case FormatPowertools:
+		a := c.Attributes
+		for _, f := range []struct{ field, value, instead string }{
+			{"PartitionKey", a.PartitionKey, "KeyAttr"}, {"State", a.State, "StatusAttr"}, {"TTL", a.TTL, "ExpiryAttr"},
+			{"Fingerprint", a.Fingerprint, "ValidationKeyAttr"}, {"Deadline", a.Deadline, "InProgressExpiryAttr"},
+		} {
+			if f.value != "" {
+				errs = append(errs, fmt.Errorf("dynamo: Config.Attributes.%s is Powertools' with FormatPowertools: set Config.Powertools.%s instead", f.field, f.instead))
+			}
+		}
+		if c.Powertools.Runtime != PowertoolsTypeScript && c.Powertools.Runtime != PowertoolsPython {
+			errs = append(errs, fmt.Errorf("dynamo: Config.Powertools.Runtime is required with FormatPowertools: PowertoolsTypeScript or PowertoolsPython, got %d", c.Powertools.Runtime))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("dynamo: unknown Config.Format %d", c.Format))
+	}
+	c.setDefaults()
 	if storekit.IsNil(c.Client) {
 		errs = append(errs, fmt.Errorf("%w (a *dynamodb.Client)", ErrNoClient))
 	}
@@ -209,7 +255,11 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("%w: Config.ClockSkewMargin must not be negative, got %v", dedup.ErrInvalidDuration, c.ClockSkewMargin))
 	}
 	seen := map[string]bool{}
-	for _, n := range c.Attributes.list() {
+	names := c.Attributes.list()
+	if c.Format == FormatPowertools {
+		names = append(names, c.Powertools.DataAttr)
+	}
+	for _, n := range names {
 		if len(n) > 255 {
 			errs = append(errs, fmt.Errorf("dynamo: attribute name %.20q… is longer than DynamoDB's 255 bytes", n))
 		}

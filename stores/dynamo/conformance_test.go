@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -266,5 +267,86 @@ func testServerRefusesItemSize(t *testing.T, newStore storetest.Constructor) {
 	}
 	if again, err := s.Claim(ctx, "item-size:k", "", time.Minute); err != nil || again.Outcome != dedup.Duplicate {
 		t.Fatalf("a later claim: %v, %v; want a duplicate", again.Outcome, err)
+	}
+}
+
+// powertoolsLayout is the FormatPowertools layout of the conformance runs:
+// Powertools' default attribute names, TypeScript results.
+var powertoolsLayout = dynamo.PowertoolsLayout{Runtime: dynamo.PowertoolsTypeScript}
+
+// powertoolsTable creates, once per test binary, a table keyed by
+// Powertools' "id" on dynalite.
+var powertoolsTable = sync.OnceValues(func() (string, error) {
+	name := "powertools_records"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return name, dynamo.CreateTable(ctx, client, dynamo.TableConfig{Table: name, PartitionKey: dynamo.DefaultPowertoolsKeyAttr, SkipTTL: true})
+})
+
+// powertoolsFeatures are those of the native layout: Powertools' layout
+// keeps the store's token, fence and who-and-when beside its own
+// attributes; List reports a key as PowertoolsPartitionKey's inverse.
+func powertoolsFeatures(t *testing.T, layout dynamo.PowertoolsLayout) storetest.Features {
+	f := featuresOf(t, dynamo.AttributeNames{})
+	f.MaxResultSize = newStore(t, dynamo.Config{Table: mustTable(t, powertoolsTable), Format: dynamo.FormatPowertools, Powertools: layout, SkipTableCheck: true}).MaxResultSize()
+	f.ListedKey = func(key string) string {
+		pk, err := dynamo.PowertoolsPartitionKey(key)
+		if err != nil {
+			t.Errorf("PowertoolsPartitionKey(%.40q): %v", key, err)
+		}
+		unescape := strings.NewReplacer("%23", "#", "%25", "%")
+		scope, rest, scoped := strings.Cut(pk, "#")
+		if !scoped {
+			return unescape.Replace(pk)
+		}
+		return unescape.Replace(scope) + ":" + rest
+	}
+	return f
+}
+
+func mustTable(t *testing.T, table func() (string, error)) string {
+	t.Helper()
+	name, err := table()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// The suites on Powertools' item layout (FormatPowertools) on dynalite:
+// every case with TypeScript results, and the cases that store results
+// with Python's. A completed record's retention ends on a whole second
+// there (Powertools keeps expiration in epoch seconds), so the suite lets
+// 1.5s expire (on the fake clock: no real wait). Contention is smaller
+// than in TestConformance, which runs the same claim path in full.
+func TestConformancePowertools(t *testing.T) {
+	table := mustTable(t, powertoolsTable)
+	for _, layout := range []dynamo.PowertoolsLayout{powertoolsLayout, {Runtime: dynamo.PowertoolsPython}} {
+		name := map[dynamo.PowertoolsRuntime]string{dynamo.PowertoolsTypeScript: "typescript", dynamo.PowertoolsPython: "python"}[layout.Runtime]
+		t.Run(name, func(t *testing.T) {
+			newPT := perCaseOf(dynamo.Config{Client: client, Table: table, Format: dynamo.FormatPowertools, Powertools: layout}, true)
+			f := powertoolsFeatures(t, layout)
+			// BatchRequestSize 8 (not the 32 requests in flight) keeps
+			// BatchLargerThanOneRequest small: the batch path is the
+			// native one, claim by claim.
+			f.Batch, f.BatchRequestSize = true, 8
+			f.ShortDuration, f.Contenders, f.DistinctKeys = 1500*time.Millisecond, 10, 16
+			if layout.Runtime == dynamo.PowertoolsPython {
+				for _, c := range []struct {
+					name string
+					run  func(*testing.T, storetest.Constructor, storetest.Features)
+				}{
+					{"DuplicateAfterComplete", storetest.TestDuplicateAfterComplete},
+					{"LargeResult", storetest.TestLargeResult},
+					{"ResultTooLarge", storetest.TestResultTooLarge},
+				} {
+					t.Run(c.name, func(t *testing.T) { c.run(t, newPT, f) })
+				}
+				return
+			}
+			t.Run("suite", func(t *testing.T) { storetest.Run(t, newPT, f) })
+			t.Run("admin", func(t *testing.T) { storetest.RunAdmin(t, newPT, f) })
+			t.Run("batch", func(t *testing.T) { storetest.RunBatch(t, newPT, f) })
+		})
 	}
 }

@@ -111,6 +111,40 @@
 // [ErrResultTooLarge] when the item would exceed DynamoDB's 400 KB
 // (Store.MaxResultSize: 408472 bytes with the default attribute names).
 //
+// # Sharing a table with Powertools
+//
+// With Config.Format = FormatPowertools the store reads and writes the
+// items of Powertools for AWS Lambda's DynamoDBPersistenceLayer
+// (TypeScript and Python), so that functions on either share one table:
+//
+//	id                      S  "<scope>#<key>" (PowertoolsPartitionKey):
+//	                           Powertools' "<prefix>#<hash>"
+//	status                  S  "INPROGRESS" | "COMPLETED"
+//	expiration              N  epoch seconds: the end of the record's life
+//	                           (in progress: the lease's end plus the margin,
+//	                           rounded up; completed: the retention's end,
+//	                           rounded up); the TTL attribute
+//	in_progress_expiration  N  epoch milliseconds: the lease's end plus
+//	                           ClockSkewMargin; 0 once released
+//	data                       the result, as PowertoolsLayout.Runtime keeps it
+//	validation              S  the fingerprint
+//
+// and the store's own token, fence, result (the bytes, when data cannot
+// hold them exactly) and who-and-when, which Powertools ignores. Names
+// are configurable as Powertools' (PowertoolsLayout).
+//
+// A claim is Powertools' conditional PutItem with ClockSkewMargin: a
+// record is free when attribute_not_exists(id), or its expiration passed
+// the margin ago, or it is INPROGRESS with an in_progress_expiration that
+// passed (the margin ago for a record Powertools wrote, at all for one of
+// this store, whose in_progress_expiration includes the margin). Each
+// side's claim therefore fails while the other's item is live. Complete,
+// Extend and Release are conditional on the claim's token, as in the
+// native layout; Release sets in_progress_expiration to 0, which
+// Powertools reads as an expired claim. Powertools completes and deletes
+// without a condition: docs/migrating-from-powertools.md says what the
+// mixed fleet guarantees and what it does not.
+//
 // # The effect and its record in one transaction
 //
 // A handler whose effect is written to DynamoDB can have it written in the

@@ -110,6 +110,10 @@ type statements struct {
 	complete, completeNoResult prepared
 	// extend: owned, and SET deadline = 2, ttl = 3.
 	extend prepared
+	// ptComplete: FormatPowertools' completions (see
+	// preparePowertoolsStatements); complete and completeNoResult are not
+	// used there.
+	ptComplete [4]prepared
 }
 
 // Bits of the statements.takeOver variants.

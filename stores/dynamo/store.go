@@ -77,6 +77,11 @@ type Store struct {
 	// strongReplicas: New found a global table with multi-Region strong
 	// consistency, which has no transactions (RunInTx refuses to start).
 	strongReplicas bool
+	// pt is the layout of FormatPowertools; nil for FormatNative. Its
+	// attributes stand in attr for the partition key (PartitionKey), the
+	// status (State), expiration (TTL), in_progress_expiration (Deadline)
+	// and validation (Fingerprint).
+	pt *PowertoolsLayout
 }
 
 var _ dedup.Store = (*Store)(nil)
@@ -110,7 +115,17 @@ func New(ctx context.Context, config Config) (*Store, error) {
 		marginMs: ceilMillis(config.ClockSkewMargin),
 		clock:    config.Clock,
 	}
-	st, err := prepareStatements(s.attr)
+	var (
+		st  statements
+		err error
+	)
+	if config.Format == FormatPowertools {
+		pt := config.Powertools
+		s.pt = &pt
+		st, err = preparePowertoolsStatements(s.attr, pt.DataAttr)
+	} else {
+		st, err = prepareStatements(s.attr)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -119,6 +134,9 @@ func New(ctx context.Context, config Config) (*Store, error) {
 		2*len("2006-01-02T15:04:05.000Z") + 2*dedup.MaxOriginIDLength
 	for _, n := range s.attr.list() {
 		overhead += len(n)
+	}
+	if s.pt != nil {
+		overhead += len(s.pt.DataAttr)
 	}
 	s.maxResult = MaxItemBytes - overhead
 	if !config.SkipTableCheck {
@@ -149,6 +167,14 @@ type record struct {
 	claimedAt, completedAt time.Time
 	origin                 dedup.Origin
 	claims                 int
+
+	// FormatPowertools only: expiration (epoch seconds), the
+	// in_progress_expiration (epoch milliseconds) when the item has one,
+	// and whether this store wrote the item (it has a token).
+	expiry int64
+	ipe    int64
+	hasIPE bool
+	ours   bool
 }
 
 // Claim implements [dedup.Store.Claim]. Its first write is a PutItem of the
@@ -205,7 +231,7 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 	if err := storekit.CheckDuration("lease", lease); err != nil {
 		return dedup.ClaimResult{}, err
 	}
-	pk, err := PartitionKey(key)
+	pk, err := s.partitionKey(key)
 	if err != nil {
 		return dedup.ClaimResult{}, err
 	}
@@ -259,7 +285,7 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 				return dedup.ClaimResult{Outcome: dedup.Acquired, Claim: dedup.Claim{Key: key, Token: token, Fence: c.fence}}, nil
 			}
 			fence = max(fence, rec.fence)
-			if rec.deadline >= now-s.marginMs { // live: the reason the condition failed
+			if s.live(rec, now) { // the reason the condition failed
 				return outcome(rec, fingerprint), nil
 			}
 			write = writeTakeOver // released, or its lease ended
@@ -311,10 +337,17 @@ type claimWrite struct {
 func (s *Store) put(ctx context.Context, c *claimWrite, p *prepared) (map[string]types.AttributeValue, error) {
 	item := make(map[string]types.AttributeValue, 11)
 	item[s.attr.PartitionKey] = str(c.pk)
-	item[s.attr.State] = str(stateInProgress)
 	item[s.attr.Token] = str(c.token)
-	item[s.attr.Deadline] = number(c.deadline)
 	item[s.attr.TTL] = number(s.ttl(c.deadline))
+	if s.pt != nil {
+		// Powertools' own claim refuses the item until one of these
+		// passes: the lease deadline plus the margin, in both.
+		item[s.attr.State] = str(ptInProgress)
+		item[s.attr.Deadline] = number(c.deadline + s.marginMs)
+	} else {
+		item[s.attr.State] = str(stateInProgress)
+		item[s.attr.Deadline] = number(c.deadline)
+	}
 	item[s.attr.ClaimedAt] = str(formatTime(c.now))
 	item[s.attr.Claims] = number(1)
 	item[s.attr.Fence] = unsigned(c.fence)
@@ -328,7 +361,11 @@ func (s *Store) put(ctx context.Context, c *claimWrite, p *prepared) (map[string
 		item[s.attr.MessageID] = str(c.origin.MessageID)
 	}
 	var values map[string]types.AttributeValue // DynamoDB refuses an empty map
-	if len(p.keys) > 0 {
+	switch {
+	case len(p.keys) == 0: // statements.create
+	case s.pt != nil:
+		values = p.values(s.ptClock(c)...)
+	default:
 		// statements.claim: now - margin, and the new fence.
 		values = p.values(number(c.now-s.marginMs), unsigned(c.fence))
 	}
@@ -348,9 +385,15 @@ func (s *Store) put(ctx context.Context, c *claimWrite, p *prepared) (map[string
 // whose lease ended, keeping its provenance. Returns as put.
 func (s *Store) takeOver(ctx context.Context, c *claimWrite) (map[string]types.AttributeValue, error) {
 	variant := 0
-	vals := make([]types.AttributeValue, 6, 9)
-	vals[0], vals[1], vals[2] = number(c.now-s.marginMs), str(c.token), number(c.deadline)
-	vals[3], vals[4], vals[5] = number(s.ttl(c.deadline)), str(formatTime(c.now)), unsigned(c.fence)
+	var vals []types.AttributeValue
+	if s.pt != nil {
+		vals = append(make([]types.AttributeValue, 0, 11), s.ptClock(c)...)
+		vals = append(vals, str(c.token), number(c.deadline+s.marginMs), number(s.ttl(c.deadline)), str(formatTime(c.now)))
+	} else {
+		vals = make([]types.AttributeValue, 6, 9)
+		vals[0], vals[1], vals[2] = number(c.now-s.marginMs), str(c.token), number(c.deadline)
+		vals[3], vals[4], vals[5] = number(s.ttl(c.deadline)), str(formatTime(c.now)), unsigned(c.fence)
+	}
 	if c.fingerprint != "" {
 		variant |= withFingerprint
 		vals = append(vals, str(c.fingerprint))
@@ -407,8 +450,45 @@ func (s *Store) get(ctx context.Context, pk string) (map[string]types.AttributeV
 	return out.Item, nil
 }
 
-// decode reads an item written by this store.
+// ptClock are the first values of FormatPowertools' claim statements:
+// (now - margin) in seconds and in milliseconds, now, and the new fence.
+func (s *Store) ptClock(c *claimWrite) []types.AttributeValue {
+	return []types.AttributeValue{seconds(c.now - s.marginMs), number(c.now - s.marginMs), number(c.now), unsigned(c.fence)}
+}
+
+// partitionKey is the partition-key value of key in the store's format
+// (PartitionKey, PowertoolsPartitionKey).
+func (s *Store) partitionKey(key string) (string, error) {
+	if s.pt != nil {
+		return PowertoolsPartitionKey(key)
+	}
+	return PartitionKey(key)
+}
+
+// listedKey is the key List reports for an item's partition key.
+func (s *Store) listedKey(pk string) string {
+	if s.pt != nil {
+		return powertoolsKey(pk)
+	}
+	return pk
+}
+
+// live reports whether rec still holds its key at now (Unix
+// milliseconds), as the claim's conditions decide it: its deadline has not
+// passed by more than the margin.
+func (s *Store) live(rec record, now int64) bool {
+	if s.pt != nil {
+		return s.ptLive(rec, now)
+	}
+	return rec.deadline >= now-s.marginMs
+}
+
+// decode reads an item written by this store (or, in FormatPowertools, by
+// a Powertools function).
 func (s *Store) decode(item map[string]types.AttributeValue) (record, error) {
+	if s.pt != nil {
+		return s.decodePowertools(item)
+	}
 	var rec record
 	str := func(name string, required bool) (string, error) {
 		v, ok := item[name]
@@ -529,19 +609,12 @@ func (s *Store) Complete(ctx context.Context, claim dedup.Claim, result []byte, 
 	if len(result) > s.maxResult {
 		return fmt.Errorf("%w: %d bytes, at most %d fit in one item", ErrResultTooLarge, len(result), s.maxResult)
 	}
-	pk, err := PartitionKey(claim.Key)
+	pk, err := s.partitionKey(claim.Key)
 	if err != nil {
 		return err
 	}
-	now := s.clock.Now().UnixMilli()
-	expiry := now + ceilMillis(retention)
-	if len(result) > 0 {
-		err = s.update(ctx, "complete", pk, &s.st.complete,
-			s.st.complete.values(str(claim.Token), number(now), number(expiry), number(s.ttl(expiry)), str(formatTime(now)), &types.AttributeValueMemberB{Value: result}))
-	} else {
-		err = s.update(ctx, "complete", pk, &s.st.completeNoResult,
-			s.st.completeNoResult.values(str(claim.Token), number(now), number(expiry), number(s.ttl(expiry)), str(formatTime(now))))
-	}
+	p, values := s.completeWrite(claim, result, retention)
+	err = s.update(ctx, "complete", pk, p, values)
 	if errors.Is(err, dedup.ErrClaimLost) {
 		return s.completedByClaim(ctx, pk, claim, err)
 	}
@@ -551,6 +624,33 @@ func (s *Store) Complete(ctx context.Context, claim dedup.Claim, result []byte, 
 		return fmt.Errorf("%w: %d bytes: the server refused the item's size: %w", ErrResultTooLarge, len(result), err)
 	}
 	return err
+}
+
+// completeWrite is the completing UpdateItem of claim, Complete's and
+// RunInTx's: its prepared expression and values.
+func (s *Store) completeWrite(claim dedup.Claim, result []byte, retention time.Duration) (*prepared, map[string]types.AttributeValue) {
+	now := s.clock.Now().UnixMilli()
+	expiry := now + ceilMillis(retention)
+	if s.pt != nil {
+		// The retention ends on a whole second, as Powertools counts it.
+		vals := []types.AttributeValue{str(claim.Token), number(now + s.marginMs), number((expiry + 999) / 1000), str(formatTime(now))}
+		r := s.pt.encodeResult(result, s.maxResult)
+		variant := 0
+		if r.data != nil {
+			variant |= withData
+			vals = append(vals, r.data)
+		}
+		if r.raw != nil {
+			variant |= withRaw
+			vals = append(vals, &types.AttributeValueMemberB{Value: r.raw})
+		}
+		p := &s.st.ptComplete[variant]
+		return p, p.values(vals...)
+	}
+	if len(result) > 0 {
+		return &s.st.complete, s.st.complete.values(str(claim.Token), number(now), number(expiry), number(s.ttl(expiry)), str(formatTime(now)), &types.AttributeValueMemberB{Value: result})
+	}
+	return &s.st.completeNoResult, s.st.completeNoResult.values(str(claim.Token), number(now), number(expiry), number(s.ttl(expiry)), str(formatTime(now)))
 }
 
 // itemTooLarge reports whether err is DynamoDB's refusal of an item over
@@ -590,8 +690,7 @@ func (s *Store) completedByClaim(ctx context.Context, pk string, claim dedup.Cla
 	if len(item) == 0 {
 		return err
 	}
-	rec, derr := s.decode(item)
-	if derr != nil || rec.state != stateCompleted || rec.token != claim.Token || rec.deadline <= s.clock.Now().UnixMilli() {
+	if !s.completedByToken(item, claim.Token) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", dedup.ErrAlreadyCompleted, err)
@@ -605,12 +704,16 @@ func (s *Store) Extend(ctx context.Context, claim dedup.Claim, lease time.Durati
 	if err := storekit.CheckDuration("lease", lease); err != nil {
 		return err
 	}
-	pk, err := PartitionKey(claim.Key)
+	pk, err := s.partitionKey(claim.Key)
 	if err != nil {
 		return err
 	}
 	now := s.clock.Now().UnixMilli()
 	deadline := now + ceilMillis(lease)
+	if s.pt != nil {
+		return s.update(ctx, "extend", pk, &s.st.extend,
+			s.st.extend.values(str(claim.Token), number(now+s.marginMs), number(deadline+s.marginMs), number(s.ttl(deadline))))
+	}
 	return s.update(ctx, "extend", pk, &s.st.extend,
 		s.st.extend.values(str(claim.Token), number(now), number(deadline), number(s.ttl(deadline))))
 }
@@ -639,11 +742,14 @@ func (s *Store) update(ctx context.Context, op, pk string, p *prepared, values m
 // counts it. Failure modes as Complete (without ErrAlreadyCompleted).
 // Cost: one round trip.
 func (s *Store) Release(ctx context.Context, claim dedup.Claim) error {
-	pk, err := PartitionKey(claim.Key)
+	pk, err := s.partitionKey(claim.Key)
 	if err != nil {
 		return err
 	}
 	now := s.clock.Now().UnixMilli()
+	if s.pt != nil {
+		now += s.marginMs // the in_progress_expiration is the deadline plus the margin
+	}
 	return s.update(ctx, "release", pk, &s.st.release, s.st.release.values(str(claim.Token), number(now)))
 }
 

@@ -500,7 +500,7 @@ func (s *Store) beginTx(ctx context.Context, claim *dedup.Claim) (context.Contex
 	}
 	tx := &Tx{table: s.table, pkAttr: s.attr.PartitionKey}
 	if claim != nil {
-		pk, err := PartitionKey(claim.Key)
+		pk, err := s.partitionKey(claim.Key)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -548,21 +548,14 @@ func (txRun) Abort(context.Context) {}
 // completion is the record's completing write: Complete's UpdateItem as a
 // transaction item, asking for the old item when its condition fails.
 func (s *Store) completion(pk string, claim dedup.Claim, result []byte, retention time.Duration) types.TransactWriteItem {
-	now := s.clock.Now().UnixMilli()
-	expiry := now + ceilMillis(retention)
-	p := &s.st.completeNoResult
-	vals := []types.AttributeValue{str(claim.Token), number(now), number(expiry), number(s.ttl(expiry)), str(formatTime(now))}
-	if len(result) > 0 {
-		p = &s.st.complete
-		vals = append(vals, &types.AttributeValueMemberB{Value: result})
-	}
+	p, values := s.completeWrite(claim, result, retention)
 	return types.TransactWriteItem{Update: &types.Update{
 		TableName:                           &s.table,
 		Key:                                 s.key(pk),
 		UpdateExpression:                    p.update,
 		ConditionExpression:                 p.condition,
 		ExpressionAttributeNames:            p.names,
-		ExpressionAttributeValues:           p.values(vals...),
+		ExpressionAttributeValues:           values,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}}
 }
@@ -669,6 +662,11 @@ func (s *Store) completedByToken(item map[string]types.AttributeValue, token str
 		return false
 	}
 	rec, err := s.decode(item)
+	if s.pt != nil && rec.completedAt.IsZero() {
+		// Powertools completes without a condition and leaves the token
+		// of the claim it overwrote: only this store writes completed_at.
+		return false
+	}
 	return err == nil && rec.state == stateCompleted && rec.token == token && rec.deadline > s.clock.Now().UnixMilli()
 }
 
