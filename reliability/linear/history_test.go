@@ -516,9 +516,39 @@ func (w workload) client(c *client, rng *rand.Rand, deadline time.Time, stop <-c
 	return n
 }
 
-// witness runs claim and complete of one key, for a scenario that must
-// show whether a record survived a fault: it retries a claim whose reply
-// was lost (each attempt is in the history) until one answers.
+// completeFresh claims a key of its own and completes it (retention a
+// minute), trying key, key+"-1", ... until one claim and completion both
+// answered (a busy machine may time a call out); it returns the key
+// completed.
+func (c *client) completeFresh(key string) (string, error) {
+	var last error
+	for i := 0; i < 5; i++ {
+		k := key
+		if i > 0 {
+			k = fmt.Sprintf("%s-%d", key, i)
+		}
+		res, err := c.claimUntilAnswered(k, time.Minute, 10*time.Second)
+		switch {
+		case err != nil:
+			last = err
+			continue
+		case res.Outcome != dedup.Acquired:
+			last = fmt.Errorf("the witness's first claim of %s found %v", k, res.Outcome)
+			continue
+		}
+		if e, known := c.finish(step{Kind: opComplete, Result: "witness", Retention: time.Minute}, res.Claim); !known || e != errNone {
+			last = fmt.Errorf("the witness's Complete of %s: answered %v, %v", k, known, e)
+			continue
+		}
+		return k, nil
+	}
+	return "", last
+}
+
+// claimUntilAnswered claims key (fingerprint "fp-a"), for a witness that
+// must show whether a record survived a fault: it retries a claim whose
+// reply was lost (each attempt is in the history) until one answers or
+// limit passes.
 func (c *client) claimUntilAnswered(key string, lease time.Duration, limit time.Duration) (dedup.ClaimResult, error) {
 	end := time.Now().Add(limit)
 	for {

@@ -41,17 +41,15 @@ func redisClient(t testing.TB, addr string) *goredis.Client {
 // second claim's outcome.
 func restartWitness(rec *recorder, tg target, key string, restart func() error) (dedup.Outcome, error) {
 	w := rec.newClient(tg, 3*time.Second)
-	res, err := w.claimUntilAnswered(key, time.Minute, 10*time.Second)
-	if err != nil || res.Outcome != dedup.Acquired {
-		return 0, fmt.Errorf("the witness's first claim of %s: %v, %v", key, res.Outcome, err)
-	}
-	if e, known := w.finish(step{Kind: opComplete, Result: "witness", Retention: time.Minute}, res.Claim); !known || e != errNone {
-		return 0, fmt.Errorf("the witness's Complete of %s: answered %v, %v", key, known, e)
+	done, err := w.completeFresh(key)
+	if err != nil {
+		return 0, err
 	}
 	if err := restart(); err != nil {
 		return 0, err
 	}
-	if res, err = w.claimUntilAnswered(key, time.Minute, 20*time.Second); err != nil {
+	res, err := w.claimUntilAnswered(done, time.Minute, 20*time.Second)
+	if err != nil {
 		return 0, fmt.Errorf("the witness's claim after the restart: %w", err)
 	}
 	return res.Outcome, nil
@@ -205,7 +203,7 @@ func TestLinearRedisClusterFailover(t *testing.T) {
 				t.Fatal(err)
 			}
 			prefix := "linear:cluster-" + name + ":"
-			witness := keyOn(t, client, master, prefix+"witness")
+			witness := keyOn(t, client, master, prefix+"witness-")
 			w := defaultWorkload(prefix)
 			w.Duration = 2 * time.Minute
 			w.MaxOps = 1 << 20
@@ -218,7 +216,13 @@ func TestLinearRedisClusterFailover(t *testing.T) {
 					return err
 				}
 				wc := rec.newClient(tg, 3*time.Second)
-				if res, known := wc.claim(witness, "fp-a", time.Minute); known && res.Outcome == dedup.Acquired {
+				if !wait {
+					// Without WaitReplicas the master alone acknowledges
+					// the witness's claim and completion.
+					if witness, err = wc.completeFresh(witness); err != nil {
+						return err
+					}
+				} else if res, known := wc.claim(witness, "fp-a", time.Minute); known && res.Outcome == dedup.Acquired {
 					wc.finish(step{Kind: opComplete, Result: "witness", Retention: time.Minute}, res.Claim)
 				}
 				time.Sleep(time.Second) // the clients write to the cut master meanwhile
@@ -273,7 +277,7 @@ func keyOn(t testing.TB, client *goredis.ClusterClient, master *testserver.Redis
 	t.Helper()
 	ctx := context.Background()
 	for i := 0; i < 1000; i++ {
-		key := fmt.Sprintf("%s-%d", base, i)
+		key := fmt.Sprintf("%s{%d}", base, i) // completeFresh's variants of the key share its slot
 		node, err := client.MasterForKey(ctx, redis.DefaultKeyPrefix+key)
 		if err != nil {
 			t.Fatal(err)
