@@ -60,7 +60,7 @@ func restartWitness(rec *recorder, tg target, key string, restart func() error) 
 func killRestart(srv *testserver.Redis, tg target, prefix string, outcomes *[]dedup.Outcome, firstKill *int64) nemesis {
 	return func(t *testing.T, rec *recorder) error {
 		for i := 0; i < rounds(2); i++ {
-			time.Sleep(1500 * time.Millisecond)
+			time.Sleep(1200 * time.Millisecond)
 			o, err := restartWitness(rec, tg, fmt.Sprintf("%switness-%d", prefix, i), func() error {
 				if i == 0 {
 					*firstKill = rec.now()
@@ -111,7 +111,7 @@ func TestLinearRedis(t *testing.T) {
 			w.MaxOps = 1 << 20
 			var outcomes []dedup.Outcome
 			var killed int64
-			ops := runScenario(t, w, tg, 11, 1500*time.Millisecond, killRestart(srv, tg, "linear:redis:", &outcomes, &killed))
+			ops := runScenario(t, w, tg, 11, time.Second, killRestart(srv, tg, "linear:redis:", &outcomes, &killed))
 			t.Logf("the witnesses' claims after each restart: %v", outcomes)
 			if v.wantAnomaly {
 				requireAnomaly(t, ops, redisParams)
@@ -145,7 +145,7 @@ func TestLinearRedis(t *testing.T) {
 			w.Duration = time.Minute
 			w.MaxOps = 1 << 20
 			var counts toxicCounts
-			ops := runScenario(t, w, tg, 13, time.Second, proxyFaults(proxy, rounds(10), &counts))
+			ops := runScenario(t, w, tg, 13, time.Second, proxyFaults(proxy, rounds(8), &counts))
 			t.Logf("faults: %s", &counts)
 			requireLinearizable(t, ops, redisParams)
 		})
@@ -209,8 +209,8 @@ func TestLinearRedisClusterFailover(t *testing.T) {
 			w.MaxOps = 1 << 20
 			var cut int64
 			var outcome dedup.Outcome
-			ops := runScenario(t, w, tg, 17, 1500*time.Millisecond, func(t *testing.T, rec *recorder) error {
-				time.Sleep(1500 * time.Millisecond)
+			ops := runScenario(t, w, tg, 17, time.Second, func(t *testing.T, rec *recorder) error {
+				time.Sleep(1200 * time.Millisecond)
 				cut = rec.now()
 				if err := testserver.CutReplication(master, replica); err != nil {
 					return err
