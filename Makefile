@@ -13,6 +13,12 @@
 # make bench-batch  batch claims: per-record Engine.Do against Engine.DoBatch and
 #             the raw floor, for batches of 1, 10, 100 new keys on every store
 # make bench-stores  the older per-store go test benchmarks
+# make soak   a million messages through a Watermill router with the dedup
+#             middleware on Redis (AOF) and on PostgreSQL, consumer processes
+#             SIGKILLed and restarted every few seconds (reliability/soak;
+#             SOAKFLAGS passes go test flags; `make test` runs 20,000). The
+#             linearizability histories (reliability/linear) run about five
+#             times longer with LINEAR_LONG=1.
 
 GO ?= go
 TEST_TIMEOUT ?= 20m
@@ -36,9 +42,9 @@ ALL := github.com/watermill-dedup/watermill-dedup/...
 # alone at the end). Most of them wait on servers, so the short packages
 # fill the other slots meanwhile (docs/dev/test-suite.md says how to time
 # the suite and find them).
-SLOW := $(addprefix github.com/watermill-dedup/watermill-dedup/,docs/model stores/dynamo docs stores/redis reliability/txcrash reliability dev/release)
+SLOW := $(addprefix github.com/watermill-dedup/watermill-dedup/,docs/model stores/dynamo docs stores/redis reliability/txcrash reliability reliability/linear reliability/soak dev/release)
 
-.PHONY: test deps vet modules api lab bench bench-batch bench-stores fuzz
+.PHONY: test deps vet modules api lab bench bench-batch bench-stores fuzz soak
 
 test: deps vet modules
 	$(GO) test -race -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(SLOW) $(ALL)
@@ -84,6 +90,13 @@ bench-stores: deps
 	$(GO) test -run '^$$' -bench Throughput ./stores/dynamo/
 	$(GO) test -run '^$$' -bench . -benchtime 500x ./stores/postgres/
 	$(GO) test -run '^$$' -bench MiddlewareOverhead -benchmem ./dedup/
+
+# A million messages per store, without the race detector (a run of the
+# default 20,000 is part of `make test`).
+SOAK_MESSAGES ?= 1000000
+SOAKFLAGS ?=
+soak: deps
+	SOAK_MESSAGES=$(SOAK_MESSAGES) $(GO) test -count=1 -run Soak -timeout 4h -v $(SOAKFLAGS) ./reliability/soak/
 
 # Runs each fuzz target for FUZZTIME (the seed corpus already runs in `make test`).
 FUZZTIME ?= 30s
