@@ -35,11 +35,17 @@ const waitReplicasConcurrency = 16
 // acquired record has its fence, as Claim gives it.
 //
 // With Config.WaitReplicas the records are claimed one by one (each
-// waiting for its replicas), up to 16 at once.
+// waiting for its replicas), up to 16 at once, the records of one key in
+// request order (the second finds the first's record, as the batch
+// contract asks).
 func (s *Store) ClaimBatch(ctx context.Context, reqs []dedup.ClaimRequest) ([]dedup.ClaimResult, []error) {
 	res, errs := make([]dedup.ClaimResult, len(reqs)), make([]error, len(reqs))
 	if s.waitReplicas > 0 {
-		storekit.Each(len(reqs), waitReplicasConcurrency, func(i int) {
+		keys := make([]string, len(reqs))
+		for i, r := range reqs {
+			keys[i] = r.Key
+		}
+		storekit.EachInKeyOrder(keys, waitReplicasConcurrency, func(i int) {
 			r := reqs[i]
 			res[i], errs[i] = s.Claim(dedup.WithOrigin(ctx, r.Origin), r.Key, r.Fingerprint, r.Lease)
 		})
