@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -17,61 +15,9 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/faultstore"
 	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/memstore"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/slogcapture"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 )
-
-// slogRecords is a slog.Handler that keeps the records it is given.
-type slogRecords struct {
-	mu   sync.Mutex
-	recs []slog.Record
-}
-
-func (c *slogRecords) Enabled(context.Context, slog.Level) bool { return true }
-func (c *slogRecords) WithAttrs([]slog.Attr) slog.Handler       { return c }
-func (c *slogRecords) WithGroup(string) slog.Handler            { return c }
-func (c *slogRecords) Handle(_ context.Context, r slog.Record) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.recs = append(c.recs, r.Clone())
-	return nil
-}
-
-// take returns the records kept since the last take.
-func (c *slogRecords) take() []slog.Record {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	recs := c.recs
-	c.recs = nil
-	return recs
-}
-
-// attr is the value of a record's attribute, as text.
-func attr(r slog.Record, name string) string {
-	v := ""
-	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == name {
-			v = a.Value.String()
-			return false
-		}
-		return true
-	})
-	return v
-}
-
-// captureSlog makes slog's default logger write to the records returned
-// until the test ends (slog.SetDefault also redirects package log: both
-// are restored). Tests that call it must not run in parallel.
-func captureSlog(t *testing.T) *slogRecords {
-	old, out, flags := slog.Default(), log.Writer(), log.Flags()
-	c := &slogRecords{}
-	slog.SetDefault(slog.New(c))
-	t.Cleanup(func() {
-		slog.SetDefault(old)
-		log.SetOutput(out)
-		log.SetFlags(flags)
-	})
-	return c
-}
 
 // TestNoLoggerWritesErrorsToSlog: with Config.Logger unset, the refusals
 // (key_reuse, key_missing, transport_key) and store errors of the router's
@@ -91,7 +37,7 @@ func TestNoLoggerWritesErrorsToSlog(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			recs := captureSlog(t) // after New: the default is read at each line
+			recs := slogcapture.Capture(t) // after New: the default is read at each line
 			h := d.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 				if msg.Metadata.Get("fail") != "" {
 					return nil, errors.New("gateway timeout")
@@ -107,10 +53,10 @@ func TestNoLoggerWritesErrorsToSlog(t *testing.T) {
 			}
 			expect := func(what, event string) {
 				t.Helper()
-				got := recs.take()
+				got := recs.Take()
 				if nop || event == "" {
 					if len(got) != 0 {
-						t.Errorf("%s: %d records, the first %q %s", what, len(got), got[0].Message, attr(got[0], "dedup_event"))
+						t.Errorf("%s: %d records, the first %q %s", what, len(got), got[0].Message, slogcapture.Attr(got[0], "dedup_event"))
 					}
 					return
 				}
@@ -118,8 +64,8 @@ func TestNoLoggerWritesErrorsToSlog(t *testing.T) {
 					t.Fatalf("%s: %d records, want 1 (%s)", what, len(got), event)
 				}
 				r := got[0]
-				if r.Level != slog.LevelError || r.Message != "dedup: "+event || attr(r, "dedup_event") != event || attr(r, "error") == "" {
-					t.Errorf("%s: %v %q dedup_event=%s error=%q, want ERROR %q with its error", what, r.Level, r.Message, attr(r, "dedup_event"), attr(r, "error"), "dedup: "+event)
+				if r.Level != slog.LevelError || r.Message != "dedup: "+event || slogcapture.Attr(r, "dedup_event") != event || slogcapture.Attr(r, "error") == "" {
+					t.Errorf("%s: %v %q dedup_event=%s error=%q, want ERROR %q with its error", what, r.Level, r.Message, slogcapture.Attr(r, "dedup_event"), slogcapture.Attr(r, "error"), "dedup: "+event)
 				}
 			}
 			send("m-1", `{"order_id":"ORDER-1"}`, false)
@@ -187,18 +133,18 @@ func TestDefaultLoggerCountsRepeats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recs := captureSlog(t)
+	recs := slogcapture.Capture(t)
 	h := d.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })
 	for range 100 {
 		if _, err := h(message.NewMessage("m-1", []byte(`{}`))); !errors.Is(err, dedup.ErrNoKey) {
 			t.Fatalf("got %v, want ErrNoKey", err)
 		}
 	}
-	got := recs.take()
+	got := recs.Take()
 	if len(got) != 1 {
 		t.Fatalf("%d records for 100 refusals of one message, want 1", len(got))
 	}
-	if hint := attr(got[0], "hint"); !strings.Contains(hint, "PoisonQueueWithFilter") {
+	if hint := slogcapture.Attr(got[0], "hint"); !strings.Contains(hint, "PoisonQueueWithFilter") {
 		t.Errorf("the first record's hint is %q: it does not name the poison queue", hint)
 	}
 }

@@ -1,52 +1,17 @@
 package httpdedup_test
 
 import (
-	"context"
 	"errors"
-	"log"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"testing"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/httpdedup"
 	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/faultstore"
 	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/memstore"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/slogcapture"
 )
-
-// slogEvents is a slog.Handler that keeps the level and dedup_event of
-// each record.
-type slogEvents struct {
-	mu     sync.Mutex
-	events []string
-}
-
-func (c *slogEvents) Enabled(context.Context, slog.Level) bool { return true }
-func (c *slogEvents) WithAttrs([]slog.Attr) slog.Handler       { return c }
-func (c *slogEvents) WithGroup(string) slog.Handler            { return c }
-func (c *slogEvents) Handle(_ context.Context, r slog.Record) error {
-	ev := ""
-	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "dedup_event" {
-			ev = a.Value.String()
-		}
-		return true
-	})
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.events = append(c.events, r.Level.String()+" "+ev)
-	return nil
-}
-
-func (c *slogEvents) take() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ev := c.events
-	c.events = nil
-	return ev
-}
 
 // TestNoLoggerWritesServerErrorsToSlog: with Dedup.Logger unset, a
 // request the store fails (503) is written to slog's default logger at
@@ -59,14 +24,7 @@ func TestNoLoggerWritesServerErrorsToSlog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old, out, flags := slog.Default(), log.Writer(), log.Flags()
-	rec := &slogEvents{}
-	slog.SetDefault(slog.New(rec))
-	t.Cleanup(func() {
-		slog.SetDefault(old)
-		log.SetOutput(out)
-		log.SetFlags(flags)
-	})
+	rec := slogcapture.Capture(t)
 	h := m.Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }))
 	for _, step := range []struct {
 		what       string
@@ -95,7 +53,10 @@ func TestNoLoggerWritesServerErrorsToSlog(t *testing.T) {
 		if w.Code != step.code {
 			t.Fatalf("%s: %d, want %d", step.what, w.Code, step.code)
 		}
-		got := rec.take()
+		var got []string
+		for _, r := range rec.Take() {
+			got = append(got, r.Level.String()+" "+slogcapture.Attr(r, "dedup_event"))
+		}
 		if len(got) != step.wantEvents || step.wantEvents == 1 && got[0] != "ERROR store_error" {
 			t.Errorf("%s: slog records %q, want %d", step.what, got, step.wantEvents)
 		}

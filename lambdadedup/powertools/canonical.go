@@ -130,7 +130,14 @@ func writeJS(buf *bytes.Buffer, v any) error {
 // writeJSString quotes s as JSON.stringify does: '"' and '\' escaped, the
 // control characters below U+0020 as \b \f \n \r \t or \u00xx, everything
 // else as it is.
-func writeJSString(buf *bytes.Buffer, s string) {
+func writeJSString(buf *bytes.Buffer, s string) { writeQuoted(buf, s, false) }
+
+// writePythonString quotes s as json.dumps with ensure_ascii does: as
+// writeJSString, and every rune outside printable ASCII as \uXXXX
+// (a surrogate pair above U+FFFF).
+func writePythonString(buf *bytes.Buffer, s string) { writeQuoted(buf, s, true) }
+
+func writeQuoted(buf *bytes.Buffer, s string, asciiOnly bool) {
 	buf.WriteByte('"')
 	for _, r := range s {
 		switch r {
@@ -149,10 +156,18 @@ func writeJSString(buf *bytes.Buffer, s string) {
 		case '\t':
 			buf.WriteString(`\t`)
 		default:
-			if r < 0x20 {
+			switch {
+			case r < 0x20:
 				fmt.Fprintf(buf, `\u%04x`, r)
-			} else {
+			case !asciiOnly || r <= 0x7e:
 				buf.WriteRune(r)
+			case r > 0xffff:
+				r1, r2 := utf16.EncodeRune(r)
+				fmt.Fprintf(buf, `\u%04x\u%04x`, r1, r2)
+			case r == utf8.RuneError:
+				buf.WriteString(`\ufffd`)
+			default:
+				fmt.Fprintf(buf, `\u%04x`, r)
 			}
 		}
 	}
@@ -320,40 +335,4 @@ func pythonFloat(x float64) string {
 		return sign + digits + "e" + es
 	}
 	return sign + digits[:1] + "." + digits[1:] + "e" + es
-}
-
-// writePythonString quotes s as json.dumps with ensure_ascii does.
-func writePythonString(buf *bytes.Buffer, s string) {
-	buf.WriteByte('"')
-	for _, r := range s {
-		switch r {
-		case '"':
-			buf.WriteString(`\"`)
-		case '\\':
-			buf.WriteString(`\\`)
-		case '\b':
-			buf.WriteString(`\b`)
-		case '\f':
-			buf.WriteString(`\f`)
-		case '\n':
-			buf.WriteString(`\n`)
-		case '\r':
-			buf.WriteString(`\r`)
-		case '\t':
-			buf.WriteString(`\t`)
-		default:
-			switch {
-			case r >= 0x20 && r <= 0x7e:
-				buf.WriteRune(r)
-			case r > 0xffff:
-				r1, r2 := utf16.EncodeRune(r)
-				fmt.Fprintf(buf, `\u%04x\u%04x`, r1, r2)
-			case r == utf8.RuneError:
-				buf.WriteString(`\ufffd`)
-			default:
-				fmt.Fprintf(buf, `\u%04x`, r)
-			}
-		}
-	}
-	buf.WriteByte('"')
 }
