@@ -13,6 +13,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/memstore"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/poll"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 )
 
@@ -323,7 +324,7 @@ func TestDoBatchDeadlineLeaseNeedsNoHeartbeat(t *testing.T) {
 					}
 					clock.Advance(6 * time.Second)
 					if !withDeadline {
-						waitFor(t, func() bool {
+						poll.Wait(t, time.Minute, "the lease keeper", func() bool {
 							cs.mu.Lock()
 							defer cs.mu.Unlock()
 							return cs.extends >= 2 // a's and b's
@@ -346,18 +347,6 @@ func TestDoBatchDeadlineLeaseNeedsNoHeartbeat(t *testing.T) {
 				t.Fatal("no extension of the claims waiting for their turn")
 			}
 		})
-	}
-}
-
-// waitFor polls cond for up to a minute (the lease keeper's timers run on
-// goroutines of their own).
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within a minute")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

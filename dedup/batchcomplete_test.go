@@ -12,6 +12,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/memstore"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/poll"
 )
 
 // realTimeBound bounds, in real time, what a test waits for that the
@@ -20,19 +21,6 @@ import (
 // without a wait on the fake clock): generous for a machine busy with
 // other tests, short enough to fail rather than hang.
 const realTimeBound = 10 * time.Second
-
-// eventually polls cond every millisecond for up to bound (real time: it
-// waits for the engine's goroutines, not for a clock), and reports whether
-// it held.
-func eventually(bound time.Duration, cond func() bool) bool {
-	for deadline := time.Now().Add(bound); !cond(); {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return true
-}
 
 // invocationCalls are the calls of a Lambda invocation ending at deadline
 // on the keys of scope s, as lambdadedup makes them: each call's Deadline
@@ -109,7 +97,7 @@ func TestDoBatchCompletesEachRecordAsItsWorkReturns(t *testing.T) {
 				t.Fatalf("b's work did not start within %v", realTimeBound)
 			}
 
-			if !eventually(realTimeBound, func() bool { return recordState(ctx, mem, "s:a") == admin.StateCompleted }) {
+			if !poll.Until(realTimeBound, func() bool { return recordState(ctx, mem, "s:a") == admin.StateCompleted }) {
 				t.Errorf("a's record is %s %v after a's work returned, while b's work still runs; want completed (a's completion waits for the batch's last work)",
 					recordState(ctx, mem, "s:a"), realTimeBound)
 			}

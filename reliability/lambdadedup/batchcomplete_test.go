@@ -17,6 +17,7 @@ import (
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/dedup/fakeclock"
 	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/memstore"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/poll"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/lambdadedup"
 )
@@ -27,19 +28,6 @@ import (
 // without a wait on the fake clock): generous for a machine busy with
 // other tests, short enough to fail rather than hang.
 const realTimeBound = 10 * time.Second
-
-// eventually polls cond every millisecond for up to bound (real time: it
-// waits for the engine's goroutines, not for a clock), and reports whether
-// it held.
-func eventually(bound time.Duration, cond func() bool) bool {
-	for deadline := time.Now().Add(bound); !cond(); {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return true
-}
 
 // recordState is the state of the record of key in the store s:
 // "completed", "in_progress", or why there is none.
@@ -124,7 +112,7 @@ func TestSQSBatchCompletesARecordAsItsHandlerReturns(t *testing.T) {
 			}
 
 			keyA := admin.ScopedKey("charge-orders", "A")
-			if !eventually(realTimeBound, func() bool { return recordState(store, keyA) == admin.StateCompleted }) {
+			if !poll.Until(realTimeBound, func() bool { return recordState(store, keyA) == admin.StateCompleted }) {
 				t.Errorf("A's record is %s %v after A's handler returned, while B's handler still runs; want completed (A's completion waits for the batch's last handler)",
 					recordState(store, keyA), realTimeBound)
 			}

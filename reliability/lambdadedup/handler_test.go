@@ -333,19 +333,6 @@ func (o *extendCounter) ObserveStoreOp(op string, _ time.Duration, err error) {
 	}
 }
 
-// waitFor polls cond (real time, bounded): for what the engine does in
-// its own goroutines after a fake clock's Advance.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after 10s waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // The lease of a record never outlives the invocation: a record whose
 // invocation died at its deadline can be taken over right after it, though
 // Dedup.Lease is 30s. The lease is cut to end at the deadline, where no

@@ -200,40 +200,13 @@ func preparePowertoolsStatements(a AttributeNames, dataAttr string) (statements,
 	takeOver := expression.AttributeNotExists(id).Or(ptNotLive(a, 0, 1, 2).And(
 		expression.Name(a.State).NotEqual(expression.Value(ptCompleted)), fenceBelow))
 	for v := range st.takeOver {
-		u := expression.Set(expression.Name(a.State), expression.Value(ptInProgress)).
-			Set(expression.Name(a.Token), placeholder(4)).
-			Set(expression.Name(a.Deadline), placeholder(5)).
-			Set(expression.Name(a.TTL), placeholder(6)).
-			Set(expression.Name(a.Fence), placeholder(3)).
-			Set(expression.Name(a.Claims), expression.Plus(expression.IfNotExists(expression.Name(a.Claims), expression.Value(0)), expression.Value(1))).
-			Set(expression.Name(a.ClaimedAt), expression.IfNotExists(expression.Name(a.ClaimedAt), placeholder(7))).
-			Remove(expression.Name(a.Result)).
-			Remove(expression.Name(dataAttr)).
-			Remove(expression.Name(a.CompletedAt))
-		n := 8
-		if v&withFingerprint != 0 {
-			u = u.Set(expression.Name(a.Fingerprint), placeholder(n))
-			n++
-		} else {
-			u = u.Remove(expression.Name(a.Fingerprint))
-		}
-		for _, idAttr := range []struct {
-			bit  int
-			name string
-		}{{withTransportID, a.TransportID}, {withMessageID, a.MessageID}} {
-			if v&idAttr.bit != 0 {
-				u = u.Set(expression.Name(idAttr.name), expression.IfNotExists(expression.Name(idAttr.name), placeholder(n)))
-				n++
-			}
-		}
+		u, n := takeOverUpdate(a, ptInProgress, takeOverSlots{fence: 3, token: 4, deadline: 5, ttl: 6, claimedAt: 7, next: 8}, v)
+		u = u.Remove(expression.Name(dataAttr))
 		if st.takeOver[v], err = prepare(expression.NewBuilder().WithCondition(takeOver).WithUpdate(u), n); err != nil {
 			return st, err
 		}
 	}
-	owned := expression.Name(a.Token).Equal(placeholder(0)).And(
-		expression.Name(a.State).Equal(expression.Value(ptInProgress)),
-		expression.Name(a.Deadline).GreaterThan(placeholder(1)),
-	)
+	owned := ownedBy(a, ptInProgress)
 	if st.owned, err = prepare(expression.NewBuilder().WithCondition(owned), 2); err != nil {
 		return st, err
 	}

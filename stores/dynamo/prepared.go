@@ -143,39 +143,12 @@ func prepareStatements(a AttributeNames) (statements, error) {
 			expression.Name(a.State).NotEqual(expression.Value(stateCompleted)),
 			fenceBelow(5)))
 	for v := range st.takeOver {
-		u := expression.Set(expression.Name(a.State), expression.Value(stateInProgress)).
-			Set(expression.Name(a.Token), placeholder(1)).
-			Set(expression.Name(a.Deadline), placeholder(2)).
-			Set(expression.Name(a.TTL), placeholder(3)).
-			Set(expression.Name(a.Fence), placeholder(5)).
-			Set(expression.Name(a.Claims), expression.Plus(expression.IfNotExists(expression.Name(a.Claims), expression.Value(0)), expression.Value(1))).
-			Set(expression.Name(a.ClaimedAt), expression.IfNotExists(expression.Name(a.ClaimedAt), placeholder(4))).
-			Remove(expression.Name(a.Result)).
-			Remove(expression.Name(a.CompletedAt))
-		n := 6
-		if v&withFingerprint != 0 {
-			u = u.Set(expression.Name(a.Fingerprint), placeholder(n))
-			n++
-		} else {
-			u = u.Remove(expression.Name(a.Fingerprint))
-		}
-		for _, id := range []struct {
-			bit  int
-			name string
-		}{{withTransportID, a.TransportID}, {withMessageID, a.MessageID}} {
-			if v&id.bit != 0 {
-				u = u.Set(expression.Name(id.name), expression.IfNotExists(expression.Name(id.name), placeholder(n)))
-				n++
-			}
-		}
+		u, n := takeOverUpdate(a, stateInProgress, takeOverSlots{token: 1, deadline: 2, ttl: 3, claimedAt: 4, fence: 5, next: 6}, v)
 		if st.takeOver[v], err = prepare(expression.NewBuilder().WithCondition(takeOver).WithUpdate(u), n); err != nil {
 			return st, err
 		}
 	}
-	owned := expression.Name(a.Token).Equal(placeholder(0)).And(
-		expression.Name(a.State).Equal(expression.Value(stateInProgress)),
-		expression.Name(a.Deadline).GreaterThan(placeholder(1)),
-	)
+	owned := ownedBy(a, stateInProgress)
 	if st.owned, err = prepare(expression.NewBuilder().WithCondition(owned), 2); err != nil {
 		return st, err
 	}
@@ -208,4 +181,49 @@ func prepareStatements(a AttributeNames) (statements, error) {
 }
 
 // str is a string attribute value.
+// takeOverSlots are the placeholders of a takeover's values.
+type takeOverSlots struct{ token, deadline, ttl, claimedAt, fence, next int }
+
+// takeOverUpdate writes a takeover in either layout: the record in state
+// inProgress under a new token, deadline, expiry and fence, one more claim
+// counted, the result gone, and the optional attributes of variant v from
+// placeholder p.next on. It returns the update and its placeholder count.
+func takeOverUpdate(a AttributeNames, inProgress string, p takeOverSlots, v int) (expression.UpdateBuilder, int) {
+	u := expression.Set(expression.Name(a.State), expression.Value(inProgress)).
+		Set(expression.Name(a.Token), placeholder(p.token)).
+		Set(expression.Name(a.Deadline), placeholder(p.deadline)).
+		Set(expression.Name(a.TTL), placeholder(p.ttl)).
+		Set(expression.Name(a.Fence), placeholder(p.fence)).
+		Set(expression.Name(a.Claims), expression.Plus(expression.IfNotExists(expression.Name(a.Claims), expression.Value(0)), expression.Value(1))).
+		Set(expression.Name(a.ClaimedAt), expression.IfNotExists(expression.Name(a.ClaimedAt), placeholder(p.claimedAt))).
+		Remove(expression.Name(a.Result)).
+		Remove(expression.Name(a.CompletedAt))
+	n := p.next
+	if v&withFingerprint != 0 {
+		u = u.Set(expression.Name(a.Fingerprint), placeholder(n))
+		n++
+	} else {
+		u = u.Remove(expression.Name(a.Fingerprint))
+	}
+	for _, id := range []struct {
+		bit  int
+		name string
+	}{{withTransportID, a.TransportID}, {withMessageID, a.MessageID}} {
+		if v&id.bit != 0 {
+			u = u.Set(expression.Name(id.name), expression.IfNotExists(expression.Name(id.name), placeholder(n)))
+			n++
+		}
+	}
+	return u, n
+}
+
+// ownedBy is the condition of a holder's write in either layout: token
+// placeholder 0, in state inProgress, the deadline after placeholder 1.
+func ownedBy(a AttributeNames, inProgress string) expression.ConditionBuilder {
+	return expression.Name(a.Token).Equal(placeholder(0)).And(
+		expression.Name(a.State).Equal(expression.Value(inProgress)),
+		expression.Name(a.Deadline).GreaterThan(placeholder(1)),
+	)
+}
+
 func str(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }

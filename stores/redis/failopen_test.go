@@ -12,6 +12,7 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/poll"
 	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
@@ -167,7 +168,7 @@ func TestFailOpenWithRedisDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the client to reconnect", func() bool { return client.Ping(context.Background()).Err() == nil })
+	poll.Wait(t, time.Minute, "the client to reconnect", func() bool { return client.Ping(context.Background()).Err() == nil })
 	charges := 0
 	handler := d.Middleware(func(*message.Message) ([]*message.Message, error) { charges++; return nil, nil })
 	for range 2 {

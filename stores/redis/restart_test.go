@@ -13,22 +13,10 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/storekit"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/poll"
 	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
-
-// waitFor polls cond until it holds, failing the test after a minute. It
-// waits for other goroutines to make progress; it is not a clock.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // newOutageClient returns a client that gives up dialling a stopped server
 // quickly (one dial per attempt instead of five with 100ms pauses), so that
@@ -175,19 +163,19 @@ func restartWhileClaiming(t *testing.T, autoPipeline bool) {
 	}
 	t.Cleanup(finish)
 
-	waitFor(t, "claims before the restart", func() bool { return ok.Load() >= progressUnits })
+	poll.Wait(t, time.Minute, "claims before the restart", func() bool { return ok.Load() >= progressUnits })
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	before := failed.Load()
-	waitFor(t, "claims failing while the server is down", func() bool { return failed.Load() >= before+workers })
+	poll.Wait(t, time.Minute, "claims failing while the server is down", func() bool { return failed.Load() >= before+workers })
 	outageErrors(t, store, dedup.Claim{Key: "outage-probe", Token: storekit.NewToken()})
 
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
 	after := ok.Load()
-	waitFor(t, "claims after the restart", func() bool { return ok.Load() >= after+progressUnits })
+	poll.Wait(t, time.Minute, "claims after the restart", func() bool { return ok.Load() >= after+progressUnits })
 	finish()
 
 	if len(violations) > 0 {
@@ -203,7 +191,7 @@ func restartWhileClaiming(t *testing.T, autoPipeline bool) {
 	for i := int64(0); i <= last; i++ {
 		k := key(i)
 		var res dedup.ClaimResult
-		waitFor(t, "a claim of "+k+" after the restart", func() bool {
+		poll.Wait(t, time.Minute, "a claim of "+k+" after the restart", func() bool {
 			r, err := store.Claim(ctx, k, "", lease)
 			if err != nil {
 				retried.Add(1)

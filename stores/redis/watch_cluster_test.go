@@ -11,6 +11,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/poll"
 	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
@@ -85,7 +86,7 @@ func clusterWaitersSurviveFailovers(t *testing.T, autoPipeline bool) {
 		master *testserver.Redis
 	}{{manualKey, masters[0]}, {killKey, masters[1]}} {
 		node := goredis.NewClient(&goredis.Options{Addr: k.master.Addr})
-		waitFor(t, "the subscription of "+k.key, func() bool { return shardSubscribers(t, node, store, k.key) == 1 })
+		poll.Wait(t, time.Minute, "the subscription of "+k.key, func() bool { return shardSubscribers(t, node, store, k.key) == 1 })
 		_ = node.Close()
 	}
 
@@ -127,12 +128,12 @@ func clusterWaitersSurviveFailovers(t *testing.T, autoPipeline bool) {
 	}
 
 	_ = store.Close()
-	waitFor(t, "the store's goroutines to end", func() bool { return watchGoroutines() == 0 })
+	poll.Wait(t, time.Minute, "the store's goroutines to end", func() bool { return watchGoroutines() == 0 })
 	for _, n := range cluster.Nodes {
 		if n == masters[1] {
 			continue // killed
 		}
-		waitFor(t, "no pub/sub connection on "+n.Addr, func() bool { return pubsubClients(t, n.Addr) == 0 })
+		poll.Wait(t, time.Minute, "no pub/sub connection on "+n.Addr, func() bool { return pubsubClients(t, n.Addr) == 0 })
 	}
 }
 
@@ -149,7 +150,7 @@ func TestNewStoreClosedAfterTheTest(t *testing.T) {
 		if _, _, err := store.WatchKey(context.Background(), "watch:left-open", time.Now()); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the store's goroutines to start", func() bool { return watchGoroutines() > 0 })
+		poll.Wait(t, time.Minute, "the store's goroutines to start", func() bool { return watchGoroutines() > 0 })
 	})
-	waitFor(t, "the store's goroutines to end after the test", func() bool { return watchGoroutines() == 0 })
+	poll.Wait(t, time.Minute, "the store's goroutines to end after the test", func() bool { return watchGoroutines() == 0 })
 }

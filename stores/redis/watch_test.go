@@ -15,6 +15,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/poll"
 	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"
 )
@@ -95,7 +96,7 @@ func holdAndWait(t *testing.T, e *dedup.Engine, store *redis.Store, key string, 
 			r.answers <- err
 		}()
 	}
-	waitFor(t, "every copy to watch the key", func() bool { return redis.OpenWatches(store) >= before+n })
+	poll.Wait(t, time.Minute, "every copy to watch the key", func() bool { return redis.OpenWatches(store) >= before+n })
 	return r
 }
 
@@ -167,9 +168,9 @@ func pubsubClients(t *testing.T, addr string) int {
 // and every addr has no pub/sub connection.
 func noLeaks(t *testing.T, baseline int, addrs ...string) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("goroutines back to %d", baseline), func() bool { return runtime.NumGoroutine() <= baseline })
+	poll.Wait(t, time.Minute, fmt.Sprintf("goroutines back to %d", baseline), func() bool { return runtime.NumGoroutine() <= baseline })
 	for _, addr := range addrs {
-		waitFor(t, "no pub/sub connection on "+addr, func() bool { return pubsubClients(t, addr) == 0 })
+		poll.Wait(t, time.Minute, "no pub/sub connection on "+addr, func() bool { return pubsubClients(t, addr) == 0 })
 	}
 }
 
@@ -217,7 +218,7 @@ func TestWaitersWokenByTheCompletion(t *testing.T) {
 	counted := &countedStore{Store: store}
 	e := waitEngine(t, counted)
 	run := holdAndWait(t, e, store, "ten", 10)
-	waitFor(t, "the subscription", func() bool { return shardSubscribers(t, client, store, "ten") == 1 })
+	poll.Wait(t, time.Minute, "the subscription", func() bool { return shardSubscribers(t, client, store, "ten") == 1 })
 	if errs := run.wait(t); len(errs) > 0 {
 		t.Fatal(errors.Join(errs...))
 	}
@@ -241,12 +242,12 @@ func TestForgedAnnouncementCostsAClaim(t *testing.T) {
 	e := waitEngine(t, counted)
 	run := holdAndWait(t, e, store, "forged", 1)
 	// Holder, copy, and the claim the subscription's confirmation prompts.
-	waitFor(t, "the copy's claim once subscribed", func() bool { return counted.claims.Load() == 3 })
+	poll.Wait(t, time.Minute, "the copy's claim once subscribed", func() bool { return counted.claims.Load() == 3 })
 	ch := store.RedisKey("watch:forged")
 	if err := client.SPublish(context.Background(), ch, "completed, honest").Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the claim the forged message prompts", func() bool { return counted.claims.Load() == 4 })
+	poll.Wait(t, time.Minute, "the claim the forged message prompts", func() bool { return counted.claims.Load() == 4 })
 	if errs := run.wait(t); len(errs) > 0 {
 		t.Fatal(errors.Join(errs...))
 	}
@@ -277,14 +278,14 @@ func TestWaitersSurviveAKilledSubscription(t *testing.T) {
 	baseline := runtime.NumGoroutine()
 	e := waitEngine(t, store)
 	run := holdAndWait(t, e, store, "kill", 3)
-	waitFor(t, "the subscription", func() bool { return shardSubscribers(t, client, store, "kill") == 1 })
+	poll.Wait(t, time.Minute, "the subscription", func() bool { return shardSubscribers(t, client, store, "kill") == 1 })
 	refuse.Store(true)
 	admin := newClient(t)
 	killed, err := admin.ClientKillByFilter(context.Background(), "TYPE", "pubsub").Result()
 	if err != nil || killed < 1 {
 		t.Fatalf("CLIENT KILL TYPE pubsub: %d, %v", killed, err)
 	}
-	waitFor(t, "the subscription to be gone", func() bool { return shardSubscribers(t, admin, store, "kill") == 0 })
+	poll.Wait(t, time.Minute, "the subscription to be gone", func() bool { return shardSubscribers(t, admin, store, "kill") == 0 })
 	if err := run.holderDone(t); err != nil { // completed through a pooled connection
 		t.Fatal(err)
 	}
@@ -322,7 +323,7 @@ func TestWaitersSurviveARestart(t *testing.T) {
 	baseline := runtime.NumGoroutine()
 	e := waitEngine(t, store)
 	run := holdAndWait(t, e, store, "restart", 3)
-	waitFor(t, "the subscription", func() bool { return shardSubscribers(t, client, store, "restart") == 1 })
+	poll.Wait(t, time.Minute, "the subscription", func() bool { return shardSubscribers(t, client, store, "restart") == 1 })
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}

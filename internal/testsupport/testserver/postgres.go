@@ -99,33 +99,46 @@ func isExecutable(path string) bool {
 	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
 }
 
+// postgresDir makes a temporary directory for a cluster, and the
+// credentials its processes run with: the OS user postgres, its owner,
+// when the test runs as root (PostgreSQL refuses to run as root), none
+// otherwise.
+func postgresDir(pattern string) (string, *syscall.Credential, error) {
+	dir, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		return "", nil, err
+	}
+	if os.Geteuid() != 0 {
+		return dir, nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("testserver: running as root, PostgreSQL must run as another user, "+
+			"but the OS user postgres does not exist (%v): %s", err, postgresFix)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if err := os.Chown(dir, uid, gid); err != nil {
+		_ = os.RemoveAll(dir)
+		return "", nil, err
+	}
+	return dir, &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}, nil
+}
+
 // startOwnPostgres creates and starts a throwaway cluster on a free port.
 func startOwnPostgres() (*Postgres, error) {
 	initdb, postgres, err := postgresBinaries()
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "testserver-postgres-*")
+	dir, cred, err := postgresDir("testserver-postgres-*")
 	if err != nil {
 		return nil, err
 	}
 	fail := func(err error) (*Postgres, error) {
 		_ = os.RemoveAll(dir)
 		return nil, err
-	}
-	var cred *syscall.Credential
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return fail(fmt.Errorf("testserver: running as root, PostgreSQL must run as another user, "+
-				"but the OS user postgres does not exist (%v): %s", err, postgresFix))
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}
-		if err := os.Chown(dir, uid, gid); err != nil {
-			return fail(err)
-		}
 	}
 	data := filepath.Join(dir, "data")
 	cmd := exec.Command(initdb, "-D", data, "-U", "postgres", "--auth=trust",

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -44,27 +43,13 @@ func StartCrashablePostgres() (*CrashablePostgres, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "testserver-postgres-crash-*")
+	dir, cred, err := postgresDir("testserver-postgres-crash-*")
 	if err != nil {
 		return nil, err
 	}
 	fail := func(err error) (*CrashablePostgres, error) {
 		_ = os.RemoveAll(dir)
 		return nil, err
-	}
-	var cred *syscall.Credential
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return fail(fmt.Errorf("testserver: running as root, PostgreSQL must run as another user, "+
-				"but the OS user postgres does not exist (%v): %s", err, postgresFix))
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}
-		if err := os.Chown(dir, uid, gid); err != nil {
-			return fail(err)
-		}
 	}
 	p := &CrashablePostgres{postgres: postgres, data: filepath.Join(dir, "data"), dir: dir, cred: cred, mu: make(chan struct{}, 1)}
 	cmd := exec.Command(initdb, "-D", p.data, "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync")
