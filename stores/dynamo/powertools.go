@@ -337,16 +337,7 @@ func (s *Store) decodePowertools(item map[string]types.AttributeValue) (record, 
 			return record{}, fmt.Errorf("%w: attribute %q: %w", ErrMalformedRecord, s.pt.DataAttr, err)
 		}
 	}
-	if v, ok := item[s.attr.Fence]; ok {
-		n, ok := v.(*types.AttributeValueMemberN)
-		if !ok {
-			return record{}, fmt.Errorf("%w: attribute %q is not a number", ErrMalformedRecord, s.attr.Fence)
-		}
-		if rec.fence, err = strconv.ParseUint(n.Value, 10, 64); err != nil {
-			return record{}, fmt.Errorf("%w: attribute %q: %w", ErrMalformedRecord, s.attr.Fence, err)
-		}
-	}
-	if err := s.decodeProvenance(item, &rec, str); err != nil {
+	if err := s.decodeFenceAndProvenance(item, &rec, str); err != nil {
 		return record{}, err
 	}
 	return rec, nil

@@ -528,19 +528,27 @@ func (s *Store) decode(item map[string]types.AttributeValue) (record, error) {
 		}
 		rec.result = b.Value
 	}
-	if v, ok := item[s.attr.Fence]; ok {
-		n, ok := v.(*types.AttributeValueMemberN)
-		if !ok {
-			return record{}, fmt.Errorf("%w: attribute %q is not a number", ErrMalformedRecord, s.attr.Fence)
-		}
-		if rec.fence, err = strconv.ParseUint(n.Value, 10, 64); err != nil {
-			return record{}, fmt.Errorf("%w: attribute %q: %w", ErrMalformedRecord, s.attr.Fence, err)
-		}
-	}
-	if err := s.decodeProvenance(item, &rec, str); err != nil {
+	if err := s.decodeFenceAndProvenance(item, &rec, str); err != nil {
 		return record{}, err
 	}
 	return rec, nil
+}
+
+// decodeFenceAndProvenance reads the attributes both layouts share, each
+// optional: the fence, and who claimed and when.
+func (s *Store) decodeFenceAndProvenance(item map[string]types.AttributeValue, rec *record, str func(string, bool) (string, error)) error {
+	if v, ok := item[s.attr.Fence]; ok {
+		n, ok := v.(*types.AttributeValueMemberN)
+		if !ok {
+			return fmt.Errorf("%w: attribute %q is not a number", ErrMalformedRecord, s.attr.Fence)
+		}
+		f, err := strconv.ParseUint(n.Value, 10, 64)
+		if err != nil {
+			return fmt.Errorf("%w: attribute %q: %w", ErrMalformedRecord, s.attr.Fence, err)
+		}
+		rec.fence = f
+	}
+	return s.decodeProvenance(item, rec, str)
 }
 
 // decodeProvenance reads the who-and-when attributes, each optional.
