@@ -7,11 +7,55 @@ import (
 	"time"
 )
 
-// The contexts and timers of a callRun (lifecycle.go): the work's context
-// (workContext), the context of each store operation (opContext), the detached
-// parent of Complete's and Release's (detachedWork) and the pooled timers
-// behind them. They cost no allocation on the common path; the
+// The contexts and timers of a callRun (lifecycle.go), behind
+// callContexts: the work's context (workContext), the context of each
+// store operation (opContext), the detached parent of Complete's and
+// Release's (detachedWork) and the pooled timers behind them. They cost no allocation on the common path; the
 // comment of each says what it saves, measured.
+
+// callContexts are the contexts of one call: its work's and its store
+// operations'. The first of each is made in place, in the callRun; a
+// context is never reused, because a store may still hold it after its
+// operation (net/http cancels a request's context from its read loop).
+type callContexts struct {
+	// work is the work's context. It is made before the claim, whose
+	// request context is derived from it (see opContext): the claim
+	// follows the caller's cancellation through it.
+	work    *workContext // &ownWork, or a fresh one (a batch's copy of a running call)
+	ownWork workContext
+	// claimOp and endOp are the contexts of the claim and of the first
+	// Complete or Release; later attempts get their own.
+	claimOp, endOp opContext
+}
+
+// nextWork returns the work context to initialise: the one in place,
+// else a fresh one (the first may still be in a store's hands).
+func (cc *callContexts) nextWork() *workContext {
+	if cc.work == nil {
+		cc.work = &cc.ownWork
+	} else {
+		cc.work = &workContext{}
+	}
+	return cc.work
+}
+
+// nextClaimOp returns the context of a claim: the one in place, else (an
+// earlier claim of the call: InProgressWait) a fresh one.
+func (cc *callContexts) nextClaimOp() *opContext {
+	if cc.claimOp.parent == nil {
+		return &cc.claimOp
+	}
+	return &opContext{}
+}
+
+// nextEndOp returns the context of a Complete or Release: the one in
+// place, else (a retry) a fresh one.
+func (cc *callContexts) nextEndOp() *opContext {
+	if cc.endOp.parent == nil {
+		return &cc.endOp
+	}
+	return &opContext{}
+}
 
 // workContext is the work's context: cancellable with a cause (ErrClaimLost at
 // the lease deadline), carrying the claim (HeldClaimFromContext) and the call's

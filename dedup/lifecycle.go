@@ -25,24 +25,15 @@ type callRun struct {
 	e    *Engine
 	call Call
 
-	// work is the work's context (see workContext). It is made before the
-	// claim, whose request context is derived from it (see opContext): the
-	// claim follows the caller's cancellation through it.
-	work *workContext // &ownWork, or a fresh one (a batch's copy of a running call)
-	// ownWork is the work context a call usually needs.
-	ownWork workContext
-	held    HeldClaim // held.key is the scoped key from the start
-	keeper  leaseKeeper
+	// callContexts are the work's context and the store operations'
+	// (context.go): the plumbing, kept out of the protocol's way.
+	callContexts
+	held   HeldClaim // held.key is the scoped key from the start
+	keeper leaseKeeper
 	// wait is what an InProgressWait needs (see inProgressWait); nil without
 	// Config.InProgressWait, so that a callRun stays in a smaller size
 	// class (704 bytes with the middleware's delivery, not 768).
 	wait *inProgressWait
-
-	// claimOp and endOp are the contexts of the claim and of the first
-	// Complete or Release; later attempts get their own. They are never
-	// reused: a store may still hold them after the operation (net/http
-	// cancels a request's context from its read loop).
-	claimOp, endOp opContext
 }
 
 // inProgressWait is the state of a call's InProgressWait.
@@ -181,10 +172,7 @@ func (c *callRun) claim(ctx context.Context, lease time.Duration) (res ClaimResu
 		}
 	}
 	c.keeper.lease, c.keeper.claimedAt = lease, now
-	op := &c.claimOp
-	if op.parent != nil { // an earlier claim of the call (InProgressWait)
-		op = &opContext{}
-	}
+	op := c.nextClaimOp()
 	sent := now // on the wall clock, the same reading
 	if !e.wallClock {
 		sent = time.Now()
@@ -333,12 +321,7 @@ func (c *callRun) runHeld(ctx context.Context, w worker, b *batchSlot) (ClaimRes
 // newWorkContext makes the work's context: cancellable with a cause,
 // carrying the call's claim.
 func (c *callRun) newWorkContext(ctx context.Context) {
-	if c.work == nil {
-		c.work = &c.ownWork
-	} else {
-		c.work = &workContext{} // the first one may still be in a store's hands
-	}
-	c.work.init(ctx, c)
+	c.nextWork().init(ctx, c)
 }
 
 // completedInWork ends a claim whose work completed the record itself.
@@ -455,10 +438,7 @@ func (c *callRun) released(err, cause error) {
 // Origin, as the claim's did: a store finds there what it noted at the
 // claim (HeldClaim.SetNote).
 func (c *callRun) finishOp(ctx context.Context, op string, do func(context.Context) error) error {
-	oc := &c.endOp
-	if oc.parent != nil {
-		oc = &opContext{}
-	}
+	oc := c.nextEndOp()
 	start := time.Now()
 	if c.work != nil { // the work's context has ctx as its parent
 		oc.start((*detachedWork)(c), nil, c.e.cfg.StoreTimeout, start)
