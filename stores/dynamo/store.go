@@ -603,8 +603,9 @@ func (s *Store) decodeProvenance(item map[string]types.AttributeValue, rec *reco
 // whose first response was lost), the error matches
 // dedup.ErrAlreadyCompleted too. It tells from the old item that real
 // DynamoDB returns with the failure (ALL_OLD), or else from one strongly
-// consistent GetItem (dynalite). It records the time of completion (by
-// the store's Clock) in CompletedAt.
+// consistent GetItem (dynalite); when that read fails, the outcome is
+// unknown and the error is the read's, not ErrClaimLost. It records the
+// time of completion (by the store's Clock) in CompletedAt.
 // A result longer than MaxResultSize is refused with ErrResultTooLarge
 // before any request; so is, after the request, a result the server
 // refuses for the item's size (a server whose limit is lower, as moto's).
@@ -677,8 +678,11 @@ func itemTooLarge(err error) bool {
 // completedByClaim is the error of a Complete whose condition failed:
 // err, also matching dedup.ErrAlreadyCompleted when the item is the live
 // completed record of this very claim (read from the failure's ALL_OLD
-// item, else with one strongly consistent GetItem). A failed read leaves
-// err as it is.
+// item, else with one strongly consistent GetItem). When that read fails
+// the answer is unknown, and so is the error: not ErrClaimLost, which
+// would say the record was not completed when an earlier attempt may
+// have completed it (TestCompleteWhoseCheckCannotReadIsNotClaimLost); the
+// engine sends the completion again, as after any store error.
 func (s *Store) completedByClaim(ctx context.Context, pk string, claim dedup.Claim, err error) error {
 	var failed *types.ConditionalCheckFailedException
 	var item map[string]types.AttributeValue
@@ -691,7 +695,7 @@ func (s *Store) completedByClaim(ctx context.Context, pk string, claim dedup.Cla
 	default:
 		got, gerr := s.get(ctx, pk)
 		if gerr != nil {
-			return err
+			return fmt.Errorf("dynamo: complete: the condition failed (%v) and the record could not be read to tell whether an earlier attempt of this claim completed it: %w", err, gerr)
 		}
 		item = got
 	}
