@@ -53,6 +53,8 @@ deps:
 	bash scripts/ensure-test-deps.sh
 
 vet:
+	@unformatted=$$(git ls-files '*.go' | xargs gofmt -l); \
+	if [ -n "$$unformatted" ]; then echo "gofmt -w these files:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet $(ALL)
 
 # Each module's go.mod and go.sum are tidy (GOWORK=off go mod tidy -diff,

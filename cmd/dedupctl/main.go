@@ -37,9 +37,9 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/watermill-dedup/watermill-dedup/cmd/dedupctl/env/redisaddr"
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/dedup/storekit"
-	"github.com/watermill-dedup/watermill-dedup/cmd/dedupctl/env/redisaddr"
 )
 
 // Exit codes.

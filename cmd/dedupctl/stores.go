@@ -8,9 +8,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/cmd/dedupctl/env/awsenv"
 	"github.com/watermill-dedup/watermill-dedup/cmd/dedupctl/env/redisaddr"
+	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
 	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"

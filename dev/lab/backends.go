@@ -12,9 +12,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/cmd/dedupctl/env/awsenv"
 	"github.com/watermill-dedup/watermill-dedup/cmd/dedupctl/env/redisaddr"
+	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dev/harness/awsbroker"
 	"github.com/watermill-dedup/watermill-dedup/dev/harness/embedded"
 	"github.com/watermill-dedup/watermill-dedup/dev/harness/kafkabroker"

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/crashtest"
 	"github.com/watermill-dedup/watermill-dedup/dev/harness/kafkabroker"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/crashtest"
 )
 
 // Environment of a shop running in a child process: its parent's

@@ -21,8 +21,8 @@ import (
 	"time"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup/admin"
-	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/crashtest"
 	"github.com/watermill-dedup/watermill-dedup/internal/keys"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/crashtest"
 )
 
 // Settings of a run, passed to the child in its environment.

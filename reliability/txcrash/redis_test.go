@@ -14,8 +14,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
-	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/crashtest"
 	"github.com/watermill-dedup/watermill-dedup/internal/keys"
+	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/crashtest"
 	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/testserver"
 	"github.com/watermill-dedup/watermill-dedup/keyfuncs"
 	"github.com/watermill-dedup/watermill-dedup/stores/redis"

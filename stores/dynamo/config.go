@@ -67,7 +67,7 @@ type AttributeNames struct {
 	// record across releases and takeovers of its lease:
 	//
 	// ClaimedAt is when the first claim ran, by its client's clock, as
-	// RFC 3339 UTC text with milliseconds (S), "2026-09-20T20:58:23.240Z".
+	// RFC 3339 UTC text with milliseconds (S), as "2006-01-02T15:04:05.000Z".
 	// Defaults to "claimed_at".
 	ClaimedAt string
 	// CompletedAt is when the record was completed, in the same form (S);

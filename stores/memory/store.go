@@ -56,7 +56,7 @@ type memRecord struct {
 	// dedup.Claim.Fence): the next winner's is larger.
 	fence    uint64
 	deadline time.Time // lease deadline (in progress, released) or expiry (completed)
-	result      []byte
+	result   []byte
 
 	// Who and when (see dedup.Store.Claim): the first claim's origin and
 	// time, the completion time, the number of claims.

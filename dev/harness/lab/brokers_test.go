@@ -11,9 +11,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/watermill-dedup/watermill-dedup/cmd/dedupctl/env/awsenv"
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/dedup/event"
-	"github.com/watermill-dedup/watermill-dedup/cmd/dedupctl/env/awsenv"
 	"github.com/watermill-dedup/watermill-dedup/dev/harness/awsbroker"
 	"github.com/watermill-dedup/watermill-dedup/dev/harness/embedded"
 	"github.com/watermill-dedup/watermill-dedup/dev/harness/kafkabroker"

@@ -26,12 +26,12 @@ import (
 
 	"github.com/watermill-dedup/watermill-dedup/dedup"
 	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/memstore"
-	"github.com/watermill-dedup/watermill-dedup/stores/redis/redisbatch"
 	"github.com/watermill-dedup/watermill-dedup/internal/testsupport/testserver"
 	"github.com/watermill-dedup/watermill-dedup/stores/dynamo"
 	"github.com/watermill-dedup/watermill-dedup/stores/memory"
 	"github.com/watermill-dedup/watermill-dedup/stores/postgres"
 	dedupredis "github.com/watermill-dedup/watermill-dedup/stores/redis"
+	"github.com/watermill-dedup/watermill-dedup/stores/redis/redisbatch"
 )
 
 // Store names accepted in Options.Stores, in the order they are printed.
