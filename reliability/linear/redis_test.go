@@ -226,21 +226,9 @@ func TestLinearRedisClusterFailover(t *testing.T) {
 					wc.finish(step{Kind: opComplete, Result: "witness", Retention: time.Minute}, res.Claim)
 				}
 				time.Sleep(time.Second) // the clients write to the cut master meanwhile
-				if err := master.Kill(); err != nil {
-					return err
-				}
-				if err := testserver.HealReplication(replica); err != nil {
-					return err
-				}
-				if err := cluster.WaitPromoted(replica, 30*time.Second); err != nil {
-					return err
-				}
 				// The old master rejoins as the new one's replica (with
 				// WaitReplicas no claim is acknowledged without one).
-				if err := master.Start(); err != nil {
-					return err
-				}
-				if err := master.WaitReplicaOf(replica, 30*time.Second); err != nil {
+				if err := cluster.KillAndPromote(master, replica, 30*time.Second); err != nil {
 					return err
 				}
 				res, err := wc.claimUntilAnswered(witness, time.Minute, 20*time.Second)

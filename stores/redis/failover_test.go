@@ -406,21 +406,7 @@ func TestClusterFailover(t *testing.T) {
 				if err := flow(); err != nil {
 					return err
 				}
-				if err := master.Kill(); err != nil {
-					return err
-				}
-				if err := testserver.HealReplication(replica); err != nil {
-					return err
-				}
-				if err := cluster.WaitPromoted(replica, 30*time.Second); err != nil {
-					return err
-				}
-				// It keeps its nodes.conf, so it rejoins, learns that its
-				// slots moved and becomes the new master's replica.
-				if err := master.Start(); err != nil {
-					return err
-				}
-				return master.WaitReplicaOf(replica, 30*time.Second)
+				return cluster.KillAndPromote(master, replica, 30*time.Second)
 			}
 			c := runFailover(t, store, manual, kill)
 			checkFailoverCounts(t, wait, c)

@@ -267,6 +267,27 @@ func (c *RedisCluster) Failover(replica *Redis, timeout time.Duration) error {
 	return old.WaitRole("slave", time.Until(deadline))
 }
 
+// KillAndPromote fails master over to replica by force: it kills master
+// (whose replication to replica CutReplication may have cut: the link is
+// healed), waits up to timeout until the cluster has promoted replica,
+// then restarts master, which keeps its nodes.conf, learns that its slots
+// moved and rejoins as replica's replica (waited for up to timeout too).
+func (c *RedisCluster) KillAndPromote(master, replica *Redis, timeout time.Duration) error {
+	if err := master.Kill(); err != nil {
+		return err
+	}
+	if err := HealReplication(replica); err != nil {
+		return err
+	}
+	if err := c.WaitPromoted(replica, timeout); err != nil {
+		return err
+	}
+	if err := master.Start(); err != nil {
+		return err
+	}
+	return master.WaitReplicaOf(replica, timeout)
+}
+
 // WaitPromoted waits up to timeout until replica has role:master and every
 // running node reports cluster_state:ok (after a manual failover, or after
 // its master was killed and the cluster failed it over).
